@@ -1,0 +1,1 @@
+"""estimate layer (see shared/DESIGN.md)."""

@@ -1,0 +1,1 @@
+"""explain layer (see shared/DESIGN.md)."""

@@ -1,0 +1,1 @@
+"""measure layer (see shared/DESIGN.md)."""

@@ -1,0 +1,1 @@
+"""specs layer (see shared/DESIGN.md)."""
