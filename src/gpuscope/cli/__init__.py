@@ -1,0 +1,46 @@
+"""The `gpuscope` command: a thin shell over the library (shared/DESIGN.md)."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from gpuscope.errors import UserError
+
+app = typer.Typer(
+    name="gpuscope",
+    help="Does this LLM fit, how fast will it run, and why is my run slower? Estimate, measure, explain.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _register() -> None:
+    # Sub-commands live in their own modules; each exposes `register(app)`.
+    from gpuscope.cli import hardware, models, plan
+
+    for mod in (plan, models, hardware):
+        mod.register(app)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: user errors print one sentence to stderr and exit with code 2."""
+    _register()
+    try:
+        app(args=argv, standalone_mode=False)
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(UserError.exit_code)
+    except SystemExit:
+        raise
+    except Exception as exc:  # click usage errors come through here in non-standalone mode
+        import click
+
+        if isinstance(exc, click.exceptions.ClickException):
+            exc.show()
+            sys.exit(2)
+        if isinstance(exc, click.exceptions.Abort):
+            sys.exit(1)
+        raise

@@ -1,0 +1,197 @@
+"""Read a Hugging Face ``config.json`` into a ModelSpec, without network access or remote code.
+
+Each family's field names and defaults follow the matching ``configuration_*.py`` and ``modeling_*.py`` in
+transformers; the parameter counts they imply are checked against real modules built on the meta device
+(tests/test_params_meta.py).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from gpuscope.errors import UserError
+from gpuscope.specs.model import MLASpec, ModelSpec, MoESpec
+
+SUPPORTED_FAMILIES = (
+    "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "gemma", "gemma2", "phi3",
+    "deepseek_v2", "deepseek_v3", "gpt2", "gpt_neox",
+)
+
+
+def load_config_file(path: Path) -> dict:
+    """Read config.json (or a directory holding one); errors are one sentence."""
+    if path.is_dir():
+        path = path / "config.json"
+    if not path.is_file():
+        raise UserError(f"--model: no config.json at '{path}'.")
+    try:
+        cfg = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UserError(f"--model: '{path}' is not valid JSON ({exc.__class__.__name__}: {exc}).") from None
+    if not isinstance(cfg, dict):
+        raise UserError(f"--model: '{path}' must hold a JSON object, not {type(cfg).__name__}.")
+    return cfg
+
+
+def _get(cfg: dict, *names, default=None, required: bool = True):
+    for n in names:
+        if cfg.get(n) is not None:
+            return cfg[n]
+    if default is not None or not required:
+        return default
+    raise UserError(f"--model: config has no '{names[0]}' field, which a {cfg.get('model_type')} model needs.")
+
+
+def _pos_int(cfg: dict, value, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value or value <= 0:
+        raise UserError(f"--model: config field '{name}' must be a positive integer, got {value!r}.")
+    return int(value)
+
+
+def spec_from_config(cfg: dict, name: str = "", source: str = "") -> ModelSpec:
+    """Normalise one HF config dict into a ModelSpec."""
+    if "text_config" in cfg and "model_type" not in cfg.get("text_config", {}):
+        pass
+    family = cfg.get("model_type")
+    if family not in SUPPORTED_FAMILIES:
+        raise UserError(
+            f"--model: model_type {family!r} is not supported; supported types are {', '.join(SUPPORTED_FAMILIES)}."
+        )
+    if family == "gpt2":
+        return _gpt2(cfg, name, source)
+    if family == "gpt_neox":
+        return _neox(cfg, name, source)
+
+    hidden = _pos_int(cfg, _get(cfg, "hidden_size"), "hidden_size")
+    layers = _pos_int(cfg, _get(cfg, "num_hidden_layers"), "num_hidden_layers")
+    heads = _pos_int(cfg, _get(cfg, "num_attention_heads"), "num_attention_heads")
+    kv_heads = _pos_int(cfg, _get(cfg, "num_key_value_heads", default=heads), "num_key_value_heads")
+    if heads % kv_heads:
+        raise UserError(f"--model: num_attention_heads ({heads}) must be a multiple of num_key_value_heads ({kv_heads}).")
+    head_dim = cfg.get("head_dim") or hidden // heads
+    head_dim = _pos_int(cfg, head_dim, "head_dim")
+    inter = _pos_int(cfg, _get(cfg, "intermediate_size"), "intermediate_size")
+    vocab = _pos_int(cfg, _get(cfg, "vocab_size"), "vocab_size")
+    max_pos = int(cfg.get("max_position_embeddings") or 4096)
+    tie = bool(cfg.get("tie_word_embeddings", family in ("gemma", "gemma2")))
+    kw: dict = dict(
+        name=name or cfg.get("_name_or_path") or family,
+        family=family,
+        hidden_size=hidden,
+        num_layers=layers,
+        num_heads=heads,
+        num_kv_heads=kv_heads,
+        head_dim=head_dim,
+        intermediate_size=inter,
+        vocab_size=vocab,
+        max_position_embeddings=max_pos,
+        tie_embeddings=tie,
+        activation=str(cfg.get("hidden_act") or cfg.get("hidden_activation") or "silu"),
+        source=source,
+    )
+    notes: list[str] = []
+
+    if family in ("llama", "mistral", "mixtral", "qwen3"):
+        kw["qkv_bias"] = kw["out_bias"] = bool(cfg.get("attention_bias", False))
+        kw["mlp_bias"] = bool(cfg.get("mlp_bias", False))
+    if family == "qwen3":
+        kw["qk_norm"] = True
+    if family in ("qwen2", "qwen2_moe"):
+        kw["qkv_bias"] = bool(cfg.get("qkv_bias", True))  # Qwen2 q/k/v carry a bias, o_proj does not
+    if family == "gemma2":
+        kw["norms_per_layer"] = 4  # input, post_attention, pre_feedforward, post_feedforward
+    if family in ("gemma", "gemma2"):
+        kw["activation"] = str(cfg.get("hidden_activation") or cfg.get("hidden_act") or "gelu_pytorch_tanh")
+
+    # Sliding-window attention: Mistral (all layers when set), Qwen2 (only if use_sliding_window, from
+    # max_window_layers on), Gemma-2 (every other layer), Phi-3 (all layers when set).
+    window = cfg.get("sliding_window")
+    if window:
+        if family in ("qwen2", "qwen2_moe", "qwen3"):
+            if cfg.get("use_sliding_window"):
+                mwl = int(cfg.get("max_window_layers", layers))
+                kw["sliding_window"], kw["sliding_window_layers"] = int(window), max(0, layers - mwl)
+        elif family == "gemma2":
+            kw["sliding_window"], kw["sliding_window_layers"] = int(window), (layers + 1) // 2
+        elif family in ("mistral", "mixtral", "phi3"):
+            kw["sliding_window"], kw["sliding_window_layers"] = int(window), layers
+    if kw.get("sliding_window_layers") == 0:
+        kw["sliding_window"] = None
+
+    if family == "mixtral":
+        e = _pos_int(cfg, _get(cfg, "num_local_experts"), "num_local_experts")
+        kw["moe"] = MoESpec(num_experts=e, experts_per_token=int(_get(cfg, "num_experts_per_tok", default=2)),
+                            expert_intermediate_size=inter)
+        kw["moe_layers"] = tuple(range(layers))
+    elif family == "qwen2_moe":
+        e = _pos_int(cfg, _get(cfg, "num_experts"), "num_experts")
+        shared = int(cfg.get("shared_expert_intermediate_size") or 0)
+        kw["moe"] = MoESpec(num_experts=e, experts_per_token=int(_get(cfg, "num_experts_per_tok", default=4)),
+                            expert_intermediate_size=int(_get(cfg, "moe_intermediate_size")),
+                            shared_intermediate_size=shared, num_shared_experts=1 if shared else 0,
+                            shared_expert_gate=bool(shared))
+        step = int(cfg.get("decoder_sparse_step", 1) or 1)
+        only_mlp = set(cfg.get("mlp_only_layers") or [])
+        kw["moe_layers"] = tuple(i for i in range(layers) if i not in only_mlp and (i + 1) % step == 0)
+    elif family in ("deepseek_v2", "deepseek_v3"):
+        e = int(cfg.get("n_routed_experts") or 0)
+        if e:
+            shared_n = int(cfg.get("n_shared_experts") or 0)
+            mi = int(_get(cfg, "moe_intermediate_size"))
+            kw["moe"] = MoESpec(
+                num_experts=e, experts_per_token=int(_get(cfg, "num_experts_per_tok")),
+                expert_intermediate_size=mi, num_shared_experts=shared_n, shared_intermediate_size=shared_n * mi,
+                router_bias_params=e if family == "deepseek_v3" else 0,
+            )
+            k_dense = int(cfg.get("first_k_dense_replace", 0) or 0)
+            freq = int(cfg.get("moe_layer_freq", 1) or 1)
+            kw["moe_layers"] = tuple(i for i in range(layers) if i >= k_dense and i % freq == 0)
+        q_lora = cfg.get("q_lora_rank")
+        kw["mla"] = MLASpec(
+            q_lora_rank=int(q_lora) if q_lora else None,
+            kv_lora_rank=int(_get(cfg, "kv_lora_rank")),
+            qk_nope_head_dim=int(_get(cfg, "qk_nope_head_dim")),
+            qk_rope_head_dim=int(_get(cfg, "qk_rope_head_dim")),
+            v_head_dim=int(_get(cfg, "v_head_dim")),
+        )
+        kw["qkv_bias"] = kw["out_bias"] = bool(cfg.get("attention_bias", False))
+        kw["head_dim"] = kw["mla"].v_head_dim
+        kw["num_kv_heads"] = heads  # MLA decompresses K and V per head
+        if cfg.get("num_nextn_predict_layers"):
+            notes.append("multi-token-prediction layers of the checkpoint are not counted (transformers does not build them)")
+    kw["notes"] = tuple(notes)
+    return ModelSpec(**kw)
+
+
+def _gpt2(cfg: dict, name: str, source: str) -> ModelSpec:
+    hidden = _pos_int(cfg, _get(cfg, "n_embd", "hidden_size"), "n_embd")
+    heads = _pos_int(cfg, _get(cfg, "n_head", "num_attention_heads"), "n_head")
+    return ModelSpec(
+        name=name or cfg.get("_name_or_path") or "gpt2", family="gpt2", hidden_size=hidden,
+        num_layers=_pos_int(cfg, _get(cfg, "n_layer", "num_hidden_layers"), "n_layer"),
+        num_heads=heads, num_kv_heads=heads, head_dim=hidden // heads,
+        intermediate_size=int(cfg.get("n_inner") or 4 * hidden),
+        vocab_size=_pos_int(cfg, _get(cfg, "vocab_size"), "vocab_size"),
+        max_position_embeddings=int(_get(cfg, "n_positions", "max_position_embeddings", default=1024)),
+        tie_embeddings=bool(cfg.get("tie_word_embeddings", True)), gated_mlp=False, norm="layernorm",
+        qkv_bias=True, out_bias=True, mlp_bias=True, learned_positions=True,
+        activation=str(cfg.get("activation_function", "gelu_new")), source=source,
+    )
+
+
+def _neox(cfg: dict, name: str, source: str) -> ModelSpec:
+    hidden = _pos_int(cfg, _get(cfg, "hidden_size"), "hidden_size")
+    heads = _pos_int(cfg, _get(cfg, "num_attention_heads"), "num_attention_heads")
+    return ModelSpec(
+        name=name or cfg.get("_name_or_path") or "gpt_neox", family="gpt_neox", hidden_size=hidden,
+        num_layers=_pos_int(cfg, _get(cfg, "num_hidden_layers"), "num_hidden_layers"),
+        num_heads=heads, num_kv_heads=heads, head_dim=hidden // heads,
+        intermediate_size=int(cfg.get("intermediate_size") or 4 * hidden),
+        vocab_size=_pos_int(cfg, _get(cfg, "vocab_size"), "vocab_size"),
+        max_position_embeddings=int(cfg.get("max_position_embeddings") or 2048),
+        tie_embeddings=bool(cfg.get("tie_word_embeddings", False)), gated_mlp=False, norm="layernorm",
+        qkv_bias=bool(cfg.get("attention_bias", True)), out_bias=bool(cfg.get("attention_bias", True)),
+        mlp_bias=True, parallel_residual=bool(cfg.get("use_parallel_residual", True)),
+        activation=str(cfg.get("hidden_act", "gelu")), source=source,
+    )
