@@ -1,0 +1,275 @@
+"""Inference estimate: memory at the peak and time for prefill and decode, as Hugging Face `generate` runs it.
+
+Memory (per GPU, bytes), each term named as in the JSON breakdown:
+- weights: parameters x bytes of the weight dtype; quantized formats keep embeddings, norms and the LM head in
+  16 bit and add their scales (dtypes.py).
+- kv_cache: batch x cached tokens x 2 (K, V) x kv_heads x head_dim x layers x bytes of the KV dtype (MLA: the
+  per-head K and V transformers caches). At the end of generation the cache holds prompt + gen - 1 tokens (the last
+  sampled token is never fed back). Sliding-window layers keep at most `window` tokens.
+- kv_append: DynamicCache appends with torch.cat, so while one layer's K is re-copied the old and new copies coexist.
+- activations: the transient peak inside one decoder layer during prefill (T = batch x prompt tokens):
+  MLP:       residual + normed input (2 T h) + act(gate), up and their product (3 T I)   [x act bytes]
+  attention: residual + normed input + q, rotary temporaries (3 q-sized), output and its transpose (2 q)
+  RMSNorm:   its fp32 copies (3 T h x 4 bytes) next to the 16-bit input.
+  With MoE, I is the expert width times the tokens routed to the busiest expert (top-k share, uniform routing).
+- logits: generate keeps only the last position (logits_to_keep=1), cast to fp32 for the logits processors.
+- workspace: cuBLAS/cuBLASLt workspaces from the caching allocator.
+The reported peak is max(prefill peak, end-of-decode peak), comparable with torch.cuda.max_memory_allocated.
+
+Time: prefill = one forward over the prompt; decode = one forward of one token at the mean context
+(prompt + gen/2), so the per-token average is exact for costs linear in the context. See roofline.py.
+"""
+
+from __future__ import annotations
+
+from gpuscope.errors import UserError
+from gpuscope.estimate import ops as opsmod
+from gpuscope.estimate.dtypes import check_dtype, compute_dtype, nbytes, quantized_weight_bytes_per_param
+from gpuscope.estimate.params import count_params
+from gpuscope.estimate.result import Estimate
+from gpuscope.estimate.roofline import EngineModel, forward_time, sm_count
+from gpuscope.estimate.runtime import CUBLAS_WORKSPACE_BYTES, runtime_overheads
+from gpuscope.specs.model import ModelSpec
+
+ENGINES = {
+    # Host costs measured on the lent H200 host with transformers 5.17 / torch 2.11 (results/README.md).
+    "eager": EngineModel("eager", launch_s=8e-6, step_s=1.5e-3),
+    "graph": EngineModel("graph", launch_s=0.0, step_s=0.2e-3),
+}
+
+
+def _positive(name: str, value: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise UserError(f"--{name} must be a positive integer, got {value!r}.")
+    return value
+
+
+def check_tp(m: ModelSpec, tp: int, num_gpus: int) -> None:
+    _positive("tp", tp)
+    _positive("num-gpus", num_gpus)
+    if num_gpus % tp:
+        raise UserError(f"--tp ({tp}) must divide --num-gpus ({num_gpus}).")
+    if m.num_heads % tp:
+        raise UserError(f"--tp ({tp}) must divide the model's {m.num_heads} attention heads.")
+    if m.num_kv_heads % tp and tp % m.num_kv_heads:
+        raise UserError(f"--tp ({tp}) and the model's {m.num_kv_heads} KV heads must divide one another.")
+
+
+def weight_bytes(m: ModelSpec, dtype: str, tp: int = 1) -> dict[str, float]:
+    pc = count_params(m)
+    linear = pc.attention + pc.mlp  # projections and experts (norm-free parts dominate; norms below)
+    b16 = 2.0 if dtype not in ("fp32",) else 4.0
+    w_linear = linear * (quantized_weight_bytes_per_param(dtype, m.hidden_size) if dtype in ("int8", "int4")
+                         else nbytes(dtype))
+    other = (pc.embedding + pc.lm_head) * b16 / tp + pc.norms * b16
+    return {"weights": w_linear / tp + other}
+
+
+def kv_cache_bytes(m: ModelSpec, batch: int, tokens: int, kv_dtype: str, tp: int = 1) -> float:
+    per_layer_full = m.kv_cache_elems_per_token() / m.num_layers
+    kv_shard = max(1, min(tp, m.num_kv_heads)) if not m.mla else tp
+    full_layers = m.num_layers - m.sliding_window_layers
+    window_tokens = min(tokens, m.sliding_window) if m.sliding_window else tokens
+    elems = per_layer_full * (full_layers * tokens + m.sliding_window_layers * window_tokens)
+    return batch * elems * nbytes(kv_dtype) / kv_shard
+
+
+def prefill_activation_bytes(m: ModelSpec, batch: int, prompt: int, act_b: float, tp: int = 1) -> dict[str, float]:
+    t = batch * prompt
+    h = m.hidden_size
+    q = (m.q_dim if not m.mla else m.num_heads * (m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim)) / tp
+    if m.is_moe and m.moe:
+        e = m.moe
+        # tokens reaching one expert when routing is uniform: T * k / E (at least one token)
+        width = e.expert_intermediate_size * max(1.0, e.experts_per_token / e.num_experts) \
+            + e.shared_intermediate_size
+        mlp_width = max(width, m.intermediate_size if m.num_dense_layers else 0)
+    else:
+        mlp_width = m.intermediate_size
+    mlp_width /= tp
+    n_mlp = 3 if m.gated_mlp else 2
+    mlp = t * (2 * h + n_mlp * mlp_width) * act_b
+    attn = t * (2 * h + 6 * q) * act_b
+    norm = t * h * (act_b + 3 * 4)
+    return {"mlp": mlp, "attention": attn, "norm": norm}
+
+
+def estimate_infer(m: ModelSpec, hw, *, batch: int, prompt: int, gen: int, dtype: str = "bf16",
+                   kv_dtype: str | None = None, engine: str = "eager", num_gpus: int = 1, tp: int = 1,
+                   with_ops: bool = False) -> Estimate:
+    _positive("batch", batch)
+    _positive("prompt", prompt)
+    _positive("gen", gen)
+    dtype = check_dtype(dtype, "--dtype")
+    kv_dtype = check_dtype(kv_dtype or compute_dtype(dtype), "--kv-dtype", ("bf16", "fp16", "fp32", "fp8", "int8"))
+    if engine not in ENGINES:
+        raise UserError(f"--engine must be one of {', '.join(ENGINES)}, got '{engine}'.")
+    check_tp(m, tp, num_gpus)
+    cdt = compute_dtype(dtype)
+    if not hw.supports(cdt):
+        raise UserError(f"--dtype {dtype} needs {cdt} compute, which {hw.name} does not support.")
+    act_b = nbytes(cdt) if cdt != "fp8" else 2.0  # fp8 GEMMs still produce 16-bit activations
+    ctx_end = prompt + gen - 1
+    if ctx_end > m.max_position_embeddings:
+        note_ctx = f"context {ctx_end} exceeds the model's max_position_embeddings ({m.max_position_embeddings})"
+    else:
+        note_ctx = ""
+
+    memory = _memory(m, batch, prompt, gen, dtype, kv_dtype, act_b, tp)
+    peak = max(memory["phases"].values())
+    overheads = runtime_overheads(peak)
+    fits = peak + sum(overheads.values()) <= hw.device_total_bytes
+
+    # ---- time ----------------------------------------------------------------------------------------------
+    eng = ENGINES[engine]
+    graph = engine == "graph"
+    w_b = (quantized_weight_bytes_per_param(dtype, m.hidden_size) if dtype in ("int8", "int4") else nbytes(dtype))
+    kv_b = nbytes(kv_dtype)
+    tflops = hw.achievable_tflops(cdt) * tp
+    bw = hw.achievable_bw_gbs() * tp
+    sms = sm_count(hw.key)
+    sms = sms * tp if sms else None
+    pre_ops = opsmod.forward_ops(m, batch, prompt, 0, act_b, w_b, act_b, head_tokens=batch,
+                                 hf_cache_cat=not graph, head_w_b=act_b)
+    pre_wall, pre_gpu, pre_host, pre_times = forward_time(pre_ops, tflops, bw, eng, sms, graph)
+    mid_past = prompt + (gen - 1) / 2.0
+    dec_ops = opsmod.forward_ops(m, batch, 1, int(round(mid_past)), act_b, w_b, act_b, head_tokens=batch,
+                                 hf_cache_cat=not graph, head_w_b=act_b)
+    if kv_b != act_b:  # KV traffic at the cache's dtype
+        dec_ops = [o if o.kind not in ("cache",) else opsmod.Op(o.name, o.kind, o.flops, o.bytes * kv_b / act_b,
+                                                               o.kernels, o.count) for o in dec_ops]
+    dec_wall, dec_gpu, dec_host, dec_times = forward_time(dec_ops, tflops, bw, eng, sms, graph)
+    comm = _tp_comm_s(m, hw, tp, batch * prompt, act_b), _tp_comm_s(m, hw, tp, batch, act_b)
+    prefill_s = pre_wall + comm[0] + eng.step_s
+    decode_s = dec_wall + comm[1] + eng.step_s
+    e2e = prefill_s + (gen - 1) * decode_s
+    pc = count_params(m)
+    flops_prefill = opsmod.total(pre_ops, "flops") * 1.0
+    weights_read = memory["breakdown"]["weights"]
+    time = {
+        "prefill_s": prefill_s,
+        "decode_s_per_token": decode_s,
+        "e2e_s": e2e,
+        "decode_gpu_s": dec_gpu,
+        "decode_host_s": dec_host + eng.step_s,
+        "prefill_gpu_s": pre_gpu,
+        "tp_comm_s_per_token": comm[1],
+    }
+    throughput = {
+        "decode_tokens_per_s": batch / decode_s,
+        "prefill_tokens_per_s": batch * prompt / prefill_s,
+        "e2e_tokens_per_s": batch * gen / e2e,
+    }
+    bound = "host (launch-bound)" if dec_host + eng.step_s > dec_gpu else "GPU"
+    est = Estimate(
+        kind="infer", model=m.name, hardware=hw.key,
+        inputs=dict(batch=batch, prompt=prompt, gen=gen, dtype=dtype, kv_dtype=kv_dtype, engine=engine,
+                    num_gpus=num_gpus, tp=tp),
+        fits=fits, peak_bytes_per_gpu=peak, breakdown_bytes=memory["breakdown"],
+        device_total_bytes=hw.device_total_bytes, runtime_overhead_bytes=overheads, phases_bytes=memory["phases"],
+        time=time, throughput=throughput,
+        flops={"prefill": flops_prefill, "decode_per_token": opsmod.total(dec_ops, "flops")},
+        params={"total": pc.total, "active": pc.active},
+        calibrated=bool(getattr(hw, "is_calibrated", False)),
+    )
+    est.assumptions = [
+        f"engine {engine}: host {eng.launch_s * 1e6:.1f} us/kernel, {eng.step_s * 1e3:.1f} ms/token outside the model",
+        f"achievable {tflops / tp:.0f} TFLOP/s ({cdt}) and {bw / tp:.0f} GB/s per GPU",
+        f"decode is {bound}-bound: GPU {dec_gpu * 1e3:.2f} ms vs host {(dec_host + eng.step_s) * 1e3:.2f} ms per step",
+        f"weights read per decode step: {weights_read / 1e9:.2f} GB",
+    ] + ([note_ctx] if note_ctx else [])
+    est.limits = max_fit(m, hw, batch, prompt, gen, dtype, kv_dtype, act_b, tp)
+    est.verdict, est.suggestions = verdict_infer(est, m, hw, dtype, tp)
+    if with_ops:
+        est.ops = [dict(phase="prefill", **t.__dict__) for t in pre_times] + \
+                  [dict(phase="decode", **t.__dict__) for t in dec_times]
+    return est
+
+
+def _memory(m: ModelSpec, batch: int, prompt: int, gen: int, dtype: str, kv_dtype: str, act_b: float,
+            tp: int) -> dict:
+    w = weight_bytes(m, dtype, tp)["weights"]
+    kv_prefill = kv_cache_bytes(m, batch, prompt, kv_dtype, tp)
+    kv_end = kv_cache_bytes(m, batch, prompt + gen - 1, kv_dtype, tp)
+    kv_one_layer_k = kv_end / m.num_layers / 2
+    acts = prefill_activation_bytes(m, batch, prompt, act_b, tp)
+    act_peak = max(acts.values())
+    logits = batch * m.vocab_size / tp * (act_b + 4 + 4)
+    ws = CUBLAS_WORKSPACE_BYTES
+    prefill = w + kv_prefill + act_peak + ws
+    decode_end = w + kv_end + kv_one_layer_k + logits + ws
+    phases = {"prefill": prefill, "decode_end": decode_end}
+    at_peak_prefill = prefill >= decode_end
+    breakdown = {
+        "weights": w,
+        "kv_cache": kv_prefill if at_peak_prefill else kv_end,
+        "activations": act_peak if at_peak_prefill else 0.0,
+        "kv_append": 0.0 if at_peak_prefill else kv_one_layer_k,
+        "logits": 0.0 if at_peak_prefill else logits,
+        "workspace": ws,
+    }
+    return {"phases": phases, "breakdown": breakdown}
+
+
+def _tp_comm_s(m: ModelSpec, hw, tp: int, tokens: int, act_b: float) -> float:
+    """Two all-reduces of the hidden state per layer (Megatron TP): ring time 2(n-1)/n x bytes / link + latency."""
+    if tp == 1:
+        return 0.0
+    link = (hw.interconnect_gbs_bidir or 64.0) / 2 * 1e9 * 0.8  # one direction, 80% achievable (nccl-tests busbw)
+    nbytes_ = tokens * m.hidden_size * act_b
+    per = 2 * (tp - 1) / tp * nbytes_ / link + 10e-6
+    return 2 * m.num_layers * per
+
+
+def max_fit(m: ModelSpec, hw, batch: int, prompt: int, gen: int, dtype: str, kv_dtype: str, act_b: float,
+            tp: int) -> dict[str, int | None]:
+    """Largest batch (at this prompt+gen) and largest prompt (at this batch) whose peak fits."""
+
+    def fits(b: int, p: int) -> bool:
+        peak = max(_memory(m, b, p, gen, dtype, kv_dtype, act_b, tp)["phases"].values())
+        return peak + sum(runtime_overheads(peak).values()) <= hw.device_total_bytes
+
+    def search(f, hi_cap: int) -> int | None:
+        if not f(1):
+            return None
+        lo, hi = 1, 2
+        while hi <= hi_cap and f(hi):
+            lo, hi = hi, hi * 2
+        hi = min(hi, hi_cap + 1)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if f(mid) else (lo, mid)
+        return lo
+
+    return {"max_batch": search(lambda b: fits(b, prompt), 1 << 20),
+            "max_prompt": search(lambda p: fits(batch, p), 1 << 24)}
+
+
+def verdict_infer(est: Estimate, m: ModelSpec, hw, dtype: str, tp: int) -> tuple[str, list[str]]:
+    gib = 2**30
+    need, have = est.required_bytes / gib, est.device_total_bytes / gib
+    if est.fits:
+        v = (f"Fits on {hw.name}: {need:.1f} of {have:.1f} GiB; decode {est.throughput['decode_tokens_per_s']:.0f}"
+             f" tok/s, TTFT {est.time['prefill_s'] * 1e3:.0f} ms.")
+        tips = []
+        if est.inputs["engine"] == "eager" and est.time["decode_host_s"] > est.time["decode_gpu_s"]:
+            tips.append("decode is launch-bound: use CUDA graphs / torch.compile (--engine graph) or a larger batch")
+        return v, tips
+    tips = []
+    w = est.breakdown_bytes["weights"]
+    for smaller in ("fp8", "int8", "int4"):
+        if nbytes(smaller) < nbytes(dtype) and (smaller != "fp8" or hw.supports("fp8")):
+            frac = quantized_weight_bytes_per_param(smaller) / nbytes(dtype)
+            if est.required_bytes - w * (1 - frac) <= est.device_total_bytes:
+                tips.append(f"weights in {smaller} would fit")
+                break
+    if est.limits.get("max_batch"):
+        tips.append(f"batch <= {est.limits['max_batch']} fits")
+    elif est.limits.get("max_prompt"):
+        tips.append(f"prompt <= {est.limits['max_prompt']} tokens fits")
+    gpus_needed = tp
+    while gpus_needed < 64 and est.required_bytes * tp / gpus_needed > est.device_total_bytes:
+        gpus_needed *= 2
+    if gpus_needed > tp and m.num_heads % gpus_needed == 0:
+        tips.append(f"tensor parallel over {gpus_needed} GPUs (--num-gpus {gpus_needed} --tp {gpus_needed})")
+    return f"Does not fit on {hw.name}: needs {need:.1f} GiB of {have:.1f} GiB.", tips

@@ -1,0 +1,181 @@
+"""The operations of one forward pass, with FLOPs, bytes moved and kernel launches.
+
+The list mirrors what Hugging Face transformers runs in eager mode for each family (modeling_llama.py and the
+families that copy it, modeling_gpt2.py, modeling_gpt_neox.py, modeling_deepseek_v3.py), so that a roofline over it
+(roofline.py) and a launch count (engine.py) describe the same program the user runs.
+
+Conventions:
+- A matmul of an (M x K) input by a (K x N) weight costs 2MNK FLOPs and moves M*K + K*N + M*N elements.
+- Elementwise bytes count every read and every write of each kernel (no fusion in eager mode).
+- ``stream`` is the dtype of the residual stream and of norm inputs/outputs: the compute dtype in inference and in
+  pure-bf16 training, fp32 under AMP (autocast leaves the embedding output and residual adds in fp32).
+- Attention work is causal: a query at position p attends p keys, so prefill of s tokens does s(s+1)/2 dot products
+  per head (flash/SDPA kernels skip masked blocks).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpuscope.specs.model import ModelSpec
+
+
+@dataclass(frozen=True)
+class Op:
+    name: str
+    kind: str  # "matmul", "attention", "elementwise", "cache", "other"
+    flops: float
+    bytes: float
+    kernels: int
+    count: int = 1  # how many times per forward (e.g. number of layers)
+    matmul_shape: tuple[int, int, int] | None = None  # (M, N, K) for matmuls
+
+
+def _mm(name: str, m: int, n: int, k: int, act_b: float, w_b: float, count: int = 1, kernels: int = 1) -> Op:
+    return Op(name, "matmul", 2.0 * m * n * k, (m * k + m * n) * act_b + k * n * w_b, kernels, count, (m, n, k))
+
+
+def _ew(name: str, elems: float, bytes_per_elem: float, kernels: int, count: int = 1) -> Op:
+    return Op(name, "elementwise", 0.0, elems * bytes_per_elem, kernels, count)
+
+
+def _norm(m: ModelSpec, tokens: int, stream_b: float, act_b: float, count: int) -> Op:
+    """HF RMSNorm in eager mode: to(fp32), pow, mean, add+rsqrt, mul, to(dtype), mul(weight): 7 kernels whose
+    traffic adds up to about 36 bytes per element for a 16-bit input; LayerNorm is one native kernel."""
+    n = tokens * m.hidden_size
+    if m.norm == "layernorm":
+        return _ew("layernorm", n, 2 * stream_b, 1, count)
+    up = 0 if stream_b == 4 else stream_b + 4  # to(fp32) is a no-op when the stream is already fp32
+    per_elem = up + 8 + 4 + 8 + (4 + act_b) + 2 * act_b + act_b
+    return _ew("rmsnorm", n, per_elem, 7 if stream_b != 4 else 6, count)
+
+
+def layer_ops(m: ModelSpec, tokens: int, ctx: int, new: int, act_b: float, w_b: float, stream_b: float,
+              count: int, moe: bool, hf_cache_cat: bool, batch: int) -> list[Op]:
+    """Ops of ``count`` identical decoder layers processing ``tokens`` = batch * new tokens whose queries see
+    ``ctx`` keys in the end (ctx = past + new)."""
+    h = m.hidden_size
+    ops = [_norm(m, tokens, stream_b, act_b, count)]
+    cast = 0.0 if stream_b == act_b else 1.0  # autocast copies the fp32 norm output before each projection
+    if m.mla:
+        a = m.mla
+        qk = a.qk_nope_head_dim + a.qk_rope_head_dim
+        if a.q_lora_rank:
+            ops += [_mm("q_a_proj", tokens, a.q_lora_rank, h, act_b, w_b, count),
+                    _ew("q_a_norm", tokens * a.q_lora_rank, 36, 7, count),
+                    _mm("q_b_proj", tokens, m.num_heads * qk, a.q_lora_rank, act_b, w_b, count)]
+        else:
+            ops.append(_mm("q_proj", tokens, m.num_heads * qk, h, act_b, w_b, count))
+        ops += [_mm("kv_a_proj", tokens, a.kv_lora_rank + a.qk_rope_head_dim, h, act_b, w_b, count),
+                _ew("kv_a_norm", tokens * a.kv_lora_rank, 36, 7, count),
+                _mm("kv_b_proj", tokens, m.num_heads * (a.qk_nope_head_dim + a.v_head_dim), a.kv_lora_rank,
+                    act_b, w_b, count),
+                _ew("mla_split_rope_cat", tokens * m.num_heads * (2 * qk), 4 * act_b, 14, count)]
+        q_dim, k_dim, v_dim = m.num_heads * qk, m.num_heads * qk, m.num_heads * a.v_head_dim
+    else:
+        q_dim, k_dim, v_dim = m.q_dim, m.kv_dim, m.kv_dim
+        if cast:
+            ops.append(_ew("autocast_copies", tokens * h, 3 * (stream_b + act_b), 3, count))
+        fused_qkv = m.family in ("gpt2", "gpt_neox", "phi3")
+        ops.append(_mm("qkv_proj", tokens, q_dim + k_dim + v_dim, h, act_b, w_b, count, 1 if fused_qkv else 3))
+        if m.family == "gpt2":
+            ops.append(_ew("split_heads", tokens * (q_dim + k_dim + v_dim), 2 * act_b, 3, count))
+        else:
+            # rotary on q and k: mul cos, rotate_half (2 slices, neg, cat), mul sin, add
+            rot = m.num_heads * m.head_dim + m.num_kv_heads * m.head_dim
+            ops.append(_ew("rotary", tokens * rot, 10 * act_b, 12, count))
+        if m.qk_norm:
+            ops.append(_ew("qk_norm", tokens * (q_dim + k_dim), 36, 14, count))
+    # KV cache: HF DynamicCache appends with torch.cat, re-copying this layer's cache every step.
+    kv_elems_past = batch * (ctx - new) * (k_dim + v_dim)
+    if hf_cache_cat and ctx > new:
+        ops.append(Op("kv_cache_cat", "cache", 0.0, 2 * kv_elems_past * act_b + 2 * tokens * (k_dim + v_dim) * act_b,
+                      2, count))
+    # Attention: causal dot products; SDPA reads q, k, v and writes the output once.
+    past = ctx - new
+    pairs = batch * (new * past + new * (new + 1) / 2)  # (query, key) pairs
+    attn_flops = 2.0 * pairs * m.num_heads * ((k_dim + v_dim) / max(1, m.num_kv_heads if not m.mla else m.num_heads))
+    attn_bytes = (tokens * q_dim + batch * ctx * (k_dim + v_dim) + tokens * q_dim) * act_b
+    ops.append(Op("attention", "attention", attn_flops, attn_bytes, 1, count))
+    ops.append(_ew("attn_out_transpose", tokens * q_dim if not m.mla else tokens * v_dim, 2 * act_b, 1, count))
+    ops.append(_mm("o_proj", tokens, h, v_dim if m.mla else q_dim, act_b, w_b, count))
+    ops.append(_ew("residual_add", tokens * h, 2 * stream_b + act_b, 1, count))
+    if not m.parallel_residual:
+        ops.append(_norm(m, tokens, stream_b, act_b, count))
+    if m.norms_per_layer == 4:  # Gemma-2: post-attention and post-feedforward norms on the branch outputs
+        ops.append(_norm(m, tokens, act_b, act_b, 2 * count))
+    if moe and m.moe:
+        ops += _moe_ops(m, tokens, act_b, w_b, stream_b, count, cast)
+    else:
+        ops += _mlp_ops(m, tokens, m.intermediate_size, act_b, w_b, stream_b, count, cast, "mlp")
+    ops.append(_ew("residual_add", tokens * h, 2 * stream_b + act_b, 1, count))
+    return ops
+
+
+def _mlp_ops(m: ModelSpec, tokens: int, width: int, act_b: float, w_b: float, stream_b: float, count: int,
+             cast: float, name: str) -> list[Op]:
+    h = m.hidden_size
+    ops = []
+    if cast:
+        ops.append(_ew(f"{name}_autocast_copies", tokens * h, (2 if m.gated_mlp else 1) * (stream_b + act_b),
+                       2 if m.gated_mlp else 1, count))
+    if m.gated_mlp:
+        ops += [_mm(f"{name}_gate_up", tokens, 2 * width, h, act_b, w_b, count, 1 if m.family == "phi3" else 2),
+                _ew(f"{name}_act_mul", tokens * width, 5 * act_b, 2, count)]
+    else:
+        gelu_kernels = 8 if m.activation in ("gelu_new", "gelu_pytorch_tanh") and m.family == "gpt2" else 1
+        ops += [_mm(f"{name}_up", tokens, width, h, act_b, w_b, count),
+                _ew(f"{name}_act", tokens * width, 2 * act_b * gelu_kernels, gelu_kernels, count)]
+    ops.append(_mm(f"{name}_down", tokens, h, width, act_b, w_b, count))
+    return ops
+
+
+def _moe_ops(m: ModelSpec, tokens: int, act_b: float, w_b: float, stream_b: float, count: int,
+             cast: float) -> list[Op]:
+    """MoE block as transformers runs it: router GEMM, softmax/top-k, then a loop over the experts that received
+    tokens (index, expert MLP, index_add). Each routed expert's weights are read once per forward."""
+    e = m.moe
+    assert e is not None
+    h = m.hidden_size
+    ops = [_mm("router", tokens, e.num_experts, h, act_b, w_b, count),
+           _ew("router_softmax_topk", tokens * e.num_experts, 4 * 4, 6, count)]
+    routed_tokens = tokens * e.experts_per_token
+    # Expected experts that see at least one token: E * (1 - (1 - k/E)^tokens).
+    hit = e.num_experts * (1.0 - (1.0 - e.experts_per_token / e.num_experts) ** tokens)
+    per_expert_tokens = max(1, round(routed_tokens / max(hit, 1e-9)))
+    width = e.expert_intermediate_size
+    n_mats = 3 if m.gated_mlp else 2
+    flops = 2.0 * routed_tokens * h * width * n_mats
+    bytes_ = hit * n_mats * h * width * w_b + routed_tokens * (2 * h + (n_mats + 2) * width) * act_b
+    ops.append(Op("experts", "matmul", flops, bytes_, int(round(hit)) * 10, count,
+                  (per_expert_tokens, width, h)))
+    if e.shared_intermediate_size:
+        ops += _mlp_ops(m, tokens, e.shared_intermediate_size, act_b, w_b, stream_b, count, cast, "shared_expert")
+    return ops
+
+
+def forward_ops(m: ModelSpec, batch: int, new: int, past: int, act_b: float, w_b: float, stream_b: float,
+                head_tokens: int, hf_cache_cat: bool = True, head_w_b: float | None = None) -> list[Op]:
+    """All ops of one forward over ``new`` tokens per sequence with ``past`` cached tokens.
+
+    ``head_tokens``: positions the LM head is applied to (generate applies it to the last position only,
+    training to every position)."""
+    tokens = batch * new
+    ctx = past + new
+    n_moe = len(m.moe_layers) if m.moe else 0
+    n_dense = m.num_layers - n_moe
+    ops = [_ew("embedding", tokens * m.hidden_size, 2 * stream_b, 1)]
+    if not m.learned_positions:
+        ops.append(_ew("rotary_cos_sin", tokens * m.head_dim, 8 * 4, 8))
+    if n_dense:
+        ops += layer_ops(m, tokens, ctx, new, act_b, w_b, stream_b, n_dense, False, hf_cache_cat, batch)
+    if n_moe:
+        ops += layer_ops(m, tokens, ctx, new, act_b, w_b, stream_b, n_moe, True, hf_cache_cat, batch)
+    ops.append(_norm(m, head_tokens, stream_b, act_b, 1))
+    hb = act_b if head_w_b is None else head_w_b
+    ops.append(_mm("lm_head", head_tokens, m.vocab_size, m.hidden_size, act_b, hb, 1))
+    return ops
+
+
+def total(ops: list[Op], attr: str) -> float:
+    return sum(getattr(o, attr) * o.count for o in ops)

@@ -1,0 +1,94 @@
+"""Named sets of measurement cases (plain dicts, see llm_infer / llm_train for their keys).
+
+- ``smoke``: tiny inline configs (llama and gpt2, hidden 64, 2 layers, vocab 1000); a few seconds per case on CPU.
+- ``h200``: real architectures by preset name (random weights), sized for one H200 (about 140 GiB) and a total
+  runtime of about 7 minutes; big models get 1 warm-up and 3 timed steps.
+
+``case_id(case)`` is a readable name plus a hash of the whole case, so a changed case is measured again on resume.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+TINY_LLAMA = {
+    "model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000, "max_position_embeddings": 512,
+    "rms_norm_eps": 1e-5, "tie_word_embeddings": False,
+}
+TINY_GPT2 = {
+    "model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "vocab_size": 1000, "n_positions": 512,
+}
+
+
+def infer_case(model, batch, prompt, gen, dtype="bf16", repeats=3, config=None, **extra) -> dict:
+    c = {"kind": "infer", "model": model, "batch": batch, "prompt": prompt, "gen": gen, "dtype": dtype,
+         "attn": "sdpa", "repeats": repeats}
+    if config is not None:
+        c["config"] = config
+    c.update(extra)
+    return c
+
+
+def train_case(model, micro_batch, seq, precision="amp-bf16", recompute="none", steps=6, warmup=2,
+               config=None, **extra) -> dict:
+    c = {"kind": "train", "model": model, "micro_batch": micro_batch, "seq": seq, "precision": precision,
+         "optimizer": "adamw", "fused": True, "recompute": recompute, "steps": steps, "warmup": warmup}
+    if config is not None:
+        c["config"] = config
+    c.update(extra)
+    return c
+
+
+def case_name(case: dict) -> str:
+    m = case.get("model") or (case.get("config") or {}).get("model_type", "?")
+    if case.get("kind") == "infer":
+        return f"infer/{m}/b{case.get('batch')}-p{case.get('prompt')}-g{case.get('gen')}-{case.get('dtype', 'bf16')}"
+    if case.get("kind") == "train":
+        return (f"train/{m}/mb{case.get('micro_batch')}-s{case.get('seq')}-{case.get('precision', 'amp-bf16')}"
+                f"-rc_{case.get('recompute', 'none')}")
+    return f"{case.get('kind')}/{m}"
+
+
+def case_id(case: dict) -> str:
+    digest = hashlib.sha1(json.dumps(case, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:8]
+    return f"{case_name(case)}#{digest}"
+
+
+def smoke_cases() -> list[dict]:
+    return [
+        infer_case("tiny-llama", 2, 32, 8, dtype="fp32", repeats=2, config=TINY_LLAMA, decode_iters=5),
+        infer_case("tiny-gpt2", 2, 32, 8, dtype="bf16", repeats=2, config=TINY_GPT2, decode_iters=5),
+        train_case("tiny-llama", 2, 64, precision="amp-bf16", recompute="none", steps=3, warmup=1, config=TINY_LLAMA),
+        train_case("tiny-gpt2", 2, 64, precision="fp32", recompute="full", steps=3, warmup=1, config=TINY_GPT2),
+    ]
+
+
+def h200_cases() -> list[dict]:
+    big = {"steps": 3, "warmup": 1}
+    small = {"steps": 5, "warmup": 2}
+    return [
+        # inference, bf16, sdpa, EOS disabled (exactly `gen` tokens)
+        infer_case("llama-3.2-1b", 1, 512, 64),
+        infer_case("llama-3.1-8b", 1, 2048, 64),
+        infer_case("llama-3.1-8b", 16, 1024, 64),
+        infer_case("qwen2.5-7b", 4, 4096, 32),
+        infer_case("qwen2.5-32b", 1, 1024, 32, repeats=2),
+        infer_case("qwen2.5-32b", 8, 2048, 16, repeats=2),
+        infer_case("mistral-7b", 8, 2048, 32),
+        infer_case("gpt2-xl", 8, 512, 64),
+        # training, one micro-batch per optimizer step, AdamW fused
+        train_case("llama-3.2-1b", 4, 2048, "amp-bf16", "none", **small),
+        train_case("llama-3.2-1b", 4, 2048, "amp-bf16", "full", **small),
+        train_case("qwen2.5-1.5b", 8, 1024, "amp-bf16", "none", **small),
+        train_case("llama-3.2-3b", 2, 2048, "amp-bf16", "none", **small),
+        train_case("llama-3.2-3b", 2, 2048, "amp-bf16", "full", **small),
+        train_case("mistral-7b", 1, 2048, "amp-bf16", "full", **big),
+        train_case("llama-3.1-8b", 2, 2048, "bf16", "full", **big),
+        train_case("llama-3.2-1b", 4, 2048, "amp-fp16", "none", **small),
+        train_case("qwen2.5-1.5b", 2, 1024, "fp32", "none", **small),
+    ]
+
+
+CASE_SETS = {"smoke": smoke_cases, "h200": h200_cases}

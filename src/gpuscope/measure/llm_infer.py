@@ -1,0 +1,319 @@
+"""LLM inference workload: random-weight Hugging Face model, TTFT / E2E / TPOT with peak memory.
+
+Case keys: ``kind="infer"``, ``model`` (preset name, path to a config.json or a directory holding one) or an
+inline HF config dict under ``config``, ``batch``, ``prompt``, ``gen``, ``dtype`` (bf16|fp16|fp32), ``attn``
+(sdpa), ``repeats`` (3), ``decode_iters`` (20), ``seed`` (0), optional ``device``.
+
+Metric definitions (also written into each result as ``metric_formulas``):
+- TTFT = time of ``generate(max_new_tokens=1, min_new_tokens=1)``: prefill of the whole batch plus one token.
+- E2E  = time of ``generate(max_new_tokens=G, min_new_tokens=G)``; EOS is disabled so exactly G tokens come out.
+- TPOT = (E2E - TTFT) / (G - 1), from the medians; decode tokens/s = batch / TPOT.
+- ``prefill_forward_s`` / ``decode_forward_s``: one bare ``model(...)`` call (no generate loop), so that
+  TPOT - decode_forward_s is the per-token overhead of the generate loop (sampling, masks, host work).
+All times are device-event seconds on CUDA with a synchronize around the timed region; medians over repeats
+with min/max; peaks are ``max_memory_allocated`` after ``reset_peak_memory_stats`` (None on CPU).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import json
+import statistics
+from pathlib import Path
+
+import torch
+
+from gpuscope.measure.device import Device, is_oom, oom_result, pick_device, summarize
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+# Config keys that only describe a checkpoint (or would ask for remote code / quantized loading).
+_DROP_KEYS = {"_name_or_path", "transformers_version", "torch_dtype", "dtype", "auto_map", "quantization_config",
+              "_gpuscope", "architectures"}
+
+
+# --- model construction (shared with llm_train) -----------------------------------------------------------
+def case_config(case: dict) -> dict:
+    """The HF config dict of a case: inline ``config`` dict, a path, or a preset name under ``model``."""
+    if isinstance(case.get("config"), dict):
+        return dict(case["config"])
+    m = case.get("model")
+    if isinstance(m, dict):
+        return dict(m)
+    if not m:
+        raise ValueError("case has neither 'config' nor 'model'")
+    path = Path(str(m)).expanduser()
+    if path.exists() or "/" in str(m) or str(m).endswith(".json"):
+        if path.is_dir():
+            path = path / "config.json"
+        return json.loads(path.read_text())
+    from gpuscope.specs.models import preset_config
+
+    return preset_config(str(m))
+
+
+def hf_config(cfg: dict):
+    """``transformers.AutoConfig.for_model`` from a config dict, dropping checkpoint-only keys."""
+    from transformers import AutoConfig
+
+    kw = {k: v for k, v in cfg.items() if k not in _DROP_KEYS and not k.startswith("_")}
+    model_type = kw.pop("model_type", None)
+    if not model_type:
+        raise ValueError("config has no 'model_type'")
+    return AutoConfig.for_model(model_type, **kw)
+
+
+def _no_init():
+    """transformers' context that skips per-module weight init (its location moved between versions)."""
+    for modpath in ("transformers.initialization", "transformers.modeling_utils"):
+        try:
+            mod = __import__(modpath, fromlist=["no_init_weights"])
+            fn = getattr(mod, "no_init_weights", None)
+            if fn is not None:
+                return fn()
+        except ImportError:
+            continue
+    return contextlib.nullcontext()
+
+
+@torch.no_grad()
+def init_random_(model: torch.nn.Module, std: float = 0.02) -> None:
+    """Fresh random parameters in place: matrices ~ N(0, std), biases ~ N(0, std), other vectors (norm scales)
+    ~ N(1, std). Never zeros, never uninitialised memory."""
+    for name, p in model.named_parameters():
+        if p.ndim >= 2 or name.endswith("bias"):
+            p.normal_(0.0, std)
+        else:
+            p.normal_(1.0, std)
+
+
+def build_model(cfg: dict, dev: Device, dtype: torch.dtype, attn: str = "sdpa", use_cache: bool = True):
+    """Random-weight causal LM built directly on ``dev`` in ``dtype`` (no CPU copy, no HF per-module init)."""
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    config = hf_config(cfg)
+    config.use_cache = use_cache
+    with torch.device(dev.torch_device), _no_init():
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=attn)
+    model.tie_weights()  # init_weights (which ties) was skipped by no_init_weights
+    init_random_(model)
+    return model, config
+
+
+def model_bytes(model: torch.nn.Module) -> dict:
+    params = list(model.parameters())  # tied parameters are listed once
+    buffers = list(model.buffers())
+    pb = sum(p.numel() * p.element_size() for p in params)
+    bb = sum(b.numel() * b.element_size() for b in buffers)
+    return {
+        "param_count": sum(p.numel() for p in params),
+        "param_dtype": str(params[0].dtype).replace("torch.", "") if params else None,
+        "weights_bytes": pb + bb,
+        "param_bytes": pb,
+        "buffer_bytes": bb,
+    }
+
+
+def vocab_size(config) -> int:
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    return int(text.vocab_size)
+
+
+def cache_bytes(cache) -> int | None:
+    """Bytes held by the keys and values of a transformers cache (DynamicCache or legacy tuples)."""
+    try:
+        tensors = []
+        if hasattr(cache, "layers"):
+            for layer in cache.layers:
+                tensors += [getattr(layer, "keys", None), getattr(layer, "values", None)]
+        elif hasattr(cache, "key_cache"):
+            tensors = list(cache.key_cache) + list(cache.value_cache)
+        else:
+            for layer in cache:
+                tensors += list(layer)
+        return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
+    except Exception:
+        return None
+
+
+def _release(dev: Device) -> None:
+    gc.collect()
+    dev.empty_cache()
+
+
+def _max_or_none(xs):
+    xs = [x for x in xs if x is not None]
+    return max(xs) if xs else None
+
+
+# --- the workload ------------------------------------------------------------------------------------------
+METRIC_FORMULAS = {
+    "ttft_s": "median over repeats of time(generate(max_new_tokens=1, min_new_tokens=1, do_sample=False))",
+    "e2e_s": "median over repeats of time(generate(max_new_tokens=G, min_new_tokens=G, do_sample=False)), EOS disabled",
+    "tpot_s": "(e2e_s - ttft_s) / (G - 1)",
+    "decode_tokens_per_s": "batch / tpot_s",
+    "prefill_tokens_per_s": "batch * prompt / ttft_s",
+    "prefill_forward_s": "median of time(model(ids, attention_mask, use_cache=True, logits_to_keep=1))",
+    "decode_forward_s": "median of time(model(next_ids[B,1], past_key_values, use_cache=True)), after 2 warm steps",
+    "generate_overhead_per_token_s": "tpot_s - decode_forward_s",
+    "peak_*_bytes": "torch.cuda.max_memory_allocated after reset_peak_memory_stats, max over repeats",
+}
+
+
+def run_infer(case: dict) -> dict:
+    dev = Device(pick_device(case.get("device")))
+    state = {"phase": "setup"}
+    try:
+        return _run_infer(case, dev, state)
+    except Exception as e:  # OOM is a result, anything else propagates
+        if not is_oom(e):
+            raise
+        res = oom_result(dev, state["phase"], e)
+    _release(dev)
+    return res
+
+
+def _generate(model, ids, mask, n: int):
+    return model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=n, min_new_tokens=n, do_sample=False)
+
+
+def _silence_generation(model) -> None:
+    """Greedy, no EOS (so exactly max_new_tokens come out), a pad id (no warning)."""
+    gc_ = model.generation_config
+    gc_.eos_token_id = None
+    gc_.pad_token_id = 0
+    gc_.do_sample = False
+    gc_.num_beams = 1
+    for k in ("temperature", "top_p", "top_k"):
+        if hasattr(gc_, k):
+            setattr(gc_, k, None)
+    model.config.eos_token_id = None
+    model.config.pad_token_id = 0
+
+
+@torch.no_grad()
+def _run_infer(case: dict, dev: Device, state: dict) -> dict:
+    B, P, G = int(case["batch"]), int(case["prompt"]), int(case["gen"])
+    dtype_name = case.get("dtype", "bf16")
+    dtype = DTYPES[dtype_name]
+    attn = case.get("attn", "sdpa")
+    repeats = max(1, int(case.get("repeats", 3)))
+    decode_iters = max(1, int(case.get("decode_iters", 20)))
+    torch.manual_seed(int(case.get("seed", 0)))
+
+    state["phase"] = "load"
+    cfg = case_config(case)
+    dev.reset_peak()
+    model, config = build_model(cfg, dev, dtype, attn, use_cache=True)
+    model.eval()
+    _silence_generation(model)
+    dev.synchronize()
+    res: dict = {"status": "ok", "kind": "infer", "model": case.get("model") or cfg.get("model_type"),
+                 "model_type": config.model_type, "device": dev.name, "device_name": dev.device_name(),
+                 "dtype": dtype_name, "attn": attn, "batch": B, "prompt": P, "gen": G, "repeats": repeats}
+    res.update(model_bytes(model))
+    res["mem_after_load_bytes"] = dev.allocated()
+    res["peak_load_bytes"] = dev.peak_allocated()
+
+    V = vocab_size(config)
+    ids = torch.randint(0, V, (B, P), device=dev.torch_device)
+    mask = torch.ones_like(ids)
+
+    state["phase"] = "warmup"
+    out = _generate(model, ids, mask, 2)
+    del out
+    _release(dev)
+    res["mem_before_generate_bytes"] = dev.allocated()
+
+    # (a) TTFT: prefill + first token through generate.
+    state["phase"] = "prefill"
+    ttft, peaks = [], []
+    for _ in range(repeats):
+        dev.reset_peak()
+        with dev.timer() as t:
+            out = _generate(model, ids, mask, 1)
+        ttft.append(t.s)
+        peaks.append(dev.peak_allocated())
+        del out
+    res["peak_prefill_bytes"] = _max_or_none(peaks)
+
+    # (b) E2E: exactly G new tokens.
+    state["phase"] = "generate"
+    e2e, e2e_wall, peaks, rpeaks, n_out = [], [], [], [], None
+    for _ in range(repeats):
+        dev.reset_peak()
+        with dev.timer() as t:
+            out = _generate(model, ids, mask, G)
+        e2e.append(t.s)
+        e2e_wall.append(t.wall_s)
+        peaks.append(dev.peak_allocated())
+        rpeaks.append(dev.peak_reserved())
+        n_out = int(out.shape[1]) - P
+        del out
+    res["peak_generate_bytes"] = _max_or_none(peaks)
+    res["peak_generate_reserved_bytes"] = _max_or_none(rpeaks)
+    res["generated_tokens"] = n_out
+    _release(dev)
+
+    # (c) bare prefill forward (what generate does for its first step, without the loop around it).
+    state["phase"] = "prefill_forward"
+    pf, peaks = [], []
+    kw = {"logits_to_keep": 1}
+    o = None
+    for _ in range(repeats):
+        o = None
+        dev.reset_peak()
+        with dev.timer() as t:
+            try:
+                o = model(input_ids=ids, attention_mask=mask, use_cache=True, **kw)
+            except TypeError:  # a model without logits_to_keep
+                kw = {}
+                o = model(input_ids=ids, attention_mask=mask, use_cache=True)
+        pf.append(t.s)
+        peaks.append(dev.peak_allocated())
+    res["peak_prefill_forward_bytes"] = _max_or_none(peaks)
+    res["prefill_forward_logits_to_keep"] = kw.get("logits_to_keep")
+    pkv = o.past_key_values
+    res["kv_cache_bytes"] = cache_bytes(pkv)  # for the P prompt tokens of the whole batch
+
+    # (d) bare decode-step forward with the past cache (the cache grows by one token per step).
+    state["phase"] = "decode_forward"
+    nxt = o.logits[:, -1:].argmax(-1)
+    del o
+    warm = 2
+    full_mask = torch.ones(B, P + warm + decode_iters, dtype=mask.dtype, device=dev.torch_device)
+    dec = []
+    for i in range(warm + decode_iters):
+        step_mask = full_mask[:, : P + i + 1]
+        with dev.timer() as t:
+            o = model(input_ids=nxt, attention_mask=step_mask, past_key_values=pkv, use_cache=True)
+        pkv = o.past_key_values
+        nxt = o.logits[:, -1:].argmax(-1)
+        if i >= warm:
+            dec.append(t.s)
+    del o, pkv
+    _release(dev)
+
+    s_ttft, s_e2e, s_pf, s_dec = summarize(ttft), summarize(e2e), summarize(pf), summarize(dec)
+    tpot = (s_e2e["median"] - s_ttft["median"]) / (G - 1) if G > 1 else None
+    res.update({
+        "ttft_s": s_ttft["median"], "ttft_s_min": s_ttft["min"], "ttft_s_max": s_ttft["max"],
+        "e2e_s": s_e2e["median"], "e2e_s_min": s_e2e["min"], "e2e_s_max": s_e2e["max"],
+        "e2e_wall_s": statistics.median(e2e_wall),
+        "tpot_s": tpot,
+        "decode_tokens_per_s": (B / tpot) if tpot and tpot > 0 else None,
+        "prefill_tokens_per_s": B * P / s_ttft["median"] if s_ttft["median"] else None,
+        "prefill_forward_s": s_pf["median"], "prefill_forward_s_min": s_pf["min"], "prefill_forward_s_max": s_pf["max"],
+        "decode_forward_s": s_dec["median"], "decode_forward_s_min": s_dec["min"], "decode_forward_s_max": s_dec["max"],
+        "decode_forward_iters": s_dec["n"],
+        "generate_overhead_per_token_s": (tpot - s_dec["median"]) if tpot is not None else None,
+        "samples_s": {"ttft": ttft, "e2e": e2e, "prefill_forward": pf, "decode_forward": dec},
+        "timer": dev.timer_kind,
+        "metric_formulas": METRIC_FORMULAS,
+    })
+    del model
+    _release(dev)
+    return res

@@ -1,0 +1,226 @@
+"""LLM training workload: random-weight Hugging Face model, one optimizer step per micro-batch, time and memory
+per phase.
+
+Case keys: ``kind="train"``, ``model`` / ``config`` (as for inference), ``micro_batch``, ``seq``, ``precision``
+(amp-bf16 | amp-fp16 | bf16 | fp32), ``optimizer`` (adamw), ``fused`` (true; used on CUDA only), ``recompute``
+(none | full), ``steps`` (6 timed), ``warmup`` (2), ``attn`` (sdpa), ``seed`` (0), optional ``device``.
+
+Precision, as in CONTRACT.md:
+- ``amp-bf16`` / ``amp-fp16``: fp32 parameters, gradients and AdamW states; forward under
+  ``torch.autocast(device_type, dtype)``; amp-fp16 scales the loss with ``GradScaler(init_scale=8192)``.
+- ``bf16``: parameters, gradients and optimizer states all bf16, no autocast.
+- ``fp32``: everything fp32, no autocast (TF32 matmul setting recorded: torch's default is off).
+
+One step = forward (loss from the model with ``labels=input_ids``), backward, optimizer step, ``zero_grad(set_to_none=True)``.
+After ``warmup`` steps, one instrumented step records memory per phase (synchronize and ``reset_peak_memory_stats``
+between phases), then ``steps`` timed steps run back to back (device events, no synchronize between steps).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import warnings
+
+import torch
+
+from gpuscope.measure.device import Device, is_oom, oom_result, pick_device, summarize
+from gpuscope.measure.llm_infer import _release, build_model, case_config, model_bytes, vocab_size
+
+PRECISIONS = {  # name -> (parameter dtype, autocast dtype or None)
+    "amp-bf16": (torch.float32, torch.bfloat16),
+    "amp-fp16": (torch.float32, torch.float16),
+    "bf16": (torch.bfloat16, None),
+    "fp32": (torch.float32, None),
+}
+
+METRIC_FORMULAS = {
+    "step_s": "median over `steps` back-to-back timed steps (device events at step boundaries) of "
+              "forward + backward + optimizer.step + zero_grad(set_to_none=True)",
+    "tokens_per_s": "micro_batch * seq / step_s",
+    "mem_rest_bytes": "memory_allocated before forward (weights + optimizer states, grads set to None)",
+    "peak_forward_bytes": "max_memory_allocated during forward (reset before)",
+    "mem_after_forward_bytes": "memory_allocated right after forward (rest + saved activations + loss)",
+    "activations_bytes": "mem_after_forward_bytes - mem_rest_bytes",
+    "peak_backward_bytes": "max_memory_allocated during backward (reset before)",
+    "peak_optimizer_bytes": "max_memory_allocated during optimizer step + zero_grad (reset before)",
+    "peak_bytes": "max_memory_allocated over the timed steps (reset before the first)",
+    "optimizer_state_bytes": "sum of bytes of all tensors in optimizer.state",
+}
+
+
+def _enable_recompute(model) -> str:
+    kw = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):  # newer transformers 5.x name
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kw)
+        return "activation_checkpointing_enable"
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kw)
+    return "gradient_checkpointing_enable"
+
+
+def _state_bytes(opt) -> int:
+    return sum(t.numel() * t.element_size() for st in opt.state.values() for t in st.values()
+               if isinstance(t, torch.Tensor))
+
+
+def _grad_bytes(model) -> int:
+    return sum(p.grad.numel() * p.grad.element_size() for p in model.parameters() if p.grad is not None)
+
+
+def _quiet(fn):
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return fn()
+    except Exception:
+        return None
+
+
+def matmul_settings() -> dict:
+    return {
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "cuda_matmul_allow_tf32": _quiet(lambda: bool(torch.backends.cuda.matmul.allow_tf32)),
+        "cudnn_allow_tf32": _quiet(lambda: bool(torch.backends.cudnn.allow_tf32)),
+    }
+
+
+def run_train(case: dict) -> dict:
+    dev = Device(pick_device(case.get("device")))
+    state = {"phase": "setup"}
+    try:
+        return _run_train(case, dev, state)
+    except Exception as e:  # OOM is a result, anything else propagates
+        if not is_oom(e):
+            raise
+        res = oom_result(dev, state["phase"], e)
+    _release(dev)
+    return res
+
+
+def _run_train(case: dict, dev: Device, state: dict) -> dict:
+    B, S = int(case["micro_batch"]), int(case["seq"])
+    precision = case.get("precision", "amp-bf16")
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision: '{precision}' is not one of {', '.join(PRECISIONS)}")
+    param_dtype, ac_dtype = PRECISIONS[precision]
+    recompute = case.get("recompute", "none")
+    if recompute not in ("none", "full"):
+        raise ValueError(f"recompute: '{recompute}' is not one of none, full")
+    if case.get("optimizer", "adamw") != "adamw":
+        raise ValueError(f"optimizer: '{case.get('optimizer')}' is not supported (adamw)")
+    steps = max(1, int(case.get("steps", 6)))
+    warmup = max(1, int(case.get("warmup", 2)))  # >= 1 so optimizer states exist before measuring
+    attn = case.get("attn", "sdpa")
+    torch.manual_seed(int(case.get("seed", 0)))
+
+    state["phase"] = "load"
+    cfg = case_config(case)
+    dev.reset_peak()
+    model, config = build_model(cfg, dev, param_dtype, attn, use_cache=False)
+    model.train()
+    recompute_api = _enable_recompute(model) if recompute == "full" else None
+    dev.synchronize()
+    res: dict = {"status": "ok", "kind": "train", "model": case.get("model") or cfg.get("model_type"),
+                 "model_type": config.model_type, "device": dev.name, "device_name": dev.device_name(),
+                 "precision": precision, "autocast_dtype": str(ac_dtype).replace("torch.", "") if ac_dtype else None,
+                 "recompute": recompute, "recompute_api": recompute_api, "micro_batch": B, "seq": S,
+                 "steps": steps, "warmup": warmup, "attn": attn}
+    res.update(model_bytes(model))
+    res["mem_after_load_bytes"] = dev.allocated()
+
+    fused = bool(case.get("fused", True)) and dev.type == "cuda"
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=fused)
+    scaler = torch.amp.GradScaler(dev.type, init_scale=8192) if ac_dtype is torch.float16 else None
+    res.update({"optimizer": "adamw", "optimizer_fused": fused, "grad_scaler": scaler is not None})
+    res.update(matmul_settings())
+
+    ids = torch.randint(0, vocab_size(config), (B, S), device=dev.torch_device)
+
+    def autocast():
+        return torch.autocast(device_type=dev.type, dtype=ac_dtype) if ac_dtype else contextlib.nullcontext()
+
+    def forward():
+        with autocast():
+            return model(input_ids=ids, labels=ids, use_cache=False).loss  # the output (logits) is dropped here
+
+    def backward(loss):
+        (scaler.scale(loss) if scaler else loss).backward()
+
+    def opt_step():
+        if scaler:
+            scaler.step(opt)
+            scaler.update()
+        else:
+            opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    state["phase"] = "warmup"
+    for _ in range(warmup):
+        loss = forward()
+        backward(loss)
+        del loss
+        opt_step()
+    _release(dev)
+
+    # One instrumented step: memory per phase.
+    state["phase"] = "forward"
+    dev.synchronize()
+    res["optimizer_state_bytes"] = _state_bytes(opt)
+    res["mem_rest_bytes"] = dev.allocated()
+    dev.reset_peak()
+    loss = forward()
+    dev.synchronize()
+    res["peak_forward_bytes"] = dev.peak_allocated()
+    res["mem_after_forward_bytes"] = dev.allocated()
+    state["phase"] = "backward"
+    dev.reset_peak()
+    backward(loss)
+    dev.synchronize()
+    loss_warm = float(loss.detach().float())
+    del loss
+    res["peak_backward_bytes"] = dev.peak_allocated()
+    res["mem_after_backward_bytes"] = dev.allocated()
+    res["grad_bytes"] = _grad_bytes(model)
+    state["phase"] = "optimizer"
+    dev.reset_peak()
+    opt_step()
+    dev.synchronize()
+    res["peak_optimizer_bytes"] = dev.peak_allocated()
+    res["mem_after_step_bytes"] = dev.allocated()
+    if res["mem_after_forward_bytes"] is not None and res["mem_rest_bytes"] is not None:
+        res["activations_bytes"] = res["mem_after_forward_bytes"] - res["mem_rest_bytes"]
+    else:
+        res["activations_bytes"] = None
+
+    # Timed steps, back to back.
+    state["phase"] = "train_step"
+    dev.reset_peak()
+    st = dev.step_timer()
+    st.start()
+    for _ in range(steps):
+        loss = forward()
+        backward(loss)
+        opt_step()
+        st.mark()
+    times = st.times_s()
+    res["peak_bytes"] = dev.peak_allocated()
+    res["peak_reserved_bytes"] = dev.peak_reserved()
+    loss_last = float(loss.detach().float())
+    del loss
+
+    s = summarize(times)
+    res.update({
+        "step_s": s["median"], "step_s_min": s["min"], "step_s_max": s["max"],
+        "tokens_per_s": B * S / s["median"] if s["median"] else None,
+        "tokens_per_s_wall": B * S * steps / st.wall_s if st.wall_s else None,
+        "loss_instrumented_step": loss_warm,
+        "loss_last": loss_last,
+        "loss_finite": math.isfinite(loss_last),
+        "grad_scale": float(scaler.get_scale()) if scaler else None,
+        "samples_s": {"step": times},
+        "timer": "device_event" if dev._events_ok() else "perf_counter+synchronize",
+        "metric_formulas": METRIC_FORMULAS,
+    })
+    del model, opt
+    _release(dev)
+    return res

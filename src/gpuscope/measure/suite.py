@@ -1,0 +1,176 @@
+"""Run a list of cases, each in its own subprocess, appending one JSON line per case to a results file.
+
+- Each case runs as ``sys.executable -m gpuscope.measure.run_case '<case>'`` under a per-case timeout, so an OOM,
+  a crash or a hang ends only that case; a crash is recorded as ``status: error``, a hang as ``status: timeout``.
+- A line is appended (and fsync'ed) as soon as its case finishes, so an interrupted suite keeps what it measured.
+- Cases whose ``case_id`` is already in the file are skipped (resume). ``retry_failed=True`` runs again those whose
+  recorded status is error or timeout.
+- ``budget_s``: start no new case once this many seconds have passed, and cut the last case's timeout to what is
+  left, so the suite ends inside a fixed wall-clock window (run it again to resume).
+- The parent process never imports torch, so it holds no GPU memory while the cases run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from gpuscope.measure.cases import case_id, case_name
+
+SCHEMA = "gpuscope.measurement/1"
+_SRC = str(Path(__file__).resolve().parents[2])  # the directory that holds the gpuscope package
+
+
+def read_results(path) -> list[dict]:
+    """The parseable lines of a results file (a torn last line is ignored)."""
+    p = Path(path)
+    if not p.exists():
+        return []
+    out = []
+    for line in p.read_text().splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict) and "case_id" in rec:
+            out.append(rec)
+    return out
+
+
+def _done_ids(path, retry_failed: bool) -> set[str]:
+    done = set()
+    for rec in read_results(path):
+        status = (rec.get("result") or {}).get("status")
+        if retry_failed and status in ("error", "timeout"):
+            continue
+        done.add(rec["case_id"])
+    return done
+
+
+def _child_env() -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = _SRC + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    return env
+
+
+def _last_json(stdout: str) -> dict | None:
+    for line in reversed(stdout.splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(rec, dict) and "result" in rec:
+                return rec
+    return None
+
+
+def _light_provenance() -> dict:
+    from gpuscope.measure.provenance import provenance
+
+    return provenance(None, with_torch=False)
+
+
+def run_one(case: dict, timeout_s: float) -> dict:
+    """Run one case in a subprocess; always returns a record (ok, oom, error or timeout)."""
+    cid = case_id(case)
+    cmd = [sys.executable, "-m", "gpuscope.measure.run_case", json.dumps(case)]
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_child_env(),
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # the child's own process group (start_new_session)
+        except (ProcessLookupError, PermissionError):
+            proc.kill()
+        out, err = proc.communicate()
+        return {"schema": SCHEMA, "case_id": cid, "case": case,
+                "result": {"status": "timeout", "timeout_s": timeout_s, "stderr_tail": (err or "")[-2000:]},
+                "provenance": _light_provenance(), "wall_s": time.perf_counter() - t0}
+    rec = _last_json(out or "")
+    if rec is None:
+        rec = {"schema": SCHEMA, "case_id": cid, "case": case,
+               "result": {"status": "error", "returncode": proc.returncode,
+                          "error": f"no result line from run_case (exit code {proc.returncode})",
+                          "stderr_tail": (err or "")[-2000:]},
+               "provenance": _light_provenance()}
+    rec["case_id"] = cid
+    rec["returncode"] = proc.returncode
+    rec["wall_s"] = time.perf_counter() - t0
+    if rec["result"].get("status") == "error" and "stderr_tail" not in rec["result"]:
+        rec["result"]["stderr_tail"] = (err or "")[-1000:]
+    return rec
+
+
+def _gb(x) -> str:
+    return f"{x / 1e9:.2f}GB" if isinstance(x, (int, float)) else "-"
+
+
+def _ms(x) -> str:
+    return f"{x * 1e3:.2f}ms" if isinstance(x, (int, float)) else "-"
+
+
+def summary_line(rec: dict) -> str:
+    r = rec.get("result") or {}
+    st = r.get("status")
+    name = case_name(rec.get("case") or {})
+    if st == "ok" and r.get("kind") == "infer":
+        tps = r.get("decode_tokens_per_s")
+        s = (f"ttft={_ms(r.get('ttft_s'))} tpot={_ms(r.get('tpot_s'))} decode_fwd={_ms(r.get('decode_forward_s'))} "
+             f"decode={tps:.1f}tok/s " if tps else f"ttft={_ms(r.get('ttft_s'))} ")
+        s += f"peak={_gb(r.get('peak_generate_bytes'))}"
+    elif st == "ok" and r.get("kind") == "train":
+        s = (f"step={_ms(r.get('step_s'))} {r.get('tokens_per_s') or 0:.0f}tok/s peak={_gb(r.get('peak_bytes'))} "
+             f"loss={r.get('loss_last')}")
+    elif st == "oom":
+        s = f"phase={r.get('phase')} peak={_gb(r.get('peak_bytes'))}"
+    else:
+        s = (r.get("error") or f"timeout after {r.get('timeout_s')}s" if st == "timeout" else r.get("error") or "")
+        s = str(s)[:160]
+    return f"{name}: {st} {s} ({rec.get('wall_s', 0):.1f}s)"
+
+
+def run_suite(cases: list[dict], out_path, timeout_s: float = 300, retry_failed: bool = False,
+              budget_s: float | None = None, log=None) -> list[dict]:
+    """Run ``cases`` (skipping those already in ``out_path``); return the records written by this call."""
+    log = log or sys.stderr
+    out = Path(out_path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    done = _done_ids(out, retry_failed)
+    t_start = time.perf_counter()
+    written: list[dict] = []
+    n = len(cases)
+    for i, case in enumerate(cases, 1):
+        cid = case_id(case)
+        if cid in done:
+            print(f"[{i}/{n}] {case_name(case)}: skipped (already in {out.name})", file=log, flush=True)
+            continue
+        limit = timeout_s
+        if budget_s is not None:
+            left = budget_s - (time.perf_counter() - t_start)
+            if left < 5:
+                print(f"[{i}/{n}] {case_name(case)}: not started (suite budget {budget_s:.0f}s spent; run again "
+                      f"to resume)", file=log, flush=True)
+                continue
+            limit = min(timeout_s, left)
+        rec = run_one(case, limit)
+        with open(out, "a") as f:
+            f.write(json.dumps(rec) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        done.add(cid)
+        written.append(rec)
+        print(f"[{i}/{n}] {summary_line(rec)}", file=log, flush=True)
+    return written

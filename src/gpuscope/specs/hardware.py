@@ -1,0 +1,538 @@
+"""Hardware specs: the packaged catalog (``specs/data/hardware.toml``) and user TOML files.
+
+Pure Python: no torch, numpy or rich here (shared/DESIGN.md, "Layers").
+
+Conventions
+- ``peak_tflops`` holds DENSE peaks (no 2:4 sparsity) per dtype; int8/int4 values are TOPS. MFU is measured
+  against these. ``fp32`` is the matrix-core FP32 rate where the vendor gives one (AMD), else plain FP32.
+- ``memory_bytes`` = marketing ``memory_gb`` x 2**30 (vendor "GB" of HBM/GDDR are binary GiB in practice).
+  ``device_total_bytes`` is what the runtime reports as total device memory (smaller: reserved regions);
+  planners decide ``fits`` against it.
+- Achievable ceilings: a measured value from a ``[measured]`` table wins; otherwise
+  ``peak x matmul_efficiency`` and ``memory_bw_gbs x memory_bw_efficiency``.
+
+A user TOML is either a full device (same keys as a catalog entry; ``name``, ``vendor``, ``memory_gb``,
+``memory_bw_gbs`` and at least one dense peak are required) or ``base = "<catalog name>"`` plus overrides.
+Either may carry::
+
+    [measured]
+    memory_bw_gbs = 4300.0        # device copy, read + write bytes per second / 1e9
+    h2d_gbs = 55.0                # host-to-device copy
+    [measured.matmul_tflops]
+    bf16 = 788.0
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+import sys
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+from gpuscope.errors import UserError, nearest
+
+DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "int4", "fp4")
+CATALOG_PATH = Path(__file__).parent / "data" / "hardware.toml"
+GIB = 2**30
+
+# Spellings accepted for a dtype (normalised to the names in DTYPES).
+_DTYPE_ALIASES = {
+    "float32": "fp32", "float": "fp32", "tensorfloat32": "tf32", "bfloat16": "bf16", "float16": "fp16",
+    "half": "fp16", "float8": "fp8", "fp8e4m3": "fp8", "fp8e5m2": "fp8", "nvfp4": "fp4", "mxfp4": "fp4",
+}
+
+# Default efficiencies for a user-defined device with none given (same as the catalog's "other" default).
+DEFAULT_MATMUL_EFFICIENCY = 0.70
+DEFAULT_MEMORY_BW_EFFICIENCY = 0.80
+_DEFAULT_EFFICIENCY_SOURCE = "matmul 0.70 and bandwidth 0.80: default, not measured."
+
+_REQUIRED = ("name", "vendor", "memory_gb", "memory_bw_gbs")
+# Fields that are not passed from a base entry to the entry built on it.
+_NOT_INHERITED = ("aliases", "key")
+# Keys a hardware entry may carry besides per-dtype peaks (catalog informational fields included).
+_KNOWN_KEYS = {
+    "base", "key", "name", "vendor", "form_factor", "release_year", "memory_gb", "memory_gb_options",
+    "memory_type", "memory_bw_gbs", "interconnect_name", "interconnect_gbs_bidir", "host_interface", "tdp_w",
+    "tdp_range_w", "launch_price_usd", "not_supported", "halved_from_sparse", "unconfirmed", "source", "notes",
+    "aliases", "matmul_efficiency", "memory_bw_efficiency", "matmul_efficiency_by_dtype", "efficiency_source",
+    "device_total_bytes", "measured", "peak_tflops",
+}
+_PEAK_KEY = re.compile(r"^[a-z0-9]+(_[a-z0-9]+)*_(tflops|tops)(_dense)?$")
+_MEASURED_NUMBERS = ("memory_bw_gbs", "h2d_gbs", "d2h_gbs")
+
+
+def _norm(name: str) -> str:
+    """Lookup form of a name: lower case, with '_', '-' and spaces dropped ('H100-SXM' == 'h100 sxm')."""
+    return re.sub(r"[\s_\-]+", "", name.strip().lower())
+
+
+def normalize_dtype(dtype: str) -> str:
+    d = _norm(str(dtype))
+    return _DTYPE_ALIASES.get(d, d)
+
+
+@dataclass(frozen=True)
+class HardwareSpec:
+    """One accelerator. Numbers carry units in their names; peaks are dense."""
+
+    key: str
+    name: str
+    vendor: str
+    memory_bytes: int
+    device_total_bytes: int
+    memory_bw_gbs: float
+    peak_tflops: dict[str, float] = field(hash=False)
+    matmul_efficiency: float
+    memory_bw_efficiency: float
+    interconnect_name: str
+    interconnect_gbs_bidir: float
+    host_interface: str
+    tdp_w: float | None
+    launch_price_usd: float | None
+    source: str
+    efficiency_source: str
+    notes: str
+    unconfirmed: tuple[str, ...]
+    not_supported: tuple[str, ...]
+    aliases: tuple[str, ...]
+    measured: dict = field(hash=False)
+    origin: str
+    matmul_efficiency_by_dtype: dict[str, float] = field(default_factory=dict, hash=False)
+    halved_from_sparse: tuple[str, ...] = ()
+
+    # --- compute ---------------------------------------------------------------------------------
+    def supports(self, dtype: str) -> bool:
+        return normalize_dtype(dtype) in self.peak_tflops
+
+    def _check(self, dtype: str) -> str:
+        d = normalize_dtype(dtype)
+        if d not in self.peak_tflops:
+            supported = ", ".join(x for x in DTYPES if x in self.peak_tflops) or "none"
+            raise UserError(
+                f"dtype '{dtype}' is not supported on {self.key} ({self.name}); supported dtypes: {supported}."
+            )
+        return d
+
+    def peak(self, dtype: str) -> float:
+        """Dense datasheet peak in TFLOPS (TOPS for int8/int4)."""
+        return self.peak_tflops[self._check(dtype)]
+
+    def efficiency(self, dtype: str) -> float:
+        """Default fraction of the dense peak that a large matmul reaches for this dtype."""
+        d = self._check(dtype)
+        return self.matmul_efficiency_by_dtype.get(d, self.matmul_efficiency)
+
+    def achievable_tflops(self, dtype: str) -> float:
+        """Measured matmul ceiling if the spec carries one, else dense peak x matmul efficiency."""
+        d = self._check(dtype)
+        measured = (self.measured or {}).get("matmul_tflops", {})
+        if d in measured:
+            return float(measured[d])
+        return self.peak_tflops[d] * self.efficiency(d)
+
+    def achievable_bw_gbs(self) -> float:
+        """Measured device copy bandwidth (read + write bytes) if present, else datasheet x efficiency."""
+        if "memory_bw_gbs" in (self.measured or {}):
+            return float(self.measured["memory_bw_gbs"])
+        return self.memory_bw_gbs * self.memory_bw_efficiency
+
+    @property
+    def is_calibrated(self) -> bool:
+        """True when a measured ceiling (matmul or memory bandwidth) replaces a datasheet-based default."""
+        m = self.measured or {}
+        return bool(m.get("matmul_tflops")) or "memory_bw_gbs" in m
+
+    @property
+    def memory_gib(self) -> float:
+        return self.memory_bytes / GIB
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: every field, plus the achievable ceilings actually used by estimates."""
+        supported = [d for d in DTYPES if d in self.peak_tflops]
+        return {
+            "key": self.key,
+            "name": self.name,
+            "vendor": self.vendor,
+            "aliases": list(self.aliases),
+            "memory_bytes": self.memory_bytes,
+            "device_total_bytes": self.device_total_bytes,
+            "memory_bw_gbs": self.memory_bw_gbs,
+            "peak_tflops": {d: self.peak_tflops[d] for d in supported},
+            "matmul_efficiency": self.matmul_efficiency,
+            "matmul_efficiency_by_dtype": dict(self.matmul_efficiency_by_dtype),
+            "memory_bw_efficiency": self.memory_bw_efficiency,
+            "achievable_tflops": {d: self.achievable_tflops(d) for d in supported},
+            "achievable_bw_gbs": self.achievable_bw_gbs(),
+            "is_calibrated": self.is_calibrated,
+            "measured": _plain(self.measured),
+            "interconnect_name": self.interconnect_name,
+            "interconnect_gbs_bidir": self.interconnect_gbs_bidir,
+            "host_interface": self.host_interface,
+            "tdp_w": self.tdp_w,
+            "launch_price_usd": self.launch_price_usd,
+            "source": self.source,
+            "efficiency_source": self.efficiency_source,
+            "notes": self.notes,
+            "unconfirmed": list(self.unconfirmed),
+            "not_supported": list(self.not_supported),
+            "halved_from_sparse": list(self.halved_from_sparse),
+            "origin": self.origin,
+        }
+
+
+def _plain(obj):
+    if isinstance(obj, dict):
+        return {k: _plain(v) for k, v in obj.items()}
+    return obj
+
+
+# --- catalog ---------------------------------------------------------------------------------------
+@lru_cache(maxsize=1)
+def _catalog_raw() -> dict[str, dict]:
+    """The packaged TOML, parsed once: {key: raw entry}."""
+    with open(CATALOG_PATH, "rb") as f:
+        data = tomllib.load(f)
+    return {k: v for k, v in data.items() if isinstance(v, dict)}
+
+
+@lru_cache(maxsize=1)
+def _catalog() -> dict[str, HardwareSpec]:
+    raw = _catalog_raw()
+    return {key: _build(key, _resolve_base(key, entry, raw, "catalog"), "catalog") for key, entry in raw.items()}
+
+
+@lru_cache(maxsize=1)
+def _index() -> dict[str, str]:
+    """Normalised name -> catalog key, for the key, the key without its vendor prefix, and every alias."""
+    index: dict[str, str] = {}
+
+    def add(name: str, key: str) -> None:
+        n = _norm(name)
+        if index.get(n, key) != key:
+            raise RuntimeError(f"hardware catalog: name '{name}' is used by both {index[n]} and {key}")
+        index[n] = key
+
+    for key, spec in _catalog().items():
+        add(key, key)
+        for alias in spec.aliases:
+            add(alias, key)
+    for key in _catalog():  # vendor-less forms ("h100_sxm"), only where they do not clash
+        short = key.split("_", 1)[1] if "_" in key else key
+        index.setdefault(_norm(short), key)
+    return index
+
+
+def catalog_names() -> list[str]:
+    """Every catalog key and alias (for suggestions and help)."""
+    names = []
+    for key, spec in _catalog().items():
+        names.append(key)
+        names.extend(spec.aliases)
+    return names
+
+
+def _fresh(spec: HardwareSpec) -> HardwareSpec:
+    """A copy whose dicts are the caller's own, so no caller can alter the cached catalog."""
+    return replace(
+        spec,
+        peak_tflops=dict(spec.peak_tflops),
+        measured=copy.deepcopy(spec.measured),
+        matmul_efficiency_by_dtype=dict(spec.matmul_efficiency_by_dtype),
+    )
+
+
+def list_hardware() -> list[HardwareSpec]:
+    """All catalog entries, in catalog order."""
+    return [_fresh(s) for s in _catalog().values()]
+
+
+def _lookup(name: str) -> HardwareSpec:
+    n = _norm(name)
+    index = _index()
+    if n in index:
+        return _fresh(_catalog()[index[n]])
+    if len(n) >= 2:  # a unique substring of one catalog key ("a100 80gb sxm") also works
+        hits = sorted({k for k in _catalog() if n in _norm(k)})
+        if len(hits) == 1:
+            return _fresh(_catalog()[hits[0]])
+        if len(hits) > 1:
+            raise UserError(f"GPU name '{name}' is ambiguous; it matches: {', '.join(hits)}.")
+    raise UserError(
+        f"unknown GPU '{name}' (not a catalog name, alias or TOML file; `gpuscope hardware` lists them)."
+        + nearest(name, catalog_names())
+    )
+
+
+def load_hardware(arg: str | Path) -> HardwareSpec:
+    """A catalog key or alias (case-insensitive; '_', '-' and ' ' alike), or a path to a hardware TOML."""
+    if isinstance(arg, HardwareSpec):
+        return arg
+    text = str(arg).strip()
+    if not text:
+        raise UserError("--gpu is empty; give a catalog name (see `gpuscope hardware`) or a path to a TOML file.")
+    path = Path(text).expanduser()
+    looks_like_path = text.lower().endswith(".toml") or "/" in text or "\\" in text
+    if looks_like_path or (path.is_file() and _norm(text) not in _index()):
+        return _load_file(path)
+    return _lookup(text)
+
+
+# --- user TOML -------------------------------------------------------------------------------------
+def _load_file(path: Path) -> HardwareSpec:
+    if not path.is_file():
+        raise UserError(f"hardware file '{path}' does not exist.")
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except tomllib.TOMLDecodeError as exc:
+        raise UserError(f"hardware file '{path}' is not valid TOML ({exc}).") from None
+    except OSError as exc:
+        raise UserError(f"hardware file '{path}' cannot be read ({exc.strerror}).") from None
+    where = str(path)
+    if not any(k in data for k in ("base", "name")):
+        tables = [k for k, v in data.items() if isinstance(v, dict) and k != "measured"]
+        if len(tables) == 1 and isinstance(data[tables[0]], dict) and "name" in data[tables[0]]:
+            data = {"key": tables[0], **data[tables[0]]}  # a single catalog-style [key] table
+        else:
+            raise UserError(
+                f"hardware file '{path}' must set `base` (a catalog name) or define a device (`name`, `vendor`, "
+                "`memory_gb`, `memory_bw_gbs` and a dense peak such as `bf16_tflops_dense`)."
+            )
+    key = str(data.get("key") or path.stem)
+    entry = _resolve_base(key, data, _catalog_raw(), where)
+    if "base" in data and "source" not in data:
+        entry["source"] = f"user file {path} on catalog entry {_base_key(data['base'], where)}: " + str(
+            entry.get("source", "")
+        )
+    changed = [k for k in ("matmul_efficiency", "matmul_efficiency_by_dtype", "memory_bw_efficiency") if k in data]
+    if "base" in data and changed and "efficiency_source" not in data:
+        entry["efficiency_source"] = f"{', '.join(changed)} set in user file {path}; catalog: " + str(
+            entry.get("efficiency_source", "")
+        )
+    return _build(key, entry, where)
+
+
+def _base_key(base: Any, where: str) -> str:
+    if not isinstance(base, str) or not base.strip():
+        raise UserError(f"field 'base' in {where} must be a catalog name such as \"h100\".")
+    try:
+        return _lookup(base).key
+    except UserError as exc:
+        raise UserError(f"field 'base' in {where}: {exc}") from None
+
+
+def _resolve_base(key: str, entry: dict, raw: dict[str, dict], where: str) -> dict:
+    """Merge `entry` over its `base` entry (one level of catalog entry; bases may chain)."""
+    entry = dict(entry)
+    if "base" not in entry:
+        return entry
+    base_name = entry.pop("base")
+    if where == "catalog":
+        if base_name not in raw or base_name == key:
+            raise RuntimeError(f"hardware catalog: {key} has unknown base '{base_name}'")
+        base_key = base_name
+    else:
+        base_key = _base_key(base_name, where)
+    base = _resolve_base(base_key, raw[base_key], raw, "catalog")
+    for k in _NOT_INHERITED:
+        base.pop(k, None)
+    if "memory_gb" in entry and "device_total_bytes" not in entry:
+        base.pop("device_total_bytes", None)  # the runtime total belonged to the base's capacity
+    merged = {**base, **entry}
+    if isinstance(base.get("measured"), dict) and isinstance(entry.get("measured"), dict):
+        merged["measured"] = {**base["measured"], **entry["measured"]}
+    return merged
+
+
+# --- validation ------------------------------------------------------------------------------------
+def _num(entry: dict, field_name: str, where: str, *, allow_zero: bool = False, required: bool = False):
+    if field_name not in entry:
+        if required:
+            raise UserError(f"field '{field_name}' is missing in {where}.")
+        return None
+    value = entry[field_name]
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise UserError(f"field '{field_name}' in {where} must be a number, not {value!r}.")
+    if value < 0 or (value == 0 and not allow_zero):
+        allowed = "zero or positive" if allow_zero else "positive"
+        raise UserError(f"field '{field_name}' in {where} must be {allowed}, not {value!r}.")
+    return value
+
+
+def _str(entry: dict, field_name: str, where: str, default: str | None = None) -> str:
+    value = entry.get(field_name, default)
+    if value is None:
+        raise UserError(f"field '{field_name}' is missing in {where}.")
+    if not isinstance(value, str):
+        raise UserError(f"field '{field_name}' in {where} must be a string, not {value!r}.")
+    return value
+
+
+def _strs(entry: dict, field_name: str, where: str) -> tuple[str, ...]:
+    value = entry.get(field_name, [])
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise UserError(f"field '{field_name}' in {where} must be a list of strings.")
+    return tuple(value)
+
+
+def _efficiency(entry: dict, field_name: str, where: str, default: float) -> float:
+    value = entry.get(field_name, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise UserError(f"field '{field_name}' in {where} must be a fraction in (0, 1], not {value!r}.")
+    return float(value)
+
+
+def _peaks(entry: dict, where: str) -> dict[str, float]:
+    """Dense peaks per dtype from `<d>_tflops_dense` / `<d>_tops_dense` / fp32 keys / a [peak_tflops] table."""
+    peaks: dict[str, float] = {}
+    for d in DTYPES:
+        for k in (f"{d}_tflops_dense", f"{d}_tops_dense"):
+            if k in entry:
+                peaks[d] = float(_num(entry, k, where))
+    if "fp32" not in peaks:
+        for k in ("fp32_matrix_tflops", "fp32_tflops"):  # matrix-core FP32 (AMD) is the matmul rate
+            if k in entry:
+                peaks["fp32"] = float(_num(entry, k, where))
+                break
+    table = entry.get("peak_tflops", {})
+    if not isinstance(table, dict):
+        raise UserError(f"field 'peak_tflops' in {where} must be a table of dtype = dense TFLOPS.")
+    for d, v in table.items():
+        nd = normalize_dtype(d)
+        if nd not in DTYPES:
+            raise UserError(f"field 'peak_tflops.{d}' in {where} is not a dtype; allowed: {', '.join(DTYPES)}.")
+        peaks[nd] = float(_num(table, d, f"{where} [peak_tflops]"))
+    return {d: peaks[d] for d in DTYPES if d in peaks}
+
+
+def _measured(entry: dict, where: str, peaks: dict[str, float]) -> dict:
+    m = entry.get("measured", {})
+    if not isinstance(m, dict):
+        raise UserError(f"field 'measured' in {where} must be a table.")
+    out = dict(m)
+    for k in _MEASURED_NUMBERS:
+        if k in m:
+            out[k] = float(_num(m, k, f"{where} [measured]"))
+    mm = m.get("matmul_tflops", {})
+    if not isinstance(mm, dict):
+        raise UserError(f"field 'measured.matmul_tflops' in {where} must be a table of dtype = TFLOPS.")
+    clean = {}
+    for d, v in mm.items():
+        nd = normalize_dtype(d)
+        if nd not in DTYPES:
+            raise UserError(
+                f"field 'measured.matmul_tflops.{d}' in {where} is not a dtype; allowed: {', '.join(DTYPES)}."
+            )
+        if nd not in peaks:
+            raise UserError(
+                f"field 'measured.matmul_tflops.{d}' in {where} names a dtype the device has no dense peak for; "
+                f"add `{nd}_tflops_dense` or remove it."
+            )
+        clean[nd] = float(_num(mm, d, f"{where} [measured.matmul_tflops]"))
+    if clean or "matmul_tflops" in m:
+        out["matmul_tflops"] = clean
+    return out
+
+
+def _check_keys(entry: dict, where: str) -> None:
+    for k in entry:
+        if k in {f"{d}_tflops" for d in DTYPES if d != "fp32"} | {f"{d}_tops" for d in ("int8", "int4")}:
+            raise UserError(
+                f"field '{k}' in {where} is ambiguous; write '{k}_dense' with the dense peak (without sparsity)."
+            )
+        if k not in _KNOWN_KEYS and not _PEAK_KEY.match(k):
+            raise UserError(f"field '{k}' in {where} is not a hardware field." + nearest(k, sorted(_KNOWN_KEYS)))
+
+
+def _build(key: str, entry: dict, origin: str) -> HardwareSpec:
+    where = "the hardware catalog entry " + key if origin == "catalog" else origin
+    _check_keys(entry, where)
+    for f in _REQUIRED:
+        if f not in entry:
+            raise UserError(f"field '{f}' is missing in {where}.")
+    peaks = _peaks(entry, where)
+    if not peaks:
+        raise UserError(f"{where} gives no dense peak; add e.g. `bf16_tflops_dense` (TFLOPS, without sparsity).")
+    memory_bytes = int(round(_num(entry, "memory_gb", where, required=True) * GIB))
+    device_total = _num(entry, "device_total_bytes", where)
+    by_dtype = entry.get("matmul_efficiency_by_dtype", {})
+    if not isinstance(by_dtype, dict):
+        raise UserError(f"field 'matmul_efficiency_by_dtype' in {where} must be a table of dtype = fraction.")
+    by_dtype = {normalize_dtype(d): _efficiency(by_dtype, d, where, 0) for d in by_dtype}
+    tdp = _num(entry, "tdp_w", where)
+    price = _num(entry, "launch_price_usd", where)
+    return HardwareSpec(
+        key=key,
+        name=_str(entry, "name", where),
+        vendor=_str(entry, "vendor", where),
+        memory_bytes=memory_bytes,
+        device_total_bytes=int(device_total) if device_total is not None else memory_bytes,
+        memory_bw_gbs=float(_num(entry, "memory_bw_gbs", where, required=True)),
+        peak_tflops=peaks,
+        matmul_efficiency=_efficiency(entry, "matmul_efficiency", where, DEFAULT_MATMUL_EFFICIENCY),
+        memory_bw_efficiency=_efficiency(entry, "memory_bw_efficiency", where, DEFAULT_MEMORY_BW_EFFICIENCY),
+        interconnect_name=_str(entry, "interconnect_name", where, "none"),
+        interconnect_gbs_bidir=float(_num(entry, "interconnect_gbs_bidir", where, allow_zero=True) or 0.0),
+        host_interface=_str(entry, "host_interface", where, "unknown"),
+        tdp_w=float(tdp) if tdp is not None else None,
+        launch_price_usd=float(price) if price is not None else None,
+        source=_str(entry, "source", where, f"user file {origin}" if origin != "catalog" else None),
+        efficiency_source=_str(entry, "efficiency_source", where, _DEFAULT_EFFICIENCY_SOURCE),
+        notes=_str(entry, "notes", where, ""),
+        unconfirmed=_strs(entry, "unconfirmed", where),
+        not_supported=_strs(entry, "not_supported", where),
+        aliases=_strs(entry, "aliases", where),
+        measured=_measured(entry, where, peaks),
+        origin=origin,
+        matmul_efficiency_by_dtype=by_dtype,
+        halved_from_sparse=_strs(entry, "halved_from_sparse", where),
+    )
+
+
+def template_toml(arg: str) -> str:
+    """An editable TOML for `gpuscope hardware template NAME`: base = key plus a commented [measured] table."""
+    spec = load_hardware(arg)
+    base = spec.key if spec.origin == "catalog" else None
+    lines = [
+        f"# gpuscope hardware file for {spec.name}.",
+        "# Use it with `--gpu path/to/this.toml`. Any catalog field may be overridden here, e.g.",
+        f"# memory_bw_gbs = {spec.memory_bw_gbs:g} or matmul_efficiency = {spec.matmul_efficiency:g}.",
+        "# Datasheet peaks are DENSE (no 2:4 sparsity), in TFLOPS (TOPS for int8/int4).",
+    ]
+    if base:
+        lines += [f'base = "{base}"', f'name = "{spec.name} (my machine)"']
+    else:
+        lines += [f'name = "{spec.name}"', f'vendor = "{spec.vendor}"', f"memory_gb = {spec.memory_bytes / GIB:g}",
+                  f"memory_bw_gbs = {spec.memory_bw_gbs:g}"]
+        lines += [f"{d}_tflops_dense = {v:g}" for d, v in spec.peak_tflops.items()]
+    lines += [
+        "",
+        "# Measured ceilings: uncomment and replace with your measurements (e.g. mamf-finder for matmul,",
+        "# a device-to-device copy counting read + write bytes for memory). Where present, estimates use them",
+        "# instead of datasheet peak x efficiency. The values below are the current defaults.",
+        "#[measured]",
+        f"#memory_bw_gbs = {spec.achievable_bw_gbs():.1f}",
+        f"#h2d_gbs = {_typical_h2d_gbs(spec.host_interface):.1f}      # typical for {spec.host_interface}",
+        "#[measured.matmul_tflops]",
+    ]
+    lines += [f"#{d} = {spec.achievable_tflops(d):.1f}" for d in DTYPES if d in spec.peak_tflops]
+    return "\n".join(lines) + "\n"
+
+
+def _typical_h2d_gbs(host_interface: str) -> float:
+    """Rough pinned host-to-device copy rate for a PCIe generation (Gen5 x16 ~55 GB/s measured publicly)."""
+    h = host_interface.lower().replace(" ", "")
+    for gen, gbs in (("gen5", 55.0), ("5.0", 55.0), ("gen4", 25.0), ("4.0", 25.0), ("gen3", 12.0), ("3.0", 12.0)):
+        if gen in h:
+            return gbs
+    return 25.0
