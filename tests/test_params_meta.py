@@ -108,7 +108,7 @@ TINY = {
     # MistralAttention/MistralMLP hard-code bias=False (modeling_mistral.py): attention_bias must be ignored
     "mistral-bias-ignored": _base(model_type="mistral", attention_bias=True, mlp_bias=True),
     # MistralConfig defaults num_key_value_heads to 8 (configuration_mistral.py)
-    "mistral-default-kv": _base(model_type="mistral", num_attention_heads=8, num_key_value_heads=None),
+    "mistral-default-kv": _base(model_type="mistral", num_attention_heads=16, num_key_value_heads=None),
     "mixtral": _base(model_type="mixtral", num_local_experts=4, num_experts_per_tok=2),
     "qwen2": _base(model_type="qwen2"),
     "qwen2-tied": _base(model_type="qwen2", tie_word_embeddings=True, use_sliding_window=True, sliding_window=16,
@@ -125,8 +125,10 @@ TINY = {
     # GemmaConfig defaults head_dim to 256; GemmaAttention uses attention_bias on q/k/v/o (modeling_gemma.py)
     "gemma-default-headdim-bias": _base(model_type="gemma", head_dim=None, attention_bias=True),
     "gemma2": _base(model_type="gemma2", head_dim=16, num_hidden_layers=5),
+    # Gemma2Config defaults: num_key_value_heads 4, head_dim 256 (configuration_gemma2.py)
+    "gemma2-defaults": _base(model_type="gemma2", num_attention_heads=8, num_key_value_heads=None, head_dim=None),
     "gemma2-untied-bias": _base(model_type="gemma2", head_dim=16, tie_word_embeddings=False, attention_bias=True),
-    "phi3": _base(model_type="phi3"),
+    "phi3": _base(model_type="phi3", pad_token_id=0),  # Phi3Config's pad_token_id 32000 needs a bigger vocab
     "deepseek_v2": _moe_deepseek("deepseek_v2", q_lora_rank=None),
     # DeepseekV2MLP (dense layers and shared experts) uses config.mlp_bias (modeling_deepseek_v2.py)
     "deepseek_v2-bias": _moe_deepseek("deepseek_v2", q_lora_rank=None, attention_bias=True, mlp_bias=True),

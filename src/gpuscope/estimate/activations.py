@@ -27,19 +27,44 @@ from __future__ import annotations
 from gpuscope.specs.model import ModelSpec
 
 
+# Tensors one Megatron GPT layer saves for backward, 16-bit activations, Korthikanti et al. 2022 section 4.1:
+# (name, bytes per s*b*h [or per a*s^2*b when attention_scores], split by TP, split by SP, kept by selective recompute)
+MEGATRON_SAVED = (
+    ("layernorm_1_input", 2, False, True, True),
+    ("qkv_input", 2, False, True, True),
+    ("q_and_k", 4, True, True, True),
+    ("softmax_output", 2, True, True, False),  # x a s^2 b
+    ("softmax_dropout_mask", 1, True, True, False),  # x a s^2 b
+    ("softmax_dropout_output", 2, True, True, False),  # x a s^2 b
+    ("v", 2, True, True, True),
+    ("out_proj_input", 2, True, True, True),
+    ("attn_dropout_mask", 1, False, True, True),
+    ("layernorm_2_input", 2, False, True, True),
+    ("mlp_input", 2, False, True, True),
+    ("gelu_input", 8, True, True, True),
+    ("gelu_output", 8, True, True, True),
+    ("mlp_dropout_mask", 1, False, True, True),
+)
+_SCORES = {"softmax_output", "softmax_dropout_mask", "softmax_dropout_output"}
+
+
 def korthikanti_layer_bytes(s: int, b: int, h: int, a: int, t: int = 1, sp: bool = False,
                             recompute: str = "none") -> float:
-    """Korthikanti et al. 2022, Table 2 (bytes per transformer layer, 16-bit activations)."""
-    sbh = s * b * h
+    """Activation bytes of one Megatron layer, summed tensor by tensor (MEGATRON_SAVED).
+
+    tests/test_validation_published.py checks the sum against the paper's Table 2 closed forms.
+    Full recompute keeps only the layer input (2sbh, split by t under sequence parallelism).
+    """
     if recompute == "full":
-        return 2.0 * sbh
-    if recompute == "selective":
-        return sbh * (34.0 / t) if sp else sbh * (10.0 + 24.0 / t)
-    if sp:
-        return sbh * (34.0 / t + 5.0 * a * s / (h * t))
-    if t > 1:
-        return sbh * (10.0 + 24.0 / t + 5.0 * a * s / (h * t))
-    return sbh * (34.0 + 5.0 * a * s / h)
+        return 2.0 * s * b * h / (t if sp else 1)
+    total = 0.0
+    for name, per, tp_split, sp_split, kept_selective in MEGATRON_SAVED:
+        if recompute == "selective" and not kept_selective:
+            continue
+        unit = a * s * s * b if name in _SCORES else s * b * h
+        div = t if (tp_split or (sp and sp_split)) else 1
+        total += per * unit / div
+    return total
 
 
 def _norm_saved(m: ModelSpec, tokens: int, stream_b: float, act_b: float) -> float:

@@ -103,7 +103,9 @@ def moe_block_params(m: ModelSpec) -> tuple[int, int, int]:
     router = h * e.num_experts + e.router_bias_params
     one_expert = dense_mlp_params(m, e.expert_intermediate_size, bias=False)
     routed = e.num_experts * one_expert
-    shared = dense_mlp_params(m, e.shared_intermediate_size, bias=False) if e.shared_intermediate_size else 0
+    # Shared experts are the family's dense MLP class at another width, so they carry its bias: DeepseekV2MLP reads
+    # config.mlp_bias (modeling_deepseek_v2.py); Qwen2MoeMLP and DeepseekV3MLP have none (mlp_bias stays False).
+    shared = dense_mlp_params(m, e.shared_intermediate_size) if e.shared_intermediate_size else 0
     gate = h if e.shared_expert_gate else 0
     total = router + routed + shared + gate
     active = router + e.experts_per_token * one_expert + shared + gate

@@ -137,8 +137,7 @@ def summary_line(rec: dict) -> str:
     elif st == "oom":
         s = f"phase={r.get('phase')} peak={_gb(r.get('peak_bytes'))}"
     else:
-        s = (r.get("error") or f"timeout after {r.get('timeout_s')}s" if st == "timeout" else r.get("error") or "")
-        s = str(s)[:160]
+        s = f"after {r.get('timeout_s'):.0f}s" if st == "timeout" else str(r.get("error") or "")[:160]
     return f"{name}: {st} {s} ({rec.get('wall_s', 0):.1f}s)"
 
 

@@ -19,6 +19,15 @@ SUPPORTED_FAMILIES = (
 )
 
 
+# Defaults of the configuration_*.py classes where they differ from "one KV head per head" and "hidden / heads":
+# a config.json that leaves the field out gets these from transformers, so it must get them here too.
+# (A field written as null falls back to heads or hidden/heads in those classes, as below.)
+_DEFAULT_KV_HEADS = {  # configuration_mistral.py, _mixtral, _gemma, _gemma2, _qwen2, _qwen2_moe, _qwen3
+    "mistral": 8, "mixtral": 8, "gemma": 16, "gemma2": 4, "qwen2": 32, "qwen2_moe": 16, "qwen3": 32,
+}
+_DEFAULT_HEAD_DIM = {"gemma": 256, "gemma2": 256, "qwen3": 128}  # configuration_gemma.py, _gemma2, _qwen3
+
+
 def load_config_file(path: Path) -> dict:
     """Read config.json (or a directory holding one); errors are one sentence."""
     if path.is_dir():
@@ -66,10 +75,12 @@ def spec_from_config(cfg: dict, name: str = "", source: str = "") -> ModelSpec:
     hidden = _pos_int(cfg, _get(cfg, "hidden_size"), "hidden_size")
     layers = _pos_int(cfg, _get(cfg, "num_hidden_layers"), "num_hidden_layers")
     heads = _pos_int(cfg, _get(cfg, "num_attention_heads"), "num_attention_heads")
-    kv_heads = _pos_int(cfg, _get(cfg, "num_key_value_heads", default=heads), "num_key_value_heads")
+    kv_default = _DEFAULT_KV_HEADS.get(family, heads) if "num_key_value_heads" not in cfg else heads
+    kv_heads = _pos_int(cfg, _get(cfg, "num_key_value_heads", default=kv_default), "num_key_value_heads")
     if heads % kv_heads:
         raise UserError(f"--model: num_attention_heads ({heads}) must be a multiple of num_key_value_heads ({kv_heads}).")
-    head_dim = cfg.get("head_dim") or hidden // heads
+    head_dim = cfg.get("head_dim") if "head_dim" in cfg else _DEFAULT_HEAD_DIM.get(family)
+    head_dim = head_dim or hidden // heads
     head_dim = _pos_int(cfg, head_dim, "head_dim")
     inter = _pos_int(cfg, _get(cfg, "intermediate_size"), "intermediate_size")
     vocab = _pos_int(cfg, _get(cfg, "vocab_size"), "vocab_size")
@@ -92,13 +103,19 @@ def spec_from_config(cfg: dict, name: str = "", source: str = "") -> ModelSpec:
     )
     notes: list[str] = []
 
-    if family in ("llama", "mistral", "mixtral", "qwen3"):
+    # Biases as the modeling_*.py files build them: attention_bias puts a bias on q/k/v/o in Llama, Qwen3, Gemma
+    # and Gemma-2; Mistral, Mixtral and Phi-3 hard-code bias=False whatever the config says (modeling_mistral.py,
+    # modeling_mixtral.py, modeling_phi3.py); only LlamaMLP reads mlp_bias (Qwen3MLP, MistralMLP: bias=False).
+    if family in ("llama", "qwen3", "gemma", "gemma2"):
         kw["qkv_bias"] = kw["out_bias"] = bool(cfg.get("attention_bias", False))
+    if family == "llama":
         kw["mlp_bias"] = bool(cfg.get("mlp_bias", False))
     if family == "qwen3":
         kw["qk_norm"] = True
-    if family in ("qwen2", "qwen2_moe"):
-        kw["qkv_bias"] = bool(cfg.get("qkv_bias", True))  # Qwen2 q/k/v carry a bias, o_proj does not
+    if family == "qwen2":
+        kw["qkv_bias"] = True  # Qwen2Attention: q/k/v bias=True hard-coded, o_proj none (modeling_qwen2.py)
+    if family == "qwen2_moe":
+        kw["qkv_bias"] = bool(cfg.get("qkv_bias", True))  # Qwen2MoeAttention reads config.qkv_bias; o_proj none
     if family == "gemma2":
         kw["norms_per_layer"] = 4  # input, post_attention, pre_feedforward, post_feedforward
     if family in ("gemma", "gemma2"):
@@ -142,7 +159,9 @@ def spec_from_config(cfg: dict, name: str = "", source: str = "") -> ModelSpec:
             kw["moe"] = MoESpec(
                 num_experts=e, experts_per_token=int(_get(cfg, "num_experts_per_tok")),
                 expert_intermediate_size=mi, num_shared_experts=shared_n, shared_intermediate_size=shared_n * mi,
-                router_bias_params=e if family == "deepseek_v3" else 0,
+                # DeepSeek-V3's e_score_correction_bias is an nn.Buffer in transformers (DeepseekV3TopkRouter,
+                # modeling_deepseek_v3.py), not a parameter (the remote code made it one): 0 parameters here.
+                router_bias_params=0,
             )
             k_dense = int(cfg.get("first_k_dense_replace", 0) or 0)
             freq = int(cfg.get("moe_layer_freq", 1) or 1)
@@ -156,6 +175,8 @@ def spec_from_config(cfg: dict, name: str = "", source: str = "") -> ModelSpec:
             v_head_dim=int(_get(cfg, "v_head_dim")),
         )
         kw["qkv_bias"] = kw["out_bias"] = bool(cfg.get("attention_bias", False))
+        if family == "deepseek_v2":  # DeepseekV2MLP (dense layers and shared experts) reads config.mlp_bias
+            kw["mlp_bias"] = bool(cfg.get("mlp_bias", False))
         kw["head_dim"] = kw["mla"].v_head_dim
         kw["num_kv_heads"] = heads  # MLA decompresses K and V per head
         if cfg.get("num_nextn_predict_layers"):
