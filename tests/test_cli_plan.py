@@ -1,0 +1,96 @@
+"""`gpuscope plan` through the real entry point: JSON contract keys, and one-sentence errors with exit code 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "gpuscope", *args], capture_output=True, text=True, timeout=60)
+
+
+def test_plan_infer_json_contract():
+    r = run("plan", "infer", "--model", "llama-3.1-8b", "--gpu", "h200", "--batch", "4", "--prompt", "1024",
+            "--gen", "64", "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["schema"] == "gpuscope.estimate/1"
+    assert isinstance(d["fits"], bool) and d["fits"]
+    assert d["memory"]["peak_bytes_per_gpu"] > 16e9  # 8.03B bf16 weights alone are 16.06 GB
+    assert {"weights", "kv_cache"} <= set(d["memory"]["breakdown_bytes"])
+    assert d["time"]["prefill_s"] > 0 and d["time"]["decode_s_per_token"] > 0
+    assert d["throughput"]["decode_tokens_per_s"] == pytest.approx(4 / d["time"]["decode_s_per_token"])
+
+
+def test_plan_train_json_contract():
+    r = run("plan", "train", "--model", "llama-3.2-1b", "--gpu", "h100", "--micro-batch", "2", "--seq", "1024",
+            "--precision", "amp-bf16", "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["schema"] == "gpuscope.estimate/1"
+    assert 0 < d["mfu"] < 1
+    assert d["time"]["step_s"] > 0
+    assert d["throughput"]["tokens_per_s"] == pytest.approx(2 * 1024 / d["time"]["step_s"])
+    assert d["memory"]["peak_bytes_per_gpu"] == max(d["memory"]["phases_bytes"].values())
+
+
+def test_plan_text_output_has_verdict():
+    r = run("plan", "infer", "--model", "qwen2.5-72b", "--gpu", "a770", "--batch", "1", "--prompt", "512", "--gen", "16")
+    assert r.returncode == 0, r.stderr
+    assert "Does not fit" in r.stdout
+    assert "int4" in r.stdout or "tensor parallel" in r.stdout
+
+
+BAD = [
+    (["plan", "infer", "--model", "/no/such/config.json", "--gpu", "h200"], "no config.json"),
+    (["plan", "infer", "--model", "llama-9-8b", "--gpu", "h200"], "unknown preset"),
+    (["plan", "infer", "--model", "llama-3.1-8b", "--gpu", "h9000"], "h9000"),
+    (["plan", "infer", "--model", "llama-3.1-8b", "--gpu", "h200", "--batch", "0"], "--batch"),
+    (["plan", "infer", "--model", "llama-3.1-8b", "--gpu", "h200", "--gen", "-3"], "--gen"),
+    (["plan", "infer", "--model", "llama-3.1-8b", "--gpu", "h200", "--dtype", "fp6"], "--dtype"),
+    (["plan", "infer", "--model", "llama-3.1-8b", "--gpu", "h200", "--num-gpus", "3", "--tp", "3"], "--tp"),
+    (["plan", "infer", "--model", "llama-3.1-8b", "--gpu", "v100", "--dtype", "bf16"], "bf16"),
+    (["plan", "infer", "--model", "llama-3.1-8b", "--gpu", "h200", "--engine", "vllm"], "--engine"),
+    (["plan", "train", "--model", "llama-3.1-8b", "--gpu", "h200", "--precision", "fp64"], "--precision"),
+    (["plan", "train", "--model", "llama-3.1-8b", "--gpu", "h200", "--seq", "0"], "--seq"),
+    (["plan", "train", "--model", "llama-3.1-8b", "--gpu", "h200", "--optimizer", "lion"], "--optimizer"),
+]
+
+
+@pytest.mark.parametrize("args,needle", BAD)
+def test_bad_input_is_one_sentence_exit_2(args, needle):
+    r = run(*args)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr
+    assert r.stdout.strip() == ""  # never a partial JSON or table
+    lines = [ln for ln in r.stderr.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1, r.stderr
+    assert needle in lines[0]
+
+
+def test_malformed_and_unsupported_configs(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    r = run("plan", "infer", "--model", str(bad), "--gpu", "h200", "--json")
+    assert r.returncode == 2 and "not valid JSON" in r.stderr and r.stdout == ""
+    other = tmp_path / "cfg"
+    other.mkdir()
+    (other / "config.json").write_text(json.dumps({"model_type": "bert", "hidden_size": 8}))
+    r = run("plan", "infer", "--model", str(other), "--gpu", "h200")
+    assert r.returncode == 2 and "bert" in r.stderr
+    (other / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
+                                                    "num_attention_heads": 6, "num_key_value_heads": 4,
+                                                    "intermediate_size": 128, "vocab_size": 100}))
+    r = run("plan", "infer", "--model", str(other), "--gpu", "h200")
+    assert r.returncode == 2 and "num_key_value_heads" in r.stderr
+
+
+def test_models_lists_presets():
+    r = run("models", "--json")
+    assert r.returncode == 0
+    names = {m["name"] for m in json.loads(r.stdout)["models"]}
+    assert {"llama-3.1-8b", "qwen2.5-32b", "deepseek-v3", "gpt2", "megatron-1t"} <= names
