@@ -96,8 +96,14 @@ def build_model(cfg: dict, dev: Device, dtype: torch.dtype, attn: str = "sdpa", 
     hf_logging.set_verbosity_error()
     config = hf_config(cfg)
     config.use_cache = use_cache
-    with torch.device(dev.torch_device), _no_init():
-        model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=attn)
+    try:
+        with torch.device(dev.torch_device), _no_init():
+            model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=attn)
+    except ValueError as e:  # e.g. Gemma-2 has no sdpa path (logit soft-capping): fall back to eager, and say so
+        if attn == "eager" or "attention implementation" not in str(e):
+            raise
+        with torch.device(dev.torch_device), _no_init():
+            model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation="eager")
     model.tie_weights()  # init_weights (which ties) was skipped by no_init_weights
     init_random_(model)
     return model, config
@@ -109,6 +115,8 @@ def model_bytes(model: torch.nn.Module) -> dict:
     pb = sum(p.numel() * p.element_size() for p in params)
     bb = sum(b.numel() * b.element_size() for b in buffers)
     return {
+        "attn_impl": getattr(model.config, "_attn_implementation", None),
+        "model_class": type(model).__name__,
         "param_count": sum(p.numel() for p in params),
         "param_dtype": str(params[0].dtype).replace("torch.", "") if params else None,
         "weights_bytes": pb + bb,
@@ -174,6 +182,22 @@ def run_infer(case: dict) -> dict:
         res = oom_result(dev, state["phase"], e)
     _release(dev)
     return res
+
+
+def _cache_kwarg(model) -> str:
+    """Name of the forward argument for the past cache: ``past_key_values`` (transformers <= 5.2x) or ``cache``."""
+    import inspect
+
+    params = inspect.signature(model.forward).parameters
+    return "past_key_values" if "past_key_values" in params or "cache" not in params else "cache"
+
+
+def _out_cache(out):
+    for name in ("past_key_values", "cache"):
+        c = getattr(out, name, None)
+        if c is not None:
+            return c
+    raise RuntimeError("the model output carries no cache (use_cache=True was ignored)")
 
 
 def _generate(model, ids, mask, n: int):
@@ -276,7 +300,7 @@ def _run_infer(case: dict, dev: Device, state: dict) -> dict:
         peaks.append(dev.peak_allocated())
     res["peak_prefill_forward_bytes"] = _max_or_none(peaks)
     res["prefill_forward_logits_to_keep"] = kw.get("logits_to_keep")
-    pkv = o.past_key_values
+    pkv = _out_cache(o)
     res["kv_cache_bytes"] = cache_bytes(pkv)  # for the P prompt tokens of the whole batch
 
     # (d) bare decode-step forward with the past cache (the cache grows by one token per step).
@@ -286,11 +310,12 @@ def _run_infer(case: dict, dev: Device, state: dict) -> dict:
     warm = 2
     full_mask = torch.ones(B, P + warm + decode_iters, dtype=mask.dtype, device=dev.torch_device)
     dec = []
+    cache_kw = _cache_kwarg(model)
     for i in range(warm + decode_iters):
         step_mask = full_mask[:, : P + i + 1]
         with dev.timer() as t:
-            o = model(input_ids=nxt, attention_mask=step_mask, past_key_values=pkv, use_cache=True)
-        pkv = o.past_key_values
+            o = model(input_ids=nxt, attention_mask=step_mask, use_cache=True, **{cache_kw: pkv})
+        pkv = _out_cache(o)
         nxt = o.logits[:, -1:].argmax(-1)
         if i >= warm:
             dec.append(t.s)

@@ -81,6 +81,7 @@ def matmul_settings() -> dict:
         "float32_matmul_precision": torch.get_float32_matmul_precision(),
         "cuda_matmul_allow_tf32": _quiet(lambda: bool(torch.backends.cuda.matmul.allow_tf32)),
         "cudnn_allow_tf32": _quiet(lambda: bool(torch.backends.cudnn.allow_tf32)),
+        "cuda_matmul_fp32_precision": _quiet(lambda: str(torch.backends.cuda.matmul.fp32_precision)),
     }
 
 
@@ -134,19 +135,27 @@ def _run_train(case: dict, dev: Device, state: dict) -> dict:
     res.update({"optimizer": "adamw", "optimizer_fused": fused, "grad_scaler": scaler is not None})
     res.update(matmul_settings())
 
-    ids = torch.randint(0, vocab_size(config), (B, S), device=dev.torch_device)
+    # A fresh random batch for every step (made up front, so no kernel of it falls inside a timed step).
+    batches = iter([torch.randint(0, vocab_size(config), (B, S), device=dev.torch_device)
+                    for _ in range(warmup + 1 + steps)])
 
     def autocast():
         return torch.autocast(device_type=dev.type, dtype=ac_dtype) if ac_dtype else contextlib.nullcontext()
 
+    stage = ["warmup"]  # phase names for OOM results: "<warmup|measure|timed>/<forward|backward|optimizer>"
+
     def forward():
+        state["phase"] = f"{stage[0]}/forward"
+        ids = next(batches)
         with autocast():
             return model(input_ids=ids, labels=ids, use_cache=False).loss  # the output (logits) is dropped here
 
     def backward(loss):
+        state["phase"] = f"{stage[0]}/backward"
         (scaler.scale(loss) if scaler else loss).backward()
 
     def opt_step():
+        state["phase"] = f"{stage[0]}/optimizer"
         if scaler:
             scaler.step(opt)
             scaler.update()
@@ -154,7 +163,6 @@ def _run_train(case: dict, dev: Device, state: dict) -> dict:
             opt.step()
         opt.zero_grad(set_to_none=True)
 
-    state["phase"] = "warmup"
     for _ in range(warmup):
         loss = forward()
         backward(loss)
@@ -163,7 +171,7 @@ def _run_train(case: dict, dev: Device, state: dict) -> dict:
     _release(dev)
 
     # One instrumented step: memory per phase.
-    state["phase"] = "forward"
+    stage[0] = "measure"
     dev.synchronize()
     res["optimizer_state_bytes"] = _state_bytes(opt)
     res["mem_rest_bytes"] = dev.allocated()
@@ -172,7 +180,6 @@ def _run_train(case: dict, dev: Device, state: dict) -> dict:
     dev.synchronize()
     res["peak_forward_bytes"] = dev.peak_allocated()
     res["mem_after_forward_bytes"] = dev.allocated()
-    state["phase"] = "backward"
     dev.reset_peak()
     backward(loss)
     dev.synchronize()
@@ -181,7 +188,6 @@ def _run_train(case: dict, dev: Device, state: dict) -> dict:
     res["peak_backward_bytes"] = dev.peak_allocated()
     res["mem_after_backward_bytes"] = dev.allocated()
     res["grad_bytes"] = _grad_bytes(model)
-    state["phase"] = "optimizer"
     dev.reset_peak()
     opt_step()
     dev.synchronize()
@@ -193,7 +199,7 @@ def _run_train(case: dict, dev: Device, state: dict) -> dict:
         res["activations_bytes"] = None
 
     # Timed steps, back to back.
-    state["phase"] = "train_step"
+    stage[0] = "timed"
     dev.reset_peak()
     st = dev.step_timer()
     st.start()

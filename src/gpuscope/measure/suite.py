@@ -48,9 +48,9 @@ def read_results(path) -> list[dict]:
 def _done_ids(path, retry_failed: bool) -> set[str]:
     done = set()
     for rec in read_results(path):
-        status = (rec.get("result") or {}).get("status")
-        if retry_failed and status in ("error", "timeout"):
-            continue
+        r = rec.get("result") or {}
+        if r.get("budget_cut") or (retry_failed and r.get("status") in ("error", "timeout")):
+            continue  # a case stopped by the suite's budget (not by its own timeout) runs again on resume
         done.add(rec["case_id"])
     return done
 
@@ -165,6 +165,8 @@ def run_suite(cases: list[dict], out_path, timeout_s: float = 300, retry_failed:
                 continue
             limit = min(timeout_s, left)
         rec = run_one(case, limit)
+        if limit < timeout_s and rec["result"].get("status") == "timeout":
+            rec["result"]["budget_cut"] = True
         with open(out, "a") as f:
             f.write(json.dumps(rec) + "\n")
             f.flush()

@@ -1,0 +1,221 @@
+"""The measurement layer on CPU with tiny random-weight models (no downloads), plus GPU checks marked `gpu`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from gpuscope.measure import llm_infer, llm_train  # noqa: E402
+from gpuscope.measure.cases import TINY_GPT2, TINY_LLAMA, case_id, h200_cases, smoke_cases  # noqa: E402
+from gpuscope.measure.run_case import measure  # noqa: E402
+from gpuscope.measure.suite import read_results, run_one, run_suite  # noqa: E402
+
+INFER_KEYS = {
+    "status", "kind", "model", "model_type", "device", "device_name", "dtype", "attn", "batch", "prompt", "gen",
+    "repeats", "param_count", "param_dtype", "weights_bytes", "mem_after_load_bytes", "peak_prefill_bytes",
+    "peak_generate_bytes", "peak_generate_reserved_bytes", "generated_tokens", "kv_cache_bytes", "ttft_s",
+    "ttft_s_min", "ttft_s_max", "e2e_s", "e2e_s_min", "e2e_s_max", "tpot_s", "decode_tokens_per_s",
+    "prefill_tokens_per_s", "prefill_forward_s", "decode_forward_s", "generate_overhead_per_token_s",
+    "metric_formulas", "samples_s", "timer",
+}
+TRAIN_KEYS = {
+    "status", "kind", "model", "model_type", "precision", "autocast_dtype", "recompute", "micro_batch", "seq",
+    "steps", "warmup", "param_count", "param_dtype", "weights_bytes", "optimizer", "optimizer_fused",
+    "optimizer_state_bytes", "grad_bytes", "mem_rest_bytes", "peak_forward_bytes", "mem_after_forward_bytes",
+    "activations_bytes", "peak_backward_bytes", "peak_optimizer_bytes", "peak_bytes", "peak_reserved_bytes",
+    "step_s", "step_s_min", "step_s_max", "tokens_per_s", "loss_last", "loss_finite", "float32_matmul_precision",
+    "cuda_matmul_allow_tf32", "metric_formulas", "samples_s", "timer",
+}
+MEMORY_KEYS_INFER = ("mem_after_load_bytes", "peak_prefill_bytes", "peak_generate_bytes")
+MEMORY_KEYS_TRAIN = ("mem_rest_bytes", "peak_forward_bytes", "peak_backward_bytes", "peak_optimizer_bytes", "peak_bytes")
+
+
+def _infer_case(**kw):
+    c = {"kind": "infer", "model": "tiny-llama", "config": TINY_LLAMA, "batch": 2, "prompt": 16, "gen": 5,
+         "dtype": "fp32", "repeats": 2, "decode_iters": 3, "device": "cpu"}
+    c.update(kw)
+    return c
+
+
+def _train_case(**kw):
+    c = {"kind": "train", "model": "tiny-llama", "config": TINY_LLAMA, "micro_batch": 2, "seq": 32,
+         "precision": "amp-bf16", "recompute": "none", "steps": 2, "warmup": 1, "device": "cpu"}
+    c.update(kw)
+    return c
+
+
+def _check_infer(r, case):
+    assert r["status"] == "ok", r
+    assert INFER_KEYS <= set(r), INFER_KEYS - set(r)
+    assert r["generated_tokens"] == case["gen"]  # EOS disabled: exactly gen tokens
+    assert r["ttft_s"] > 0 and r["e2e_s"] > 0 and r["tpot_s"] > 0
+    assert r["tpot_s"] == pytest.approx((r["e2e_s"] - r["ttft_s"]) / (case["gen"] - 1))
+    assert r["decode_tokens_per_s"] == pytest.approx(case["batch"] / r["tpot_s"])
+    assert r["ttft_s_min"] <= r["ttft_s"] <= r["ttft_s_max"]
+    assert r["decode_forward_s"] > 0 and r["prefill_forward_s"] > 0
+    assert r["metric_formulas"]["tpot_s"] == "(e2e_s - ttft_s) / (G - 1)"
+    assert r["weights_bytes"] >= r["param_count"] * 2
+    assert r["kv_cache_bytes"] > 0
+
+
+def _check_train(r, case):
+    assert r["status"] == "ok", r
+    assert TRAIN_KEYS <= set(r), TRAIN_KEYS - set(r)
+    assert r["step_s"] > 0 and r["tokens_per_s"] == pytest.approx(case["micro_batch"] * case["seq"] / r["step_s"])
+    assert r["step_s_min"] <= r["step_s"] <= r["step_s_max"]
+    assert r["loss_finite"]
+    assert r["optimizer_state_bytes"] >= 2 * r["param_count"] * (2 if r["param_dtype"] == "bfloat16" else 4)
+    assert r["grad_bytes"] > 0
+
+
+# --- in process ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("config,dtype", [(TINY_LLAMA, "fp32"), (TINY_GPT2, "bf16")])
+def test_infer_cpu(config, dtype):
+    case = _infer_case(config=config, dtype=dtype)
+    r = llm_infer.run_infer(case)
+    _check_infer(r, case)
+    for k in MEMORY_KEYS_INFER:  # no allocator statistics on CPU: null, not zero
+        assert r[k] is None
+
+
+def test_infer_random_weights_and_tied_embeddings():
+    from gpuscope.measure.device import Device
+
+    model, _ = llm_infer.build_model(TINY_GPT2, Device("cpu"), torch.float32)
+    assert model.get_output_embeddings().weight is model.get_input_embeddings().weight
+    for name, p in model.named_parameters():
+        assert torch.isfinite(p).all(), name
+        assert not (p == 0).all() and p.std() > 0, name
+
+
+@pytest.mark.parametrize("precision,recompute", [("amp-bf16", "none"), ("amp-fp16", "full"), ("bf16", "full"),
+                                                 ("fp32", "none")])
+def test_train_cpu(precision, recompute):
+    case = _train_case(precision=precision, recompute=recompute)
+    r = llm_train.run_train(case)
+    _check_train(r, case)
+    assert r["param_dtype"] == ("bfloat16" if precision == "bf16" else "float32")
+    assert r["grad_scaler"] == (precision == "amp-fp16")
+    assert (r["recompute_api"] is not None) == (recompute == "full")
+    for k in MEMORY_KEYS_TRAIN:
+        assert r[k] is None
+
+
+def test_model_from_path(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(TINY_LLAMA))
+    for m in (str(tmp_path), str(tmp_path / "config.json")):
+        assert llm_infer.case_config({"model": m}) == TINY_LLAMA
+
+
+def test_unknown_preset_is_an_error_result():
+    rec = measure({"kind": "infer", "model": "no-such-model-xyz", "batch": 1, "prompt": 4, "gen": 2})
+    assert rec["result"]["status"] == "error" and "no-such-model-xyz" in rec["result"]["error"]
+    assert rec["provenance"]["benchmark_version"]
+
+
+def test_oom_is_a_result_infer(monkeypatch):
+    def boom(*a, **k):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(llm_infer, "_generate", boom)
+    r = llm_infer.run_infer(_infer_case())
+    assert r["status"] == "oom" and r["phase"] == "warmup"
+    assert "out of memory" in r["error"] and "peak_bytes" in r
+
+
+def test_oom_is_a_result_train(monkeypatch):
+    def boom(*a, **k):
+        raise RuntimeError("CUDA error: out of memory")
+
+    monkeypatch.setattr(llm_train, "_grad_bytes", boom)  # called right after the measured backward
+    r = llm_train.run_train(_train_case())
+    assert r["status"] == "oom" and r["phase"] == "measure/backward"
+
+
+def test_other_errors_propagate(monkeypatch):
+    def bad(*a, **k):
+        raise ValueError("not an OOM")
+
+    monkeypatch.setattr(llm_infer, "_generate", bad)
+    with pytest.raises(ValueError):
+        llm_infer.run_infer(_infer_case())
+
+
+def test_case_sets():
+    ids = [case_id(c) for c in smoke_cases() + h200_cases()]
+    assert len(ids) == len(set(ids))
+    kinds = [c["kind"] for c in h200_cases()]
+    assert kinds.count("infer") == 8 and kinds.count("train") == 9
+
+
+# --- through the suite (one subprocess per case) --------------------------------------------------------------
+def test_suite_subprocess_and_resume(tmp_path):
+    out = tmp_path / "r.jsonl"
+    cases = [_infer_case(), _train_case(), {"kind": "bogus", "model": "x"}]
+    log = tmp_path / "log.txt"
+    with open(log, "w") as f:
+        recs = run_suite(cases, out, timeout_s=120, log=f)
+    assert [r["result"]["status"] for r in recs] == ["ok", "ok", "error"]
+    _check_infer(recs[0]["result"], cases[0])
+    _check_train(recs[1]["result"], cases[1])
+    lines = read_results(out)
+    assert len(lines) == 3 and all({"case", "result", "provenance", "case_id"} <= set(r) for r in lines)
+    assert lines[0]["provenance"]["torch"] == torch.__version__
+    assert "ok" in log.read_text()
+    # resume: nothing runs again, nothing is appended
+    with open(log, "w") as f:
+        again = run_suite(cases, out, timeout_s=120, log=f)
+    assert again == [] and len(read_results(out)) == 3
+    assert log.read_text().count("skipped") == 3
+
+
+def test_timeout_is_a_result(tmp_path):
+    rec = run_one(_infer_case(), timeout_s=0.3)  # importing torch alone takes longer
+    assert rec["result"]["status"] == "timeout" and rec["result"]["timeout_s"] == 0.3
+    out = tmp_path / "t.jsonl"
+    run_suite([_infer_case()], out, timeout_s=0.3, log=open(tmp_path / "log", "w"))
+    assert read_results(out)[0]["result"]["status"] == "timeout"
+
+
+def test_run_case_prints_one_json_line():
+    p = subprocess.run([sys.executable, "-m", "gpuscope.measure.run_case", json.dumps(_infer_case(gen=2))],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.strip().splitlines()
+    assert len(lines) == 1 and json.loads(lines[0])["result"]["status"] == "ok"
+
+
+def test_suite_parent_does_not_import_torch():
+    code = "import sys, gpuscope.measure.suite, gpuscope.measure.cases; assert 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+# --- on a GPU ----------------------------------------------------------------------------------------------
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_infer_cuda_memory():
+    case = _infer_case(device="cuda", dtype="bf16")
+    r = llm_infer.run_infer(case)
+    _check_infer(r, case)
+    assert r["timer"] == "device_event"
+    assert r["peak_generate_bytes"] >= r["mem_after_load_bytes"] >= r["weights_bytes"]
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_train_cuda_memory():
+    case = _train_case(device="cuda")
+    r = llm_train.run_train(case)
+    _check_train(r, case)
+    assert r["optimizer_fused"]
+    assert r["mem_rest_bytes"] >= r["weights_bytes"] + r["optimizer_state_bytes"]
+    assert r["peak_bytes"] >= max(r["peak_forward_bytes"], r["mem_rest_bytes"])
