@@ -1,0 +1,110 @@
+"""Predicted vs measured: rebuild the planner's estimate for a measured case and set the two side by side.
+
+A measurement record is one line of a results file written by ``gpuscope.measure.suite`` (keys ``case``,
+``result``, ``provenance``). The estimate is made for the same model, workload and device; with ``ceilings``
+(measured matmul TFLOP/s and copy GB/s of that device) the hardware is calibrated first, as
+``gpuscope plan --gpu calibrated.toml`` would do.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from gpuscope.errors import UserError
+from gpuscope.estimate.infer import estimate_infer
+from gpuscope.estimate.train import estimate_train
+from gpuscope.specs.hardware import HardwareSpec, load_hardware
+from gpuscope.specs.hf_config import spec_from_config
+from gpuscope.specs.models import load_model
+
+
+@dataclass(frozen=True)
+class Row:
+    case: str
+    metric: str
+    estimated: float
+    measured: float
+
+    @property
+    def error(self) -> float:
+        """(estimated - measured) / measured."""
+        return (self.estimated - self.measured) / self.measured
+
+
+def read_records(path: str | Path) -> list[dict]:
+    p = Path(path)
+    if not p.is_file():
+        raise UserError(f"results file '{p}' does not exist.")
+    out = []
+    for n, line in enumerate(p.read_text().splitlines(), 1):
+        if line.strip():
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                raise UserError(f"results file '{p}' line {n} is not JSON.") from None
+    return out
+
+
+def hardware_for(device_name: str) -> HardwareSpec:
+    """Catalog entry for a device name as torch reports it ('NVIDIA H200' -> nvidia_h200_sxm)."""
+    name = device_name.lower().replace("nvidia", "").strip()
+    return load_hardware(name)
+
+
+def calibrated(hw: HardwareSpec, matmul_tflops: dict[str, float] | None, copy_gbs: float | None) -> HardwareSpec:
+    measured = dict(hw.measured or {})
+    if matmul_tflops:
+        measured["matmul_tflops"] = dict(matmul_tflops)
+    if copy_gbs:
+        measured["memory_bw_gbs"] = copy_gbs
+    return replace(hw, measured=measured)
+
+
+def _model(case: dict):
+    if isinstance(case.get("config"), dict):
+        return spec_from_config(case["config"], name=case.get("model", "inline"))
+    return load_model(case["model"])
+
+
+def estimate_for(case: dict, hw: HardwareSpec):
+    m = _model(case)
+    if case["kind"] == "infer":
+        return estimate_infer(m, hw, batch=case["batch"], prompt=case["prompt"], gen=case["gen"],
+                              dtype=case.get("dtype", "bf16"), engine="eager")
+    return estimate_train(m, hw, micro_batch=case["micro_batch"], seq=case["seq"], precision=case["precision"],
+                          optimizer=case.get("optimizer", "adamw"), recompute=case.get("recompute", "none"),
+                          fused=case.get("fused", True))
+
+
+def compare_record(rec: dict, hw: HardwareSpec) -> list[Row]:
+    case, res = rec["case"], rec["result"]
+    if res.get("status") != "ok":
+        return []
+    est = estimate_for(case, hw)
+    name = rec.get("case_id", case["model"]).split("#")[0]
+    rows = [Row(name, "peak_bytes", est.peak_bytes_per_gpu,
+                res["peak_generate_bytes"] if case["kind"] == "infer" else res["peak_bytes"])]
+    if case["kind"] == "infer":
+        rows += [Row(name, "prefill_s", est.time["prefill_s"], res["ttft_s"]),
+                 Row(name, "decode_s_per_token", est.time["decode_s_per_token"], res["tpot_s"])]
+    else:
+        rows += [Row(name, "step_s", est.time["step_s"], res["step_s"])]
+        for phase, key in (("forward", "peak_forward_bytes"), ("backward", "peak_backward_bytes"),
+                           ("optimizer", "peak_optimizer_bytes")):
+            if res.get(key):
+                rows.append(Row(name, f"{phase}_peak_bytes", est.phases_bytes[phase], res[key]))
+    return rows
+
+
+def compare_file(path: str | Path, ceilings: dict | None = None) -> list[Row]:
+    rows: list[Row] = []
+    for rec in read_records(path):
+        if rec.get("result", {}).get("status") != "ok":
+            continue
+        hw = hardware_for(rec["result"].get("device_name", ""))
+        if ceilings:
+            hw = calibrated(hw, ceilings.get("matmul_tflops"), ceilings.get("memory_bw_gbs"))
+        rows += compare_record(rec, hw)
+    return rows
