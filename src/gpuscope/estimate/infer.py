@@ -131,14 +131,14 @@ def estimate_infer(m: ModelSpec, hw, *, batch: int, prompt: int, gen: int, dtype
     sms = sms * tp if sms else None
     pre_ops = opsmod.forward_ops(m, batch, prompt, 0, act_b, w_b, act_b, head_tokens=batch,
                                  hf_cache_cat=not graph, head_w_b=act_b)
-    pre_wall, pre_gpu, pre_host, pre_times = forward_time(pre_ops, tflops, bw, eng, sms, graph)
+    pre_wall, pre_gpu, pre_host, pre_times = forward_time(pre_ops, tflops, bw, eng, sms, graph, m.head_dim)
     mid_past = prompt + (gen - 1) / 2.0
     dec_ops = opsmod.forward_ops(m, batch, 1, int(round(mid_past)), act_b, w_b, act_b, head_tokens=batch,
                                  hf_cache_cat=not graph, head_w_b=act_b)
     if kv_b != act_b:  # KV traffic at the cache's dtype
         dec_ops = [o if o.kind not in ("cache",) else opsmod.Op(o.name, o.kind, o.flops, o.bytes * kv_b / act_b,
                                                                o.kernels, o.count) for o in dec_ops]
-    dec_wall, dec_gpu, dec_host, dec_times = forward_time(dec_ops, tflops, bw, eng, sms, graph)
+    dec_wall, dec_gpu, dec_host, dec_times = forward_time(dec_ops, tflops, bw, eng, sms, graph, m.head_dim)
     comm = _tp_comm_s(m, hw, tp, batch * prompt, act_b), _tp_comm_s(m, hw, tp, batch, act_b)
     prefill_s = pre_wall + comm[0] + eng.step_s
     decode_s = dec_wall + comm[1] + eng.step_s

@@ -6,6 +6,13 @@ Per op on the GPU:  t = max(flops / F, bytes / B, kernels * t_kernel_min)
   so its useful fraction is tiles / (waves * SMs) (NVIDIA "Matrix Multiplication Background" user guide,
   "Wave Quantization"). Non-matmul FLOPs (attention softmax etc.) run on the same units at the same rate.
 - B: achievable device-memory bandwidth (measured copy bandwidth, or datasheet x efficiency).
+- Eager elementwise kernels (PyTorch TensorIterator: dtype casts, broadcasts, strided reads, cat) do not reach
+  a plain device copy's bandwidth. On the H200 (2026-11-29 profile of a Llama-3.1-8B prefill and of a
+  Llama-3.2-1B AMP training step, results/2026-11-29-h200/profile.json) the non-GEMM kernels moved the bytes
+  counted in ops.py at 63% and 64% of the measured copy bandwidth: ELEMENTWISE_BW_FRACTION.
+- Attention (SDPA flash kernels, cuDNN on Hopper) runs below the GEMM rate: measured causal forward 430-570
+  TFLOP/s at head_dim 128 and 310 at head_dim 64, forward+backward 350-490 and 300, against 737 for GEMMs
+  (same profile): ATTENTION_EFFICIENCY by head_dim.
 - t_kernel_min: the shortest a kernel takes from launch to completion on the GPU, about 2-3 us on recent NVIDIA parts
   (launch latency plus the ramp of one wave). It dominates small-batch decode once host overhead is gone.
 
@@ -30,6 +37,17 @@ SM_COUNT = {
     "mi300x": 304, "mi325x": 304, "mi250x": 220, "a770": 32,
 }
 TILE = 128
+ELEMENTWISE_BW_FRACTION = 0.63
+ATTENTION_EFFICIENCY = {64: 0.42, 128: 0.62}  # fraction of the GEMM rate, by head_dim (<=64, >=128 interpolated)
+
+
+def attention_efficiency(head_dim: int) -> float:
+    lo, hi = ATTENTION_EFFICIENCY[64], ATTENTION_EFFICIENCY[128]
+    if head_dim <= 64:
+        return lo
+    if head_dim >= 128:
+        return hi
+    return lo + (hi - lo) * (head_dim - 64) / 64
 
 
 @dataclass(frozen=True)
@@ -71,12 +89,19 @@ class OpTime:
     kernels: int
 
 
-def time_ops(ops: list[Op], tflops: float, bw_gbs: float, engine: EngineModel, sms: int | None) -> list[OpTime]:
+def time_ops(ops: list[Op], tflops: float, bw_gbs: float, engine: EngineModel, sms: int | None,
+             head_dim: int = 128) -> list[OpTime]:
     out = []
     for o in ops:
-        f_rate = tflops * 1e12 * (wave_efficiency(o.matmul_shape, sms) if o.kind == "matmul" else 1.0)
+        if o.kind == "matmul":
+            f_rate = tflops * 1e12 * wave_efficiency(o.matmul_shape, sms)
+        elif o.kind == "attention":
+            f_rate = tflops * 1e12 * attention_efficiency(head_dim)
+        else:
+            f_rate = tflops * 1e12
         t_c = o.flops / f_rate if o.flops else 0.0
-        t_m = o.bytes / (bw_gbs * 1e9)
+        bw = bw_gbs * 1e9 * (ELEMENTWISE_BW_FRACTION if o.kind in ("elementwise", "cache") else 1.0)
+        t_m = o.bytes / bw
         t_l = o.kernels * engine.kernel_min_s
         t = max(t_c, t_m, t_l)
         bound = "compute" if t == t_c and t_c > 0 else ("memory" if t == t_m else "latency")
@@ -86,9 +111,9 @@ def time_ops(ops: list[Op], tflops: float, bw_gbs: float, engine: EngineModel, s
 
 
 def forward_time(ops: list[Op], tflops: float, bw_gbs: float, engine: EngineModel, sms: int | None,
-                 graph: bool) -> tuple[float, float, float, list[OpTime]]:
+                 graph: bool, head_dim: int = 128) -> tuple[float, float, float, list[OpTime]]:
     """(wall seconds, GPU seconds, host seconds, per-op times) of one forward."""
-    times = time_ops(ops, tflops, bw_gbs, engine, sms)
+    times = time_ops(ops, tflops, bw_gbs, engine, sms, head_dim)
     gpu = sum(t.gpu_s for t in times)
     kernels = sum(t.kernels for t in times)
     host = 0.0 if graph else kernels * engine.launch_s

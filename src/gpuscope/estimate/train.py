@@ -158,10 +158,10 @@ def estimate_train(m: ModelSpec, hw, *, micro_batch: int, seq: int, precision: s
     sms = sm_count(hw.key)
     fwd_ops = opsmod.forward_ops(m, micro_batch, seq, 0, act_b, act_b, stream_b, head_tokens=T, hf_cache_cat=False)
     fwd_ops.append(opsmod.Op("loss_log_softmax", "elementwise", 0.0, 20.0 * T * V, 6))
-    f_wall, f_gpu, f_host, f_times = forward_time(fwd_ops, tflops, bw, TRAIN_ENGINE, sms, graph=False)
+    f_wall, f_gpu, f_host, f_times = forward_time(fwd_ops, tflops, bw, TRAIN_ENGINE, sms, graph=False, head_dim=m.head_dim)
     bwd_ops = [opsmod.Op(o.name + "_bwd", o.kind, o.flops * (2.5 if o.kind == "attention" else 2.0),
                          o.bytes * 2.0, o.kernels * 2, o.count, o.matmul_shape) for o in fwd_ops]
-    b_wall, b_gpu, b_host, b_times = forward_time(bwd_ops, tflops, bw, TRAIN_ENGINE, sms, graph=False)
+    b_wall, b_gpu, b_host, b_times = forward_time(bwd_ops, tflops, bw, TRAIN_ENGINE, sms, graph=False, head_dim=m.head_dim)
     micro_gpu = f_gpu + b_gpu + (f_gpu if full else 0.0)
     micro_host = f_host + b_host + (f_host if full else 0.0)
     micro_s = max(micro_gpu, micro_host)

@@ -44,7 +44,9 @@ def train_case(model, micro_batch, seq, precision="amp-bf16", recompute="none", 
 def case_name(case: dict) -> str:
     m = case.get("model") or (case.get("config") or {}).get("model_type", "?")
     if case.get("kind") == "infer":
-        return f"infer/{m}/b{case.get('batch')}-p{case.get('prompt')}-g{case.get('gen')}-{case.get('dtype', 'bf16')}"
+        eng = "" if case.get("engine", "hf-eager") == "hf-eager" else f"-{case['engine']}"
+        return (f"infer/{m}/b{case.get('batch')}-p{case.get('prompt')}-g{case.get('gen')}-{case.get('dtype', 'bf16')}"
+                f"{eng}")
     if case.get("kind") == "train":
         return (f"train/{m}/mb{case.get('micro_batch')}-s{case.get('seq')}-{case.get('precision', 'amp-bf16')}"
                 f"-rc_{case.get('recompute', 'none')}")
@@ -91,4 +93,23 @@ def h200_cases() -> list[dict]:
     ]
 
 
-CASE_SETS = {"smoke": smoke_cases, "h200": h200_cases}
+def h200_second_cases() -> list[dict]:
+    """Cases the planner was not tuned on (other families, MoE, MLA, parallel residual, big vocab share), and the
+    graph engine (static cache + compiled decode)."""
+    small = {"steps": 5, "warmup": 2}
+    return [
+        infer_case("llama-3.2-1b", 1, 512, 128, engine="hf-graph", repeats=3),
+        infer_case("llama-3.1-8b", 1, 2048, 128, engine="hf-graph", repeats=3),
+        infer_case("mixtral-8x7b", 1, 1024, 16, repeats=2),
+        infer_case("deepseek-v2-lite", 4, 1024, 16, repeats=2),
+        infer_case("gemma-2b", 8, 2048, 32),
+        infer_case("phi-3-mini", 4, 2048, 32),
+        train_case("phi-3-mini", 2, 2048, "amp-bf16", "full", **small),
+        train_case("pythia-1.4b", 8, 2048, "amp-bf16", "none", **small),
+        train_case("qwen2.5-0.5b", 16, 1024, "amp-bf16", "none", **small),
+        train_case("llama-3.2-3b", 4, 4096, "bf16", "none", **small),
+        train_case("gemma-2b", 4, 2048, "amp-bf16", "full", **small),
+    ]
+
+
+CASE_SETS = {"smoke": smoke_cases, "h200": h200_cases, "h200-b": h200_second_cases}

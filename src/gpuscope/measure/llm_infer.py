@@ -200,8 +200,15 @@ def _out_cache(out):
     raise RuntimeError("the model output carries no cache (use_cache=True was ignored)")
 
 
-def _generate(model, ids, mask, n: int):
-    return model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=n, min_new_tokens=n, do_sample=False)
+ENGINES = ("hf-eager", "hf-graph")
+
+
+def _generate(model, ids, mask, n: int, engine: str = "hf-eager"):
+    """hf-eager: plain generate (DynamicCache). hf-graph: a static KV cache, with which transformers compiles the
+    decode step (torch.compile, mode "reduce-overhead": CUDA graphs) on CUDA devices."""
+    kw = {"cache_implementation": "static"} if engine == "hf-graph" else {}
+    return model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=n, min_new_tokens=n, do_sample=False,
+                          **kw)
 
 
 def _silence_generation(model) -> None:
@@ -226,6 +233,9 @@ def _run_infer(case: dict, dev: Device, state: dict) -> dict:
     attn = case.get("attn", "sdpa")
     repeats = max(1, int(case.get("repeats", 3)))
     decode_iters = max(1, int(case.get("decode_iters", 20)))
+    engine = case.get("engine", "hf-eager")
+    if engine not in ENGINES:
+        raise ValueError(f"engine: '{engine}' is not one of {', '.join(ENGINES)}")
     torch.manual_seed(int(case.get("seed", 0)))
 
     state["phase"] = "load"
@@ -247,7 +257,10 @@ def _run_infer(case: dict, dev: Device, state: dict) -> dict:
     mask = torch.ones_like(ids)
 
     state["phase"] = "warmup"
-    out = _generate(model, ids, mask, 2)
+    res["engine"] = engine
+    # hf-graph: compile and record the CUDA graphs for this cache length before timing (two calls).
+    for _ in range(1 if engine == "hf-eager" else 3):
+        out = _generate(model, ids, mask, 2 if engine == "hf-eager" else G, engine)
     del out
     _release(dev)
     res["mem_before_generate_bytes"] = dev.allocated()
@@ -258,7 +271,7 @@ def _run_infer(case: dict, dev: Device, state: dict) -> dict:
     for _ in range(repeats):
         dev.reset_peak()
         with dev.timer() as t:
-            out = _generate(model, ids, mask, 1)
+            out = _generate(model, ids, mask, 1, engine)
         ttft.append(t.s)
         peaks.append(dev.peak_allocated())
         del out
@@ -270,7 +283,7 @@ def _run_infer(case: dict, dev: Device, state: dict) -> dict:
     for _ in range(repeats):
         dev.reset_peak()
         with dev.timer() as t:
-            out = _generate(model, ids, mask, G)
+            out = _generate(model, ids, mask, G, engine)
         e2e.append(t.s)
         e2e_wall.append(t.wall_s)
         peaks.append(dev.peak_allocated())

@@ -1,0 +1,102 @@
+"""Host overhead of eager Hugging Face execution, measured directly on tiny models.
+
+A decode step of a model whose tensors are tiny costs the GPU almost nothing, so its wall time is the host's
+time: Python, the transformers modules, the PyTorch dispatcher and the kernel launches. Timing tiny models of one
+family with 1, 2, 4 and 8 layers and fitting  t(L) = forward_s + L x layer_s  gives the host cost of one decoder
+layer and of the rest of a forward (embedding, mask and rotary set-up, final norm, head, output objects).
+``generate`` adds its own per-token work (logits processors, stopping criteria, cache bookkeeping):
+step_s = TPOT(tiny, generate) - decode forward(tiny). These are the parameters of the planner's eager engine
+model (gpuscope.estimate.roofline.EngineModel); they depend on the host CPU and the software versions, not on
+the GPU.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+from gpuscope.measure.device import Device, pick_device
+from gpuscope.measure.llm_infer import build_model
+
+TINY = {
+    "llama": {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
+              "num_key_value_heads": 2, "vocab_size": 256, "max_position_embeddings": 512},
+    "qwen2": {"model_type": "qwen2", "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
+              "num_key_value_heads": 2, "vocab_size": 256, "max_position_embeddings": 512},
+    "mistral": {"model_type": "mistral", "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
+                "num_key_value_heads": 2, "vocab_size": 256, "max_position_embeddings": 512, "sliding_window": 4096},
+    "gpt2": {"model_type": "gpt2", "n_embd": 64, "n_head": 4, "vocab_size": 256, "n_positions": 512},
+}
+
+
+def _layers_key(cfg: dict) -> str:
+    return "n_layer" if cfg["model_type"] == "gpt2" else "num_hidden_layers"
+
+
+def _fit(xs: list[int], ys: list[float]) -> tuple[float, float]:
+    """Least-squares line y = a + b x; returns (a, b)."""
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    return my - b * mx, b
+
+
+@torch.no_grad()
+def measure_family(family: str, dev: Device, layers=(1, 2, 4, 8), iters: int = 60, dtype=torch.bfloat16) -> dict:
+    from gpuscope.measure.llm_infer import _cache_kwarg, _out_cache, _silence_generation
+
+    base = dict(TINY[family])
+    fwd, gen_step = [], []
+    for n in layers:
+        cfg = dict(base, **{_layers_key(base): n})
+        model, _ = build_model(cfg, dev, dtype)
+        model.eval()
+        _silence_generation(model)
+        ids = torch.randint(0, 256, (1, 16), device=dev.torch_device)
+        kw = _cache_kwarg(model)
+        out = model(ids, use_cache=True)
+        cache = _out_cache(out)
+        nxt = ids[:, -1:]
+        times = []
+        for i in range(iters + 5):
+            dev.synchronize()
+            t0 = time.perf_counter()
+            out = model(nxt, use_cache=True, **{kw: cache})
+            dev.synchronize()
+            if i >= 5:
+                times.append(time.perf_counter() - t0)
+            cache = _out_cache(out)
+        fwd.append(statistics.median(times))
+        g = []
+        for _ in range(3):
+            dev.synchronize()
+            t0 = time.perf_counter()
+            model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=33,
+                           min_new_tokens=33, do_sample=False)
+            dev.synchronize()
+            t33 = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=1,
+                           min_new_tokens=1, do_sample=False)
+            dev.synchronize()
+            g.append((t33 - (time.perf_counter() - t0)) / 32)
+        gen_step.append(statistics.median(g) - fwd[-1])
+        del model, cache, out
+    forward_s, layer_s = _fit(list(layers), fwd)
+    return {"family": family, "layers": list(layers), "decode_forward_s": fwd, "forward_s": forward_s,
+            "layer_s": layer_s, "generate_step_s": statistics.median(gen_step)}
+
+
+def measure_host(families=("llama", "qwen2", "mistral", "gpt2"), device: str | None = None) -> dict:
+    dev = Device(pick_device(device))
+    return {"device": dev.name, "device_name": dev.device_name(),
+            "families": {f: measure_family(f, dev) for f in families}}
+
+
+if __name__ == "__main__":
+    import json
+    import sys
+
+    json.dump(measure_host(), sys.stdout, indent=1)
+    print()
