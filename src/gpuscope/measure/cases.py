@@ -22,7 +22,7 @@ TINY_GPT2 = {
 }
 
 
-def infer_case(model, batch, prompt, gen, dtype="bf16", repeats=3, config=None, **extra) -> dict:
+def infer_case(model, batch, prompt, gen, dtype="bf16", repeats=5, config=None, **extra) -> dict:
     c = {"kind": "infer", "model": model, "batch": batch, "prompt": prompt, "gen": gen, "dtype": dtype,
          "attn": "sdpa", "repeats": repeats}
     if config is not None:
@@ -76,8 +76,8 @@ def h200_cases() -> list[dict]:
         infer_case("llama-3.1-8b", 1, 2048, 64),
         infer_case("llama-3.1-8b", 16, 1024, 64),
         infer_case("qwen2.5-7b", 4, 4096, 32),
-        infer_case("qwen2.5-32b", 1, 1024, 32, repeats=2),
-        infer_case("qwen2.5-32b", 8, 2048, 16, repeats=2),
+        infer_case("qwen2.5-32b", 1, 1024, 32, repeats=3),
+        infer_case("qwen2.5-32b", 8, 2048, 16, repeats=3),
         infer_case("mistral-7b", 8, 2048, 32),
         infer_case("gpt2-xl", 8, 512, 64),
         # training, one micro-batch per optimizer step, AdamW fused
@@ -100,8 +100,8 @@ def h200_second_cases() -> list[dict]:
     return [
         infer_case("llama-3.2-1b", 1, 512, 128, engine="hf-graph", repeats=3),
         infer_case("llama-3.1-8b", 1, 2048, 128, engine="hf-graph", repeats=3),
-        infer_case("mixtral-8x7b", 1, 1024, 16, repeats=2),
-        infer_case("deepseek-v2-lite", 4, 1024, 16, repeats=2),
+        infer_case("mixtral-8x7b", 1, 1024, 16, repeats=3),
+        infer_case("deepseek-v2-lite", 4, 1024, 16, repeats=3),
         infer_case("gemma-2b", 8, 2048, 32),
         infer_case("phi-3-mini", 4, 2048, 32),
         train_case("phi-3-mini", 2, 2048, "amp-bf16", "full", **small),

@@ -48,6 +48,10 @@ def measure_family(family: str, dev: Device, layers=(1, 2, 4, 8), iters: int = 6
 
     base = dict(TINY[family])
     fwd, gen_step = [], []
+    # A throw-away first build and call: CUDA context, cuBLAS handles and lazy module loading stay out of the fit.
+    warm, _ = build_model(dict(base, **{_layers_key(base): 1}), dev, dtype)
+    warm(torch.randint(0, 256, (1, 16), device=dev.torch_device))
+    del warm
     for n in layers:
         cfg = dict(base, **{_layers_key(base): n})
         model, _ = build_model(cfg, dev, dtype)
