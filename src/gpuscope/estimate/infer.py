@@ -27,15 +27,10 @@ from gpuscope.estimate import ops as opsmod
 from gpuscope.estimate.dtypes import check_dtype, compute_dtype, nbytes, quantized_weight_bytes_per_param
 from gpuscope.estimate.params import count_params
 from gpuscope.estimate.result import Estimate
-from gpuscope.estimate.roofline import EngineModel, forward_time, sm_count
+from gpuscope.estimate.roofline import ENGINES, forward_time, sm_count
 from gpuscope.estimate.runtime import CUBLAS_WORKSPACE_BYTES, runtime_overheads
 from gpuscope.specs.model import ModelSpec
 
-ENGINES = {
-    # Host costs measured on the lent H200 host with transformers 5.17 / torch 2.11 (results/README.md).
-    "eager": EngineModel("eager", launch_s=8e-6, step_s=1.5e-3),
-    "graph": EngineModel("graph", launch_s=0.0, step_s=0.2e-3),
-}
 
 
 def _positive(name: str, value: int) -> int:
@@ -115,7 +110,7 @@ def estimate_infer(m: ModelSpec, hw, *, batch: int, prompt: int, gen: int, dtype
     else:
         note_ctx = ""
 
-    memory = _memory(m, batch, prompt, gen, dtype, kv_dtype, act_b, tp)
+    memory = _memory(m, batch, prompt, gen, dtype, kv_dtype, act_b, tp, static=engine == "graph")
     peak = max(memory["phases"].values())
     overheads = runtime_overheads(peak)
     fits = peak + sum(overheads.values()) <= hw.device_total_bytes
@@ -131,7 +126,9 @@ def estimate_infer(m: ModelSpec, hw, *, batch: int, prompt: int, gen: int, dtype
     sms = sms * tp if sms else None
     pre_ops = opsmod.forward_ops(m, batch, prompt, 0, act_b, w_b, act_b, head_tokens=batch,
                                  hf_cache_cat=not graph, head_w_b=act_b)
-    pre_wall, pre_gpu, pre_host, pre_times = forward_time(pre_ops, tflops, bw, eng, sms, graph, m.head_dim)
+    # transformers compiles only the decode step (static cache); the prefill forward runs eagerly in both engines.
+    pre_wall, pre_gpu, pre_host, pre_times = forward_time(pre_ops, tflops, bw, ENGINES["eager"], sms, False,
+                                                          m.head_dim)
     mid_past = prompt + (gen - 1) / 2.0
     dec_ops = opsmod.forward_ops(m, batch, 1, int(round(mid_past)), act_b, w_b, act_b, head_tokens=batch,
                                  hf_cache_cat=not graph, head_w_b=act_b)
@@ -178,7 +175,7 @@ def estimate_infer(m: ModelSpec, hw, *, batch: int, prompt: int, gen: int, dtype
         f"decode is {bound}-bound: GPU {dec_gpu * 1e3:.2f} ms vs host {(dec_host + eng.step_s) * 1e3:.2f} ms per step",
         f"weights read per decode step: {weights_read / 1e9:.2f} GB",
     ] + ([note_ctx] if note_ctx else [])
-    est.limits = max_fit(m, hw, batch, prompt, gen, dtype, kv_dtype, act_b, tp)
+    est.limits = max_fit(m, hw, batch, prompt, gen, dtype, kv_dtype, act_b, tp, engine == "graph")
     est.verdict, est.suggestions = verdict_infer(est, m, hw, dtype, tp)
     if with_ops:
         est.ops = [dict(phase="prefill", **t.__dict__) for t in pre_times] + \
@@ -187,11 +184,16 @@ def estimate_infer(m: ModelSpec, hw, *, batch: int, prompt: int, gen: int, dtype
 
 
 def _memory(m: ModelSpec, batch: int, prompt: int, gen: int, dtype: str, kv_dtype: str, act_b: float,
-            tp: int) -> dict:
+            tp: int, static: bool = False) -> dict:
+    """Phase peaks. ``static``: a StaticCache of prompt + gen tokens is allocated before the prefill and updated
+    in place (no torch.cat copies)."""
     w = weight_bytes(m, dtype, tp)["weights"]
-    kv_prefill = kv_cache_bytes(m, batch, prompt, kv_dtype, tp)
-    kv_end = kv_cache_bytes(m, batch, prompt + gen - 1, kv_dtype, tp)
-    kv_one_layer_k = kv_end / m.num_layers / 2
+    if static:
+        kv_prefill = kv_end = kv_cache_bytes(m, batch, prompt + gen, kv_dtype, tp)
+    else:
+        kv_prefill = kv_cache_bytes(m, batch, prompt, kv_dtype, tp)
+        kv_end = kv_cache_bytes(m, batch, prompt + gen - 1, kv_dtype, tp)
+    kv_one_layer_k = 0.0 if static else kv_end / m.num_layers / 2
     acts = prefill_activation_bytes(m, batch, prompt, act_b, tp)
     act_peak = max(acts.values())
     logits = batch * m.vocab_size / tp * (act_b + 4 + 4)
@@ -222,11 +224,11 @@ def _tp_comm_s(m: ModelSpec, hw, tp: int, tokens: int, act_b: float) -> float:
 
 
 def max_fit(m: ModelSpec, hw, batch: int, prompt: int, gen: int, dtype: str, kv_dtype: str, act_b: float,
-            tp: int) -> dict[str, int | None]:
-    """Largest batch (at this prompt+gen) and largest prompt (at this batch) whose peak fits."""
+            tp: int, static: bool = False) -> dict[str, int | None]:
+    """Largest batch (at this prompt+gen) and largest prompt (at this batch, within the model's context) that fit."""
 
     def fits(b: int, p: int) -> bool:
-        peak = max(_memory(m, b, p, gen, dtype, kv_dtype, act_b, tp)["phases"].values())
+        peak = max(_memory(m, b, p, gen, dtype, kv_dtype, act_b, tp, static)["phases"].values())
         return peak + sum(runtime_overheads(peak).values()) <= hw.device_total_bytes
 
     def search(f, hi_cap: int) -> int | None:
@@ -242,7 +244,7 @@ def max_fit(m: ModelSpec, hw, batch: int, prompt: int, gen: int, dtype: str, kv_
         return lo
 
     return {"max_batch": search(lambda b: fits(b, prompt), 1 << 20),
-            "max_prompt": search(lambda p: fits(batch, p), 1 << 24)}
+            "max_prompt": search(lambda p: fits(batch, p), max(1, m.max_position_embeddings - gen + 1))}
 
 
 def verdict_infer(est: Estimate, m: ModelSpec, hw, dtype: str, tp: int) -> tuple[str, list[str]]:

@@ -36,7 +36,7 @@ from gpuscope.estimate import ops as opsmod
 from gpuscope.estimate.activations import hf_layer_saved_bytes
 from gpuscope.estimate.params import count_params, layer_params
 from gpuscope.estimate.result import Estimate
-from gpuscope.estimate.roofline import EngineModel, forward_time, sm_count
+from gpuscope.estimate.roofline import ENGINES, forward_time, sm_count
 from gpuscope.estimate.runtime import CUBLAS_WORKSPACE_BYTES, runtime_overheads
 from gpuscope.specs.model import ModelSpec
 
@@ -44,7 +44,7 @@ PRECISIONS = ("amp-bf16", "amp-fp16", "bf16", "fp32", "fp8")
 OPTIMIZERS = ("adamw", "adam", "sgd", "adamw-8bit")
 RECOMPUTE = ("none", "selective", "full")
 OFFLOAD = ("none", "optimizer", "params")
-TRAIN_ENGINE = EngineModel("eager", launch_s=8e-6, step_s=0.0)
+TRAIN_ENGINE = ENGINES["eager"]
 
 
 def _precision_bytes(precision: str) -> tuple[float, float, str]:
