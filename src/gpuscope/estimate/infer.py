@@ -137,7 +137,7 @@ def estimate_infer(m: ModelSpec, hw, *, batch: int, prompt: int, gen: int, dtype
                                                                o.kernels, o.count) for o in dec_ops]
     dec_wall, dec_gpu, dec_host, dec_times = forward_time(dec_ops, tflops, bw, eng, sms, graph, m.head_dim)
     comm = _tp_comm_s(m, hw, tp, batch * prompt, act_b), _tp_comm_s(m, hw, tp, batch, act_b)
-    prefill_s = pre_wall + comm[0] + eng.step_s
+    prefill_s = pre_wall + comm[0] + eng.step_s + eng.setup_s
     decode_s = dec_wall + comm[1] + eng.step_s
     e2e = prefill_s + (gen - 1) * decode_s
     pc = count_params(m)

@@ -132,8 +132,8 @@ def _mlp_ops(m: ModelSpec, tokens: int, width: int, act_b: float, w_b: float, st
 
 def _moe_ops(m: ModelSpec, tokens: int, act_b: float, w_b: float, stream_b: float, count: int,
              cast: float) -> list[Op]:
-    """MoE block as transformers runs it: router GEMM, softmax/top-k, then a loop over the experts that received
-    tokens (index, expert MLP, index_add). Each routed expert's weights are read once per forward."""
+    """MoE block as transformers runs it: router GEMM, softmax/top-k, then the routed experts; each expert that
+    receives a token has its weights read once per forward."""
     e = m.moe
     assert e is not None
     h = m.hidden_size
@@ -142,13 +142,15 @@ def _moe_ops(m: ModelSpec, tokens: int, act_b: float, w_b: float, stream_b: floa
     routed_tokens = tokens * e.experts_per_token
     # Expected experts that see at least one token: E * (1 - (1 - k/E)^tokens).
     hit = e.num_experts * (1.0 - (1.0 - e.experts_per_token / e.num_experts) ** tokens)
-    per_expert_tokens = max(1, round(routed_tokens / max(hit, 1e-9)))
     width = e.expert_intermediate_size
     n_mats = 3 if m.gated_mlp else 2
     flops = 2.0 * routed_tokens * h * width * n_mats
     bytes_ = hit * n_mats * h * width * w_b + routed_tokens * (2 * h + (n_mats + 2) * width) * act_b
-    ops.append(Op("experts", "matmul", flops, bytes_, int(round(hit)) * 10, count,
-                  (per_expert_tokens, width, h)))
+    # transformers 5 runs the routed experts as grouped GEMMs over expert-sorted tokens (its fused 3-D expert
+    # weights): a fixed dozen kernels per layer (sort/count, gather, grouped gate_up, act, grouped down, scatter),
+    # not a Python loop over experts.
+    # Wave quantization over all groups at once: the grouped GEMM tiles every expert's rows in one launch.
+    ops.append(Op("experts", "matmul", flops, bytes_, 12, count, (routed_tokens, width, h)))
     if e.shared_intermediate_size:
         ops += _mlp_ops(m, tokens, e.shared_intermediate_size, act_b, w_b, stream_b, count, cast, "shared_expert")
     return ops

@@ -58,7 +58,9 @@ class EngineModel:
     launch_s: float = 17.2e-6  # host time per kernel: dispatcher, Python module code, cudaLaunchKernel
     forward_s: float = 0.41e-3  # host time per forward outside the kernels (mask/rotary set-up, output objects)
     step_s: float = 0.4e-3  # generate's own work per token (logits processors, stopping criteria, bookkeeping)
-    kernel_min_s: float = 2.5e-6  # GPU-side floor per kernel
+    setup_s: float = 2.7e-3  # generate's work once per call before the prefill (config checks, cache, processors)
+    kernel_min_s: float = 1.15e-6  # GPU-side floor per elementwise kernel
+    matmul_min_s: float = 5.0e-6  # GPU-side floor per GEMM/GEMV (skinny GEMMs of a few MB)
     fused: bool = False  # compiled: chains of elementwise kernels fuse into one kernel per op
 
 
@@ -69,6 +71,10 @@ class EngineModel:
 #   15.7 us per kernel (host_overhead.json): real sizes cost the host ~10% more per kernel. We use 17.2 us.
 # - forward_s: the tiny models' per-forward intercept (0.68 ms) less its 17 kernels.
 # - step_s: generate's per-token time above the bare forward on the tiny models (0.29-0.53 ms).
+# - kernel_min_s / matmul_min_s: in a CUDA graph a tiny elementwise kernel took 1.15 us, and a bf16 GEMV of a
+#   1024x4096 or 2048x2048 weight 5-6 us (decode_ceilings.json); large GEMVs stream weights at 78-100% of the
+#   copy bandwidth measured in the same session.
+# - setup_s: TTFT minus the forward on tiny models (smoke.jsonl: tiny llama 3.2 ms, tiny gpt2 2.2 ms).
 # A slower or faster host scales all three; `gpuscope` users on other hosts should calibrate (issue: measure).
 ENGINES = {
     "eager": EngineModel("eager"),
@@ -119,7 +125,7 @@ def time_ops(ops: list[Op], tflops: float, bw_gbs: float, engine: EngineModel, s
         bw = bw_gbs * 1e9 * (ELEMENTWISE_BW_FRACTION if o.kind in ("elementwise", "cache") else 1.0)
         t_m = o.bytes / bw
         kernels = 1 if (engine.fused and o.kind in ("elementwise", "cache")) else o.kernels
-        t_l = kernels * engine.kernel_min_s
+        t_l = kernels * (engine.matmul_min_s if o.kind in ("matmul", "attention") else engine.kernel_min_s)
         t = max(t_c, t_m, t_l)
         bound = "compute" if t == t_c and t_c > 0 else ("memory" if t == t_m else "latency")
         out.append(OpTime(o.name, o.kind, o.count, t * o.count, bound, o.flops * o.count, o.bytes * o.count,

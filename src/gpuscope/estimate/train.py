@@ -108,9 +108,13 @@ def estimate_train(m: ModelSpec, hw, *, micro_batch: int, seq: int, precision: s
     # largest intermediate's gradient pair (MLP: 3 x T x I), plus the 16-bit weight-grad before its fp32 cast.
     width = max(m.intermediate_size, (m.moe.expert_intermediate_size * m.moe.experts_per_token) if m.moe else 0)
     bwd_work = 2 * T * h * stream_b + 3 * T * width * act_b + max(lp.mlp for lp in layer_p) / 3 * copy_b
+    # The LM head and loss (transformers ForCausalLMLoss): logits in the activation dtype, upcast to fp32 for the
+    # loss (a copy unless they already are fp32), cross_entropy = log_softmax (saves its fp32 output) + nll_loss.
+    # Forward peak at log_softmax: logits + fp32 copy + log_softmax output; only the output outlives the forward.
+    # Backward peak at log_softmax's backward: its saved output, the nll gradient and its own result (3 x 4TV).
     head_saved = T * h * (8.0 if stream_b == 4 else 6.0) + (T * h * 2.0 if amp else 0.0) + 4.0 * T * V
-    head_fwd_transient = (act_b + 4.0 + (4.0 if act_b != 4.0 else 0.0)) * T * V - 4.0 * T * V  # beyond saved
-    head_bwd_transient = 8.0 * T * V + act_b * T * V + T * h * stream_b
+    head_fwd_transient = (act_b + (4.0 if act_b != 4.0 else 0.0)) * T * V
+    head_bwd_transient = 8.0 * T * V
 
     full = recompute == "full"
     kept = [layer_input if full else s for s in saved]
@@ -120,7 +124,7 @@ def estimate_train(m: ModelSpec, hw, *, micro_batch: int, seq: int, precision: s
     copies_alive = [0.0 if full else c for c in copies]
     bwd_start = rest + sum(kept) + sum(copies_alive) + head_copy + head_saved + head_bwd_transient
     walk = []
-    g_done = pc.lm_head * w_b
+    g_done = V * h * w_b  # the LM head's weight gradient (the shared embedding's, when tied) exists from here on
     for l in range(m.num_layers - 1, -1, -1):
         below_kept = sum(kept[: l + 1])
         below_copies = sum(copies_alive[: l + 1])
