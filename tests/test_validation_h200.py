@@ -1,0 +1,75 @@
+"""The planner against real runs on an NVIDIA H200 (results/2026-11-29-h200/measurements.jsonl, 28 cases:
+transformers 5.17 / torch 2.11, random weights, bf16 `generate` and AMP/bf16/fp32 training with fused AdamW).
+
+Uncalibrated catalog figures are used (the H200 entry's efficiencies were measured on that machine: GEMM and copy
+ceilings, not these workloads). Targets (issue 2): peak memory within 5% of torch.cuda.max_memory_allocated,
+prefill/step time within 15%. Cases the model is known to miss carry their own, wider bound and the reason: the
+test fails if such a case gets worse, and also if it improves into the target band (then the exception must go).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpuscope.explain.compare import compare_record, hardware_for, read_records
+
+RESULTS = Path(__file__).resolve().parents[1] / "results" / "2026-11-29-h200" / "measurements.jsonl"
+RECORDS = read_records(RESULTS)
+MEMORY_TOL = 0.05
+TIME_TOL = 0.15
+DECODE_TOL = 0.20  # eager decode is host-bound: the host's run-to-run spread on that VM was +-15%
+
+# (case name prefix, metric) -> (bound on |error|, why the model misses)
+KNOWN_MISSES = {
+    ("infer/llama-3.2-1b/b1-p512-g64-bf16", "prefill_s"):
+        (0.30, "host-bound 512-token prefill; TTFT samples fell from 25.7 to 14.7 ms over 5 repeats (warming host)"),
+    ("infer/phi-3-mini/b4-p2048-g32-bf16", "prefill_s"):
+        (0.30, "Phi-3 runs slower than its op count says (sliding-window mask path, fused gate_up chunk): unmeasured"),
+    ("train/phi-3-mini/mb2-s2048-amp-bf16-rc_full", "step_s"): (0.22, "as Phi-3 prefill"),
+    ("infer/mixtral-8x7b/b1-p1024-g16-bf16", "prefill_s"):
+        (0.50, "grouped_mm experts: no measured grouped-GEMM rate yet, dense GEMM rate assumed"),
+    ("infer/deepseek-v2-lite/b4-p1024-g16-bf16", "prefill_s"): (0.56, "as Mixtral prefill"),
+    ("infer/qwen2.5-7b/b4-p4096-g32-bf16", "decode_s_per_token"):
+        (0.42, "TPOT 34 ms against a bare decode forward of 19.9 ms: bimodal E2E samples (1.03 / 1.49 s)"),
+    ("infer/gpt2-xl/b8-p512-g64-bf16", "decode_s_per_token"):
+        (0.40, "measured in the first run, before the full-length warm-up (E2E samples 5.6/1.9/2.0 s); its bare decode "
+               "forward (28.4 ms) is still 30% above the estimate: GPT-2 layers cost the host more than 23 kernels"),
+    ("infer/llama-3.2-1b/b1-p512-g128-bf16-hf-graph", "decode_s_per_token"):
+        (0.45, "HF static-cache compiled decode runs 1.6-1.8x slower than a pure CUDA-graph roofline"),
+    ("infer/llama-3.1-8b/b1-p2048-g128-bf16-hf-graph", "decode_s_per_token"): (0.50, "as above"),
+}
+
+
+def _rows():
+    for rec in RECORDS:
+        hw = hardware_for(rec["result"]["device_name"])
+        for row in compare_record(rec, hw):
+            yield pytest.param(row, id=f"{row.case}:{row.metric}")
+
+
+ROWS = list(_rows())
+
+
+def test_the_measured_set_is_complete():
+    assert len(RECORDS) == 28
+    kinds = {r["case"]["kind"] for r in RECORDS}
+    assert kinds == {"infer", "train"}
+
+
+@pytest.mark.parametrize("row", ROWS)
+def test_estimate_vs_h200(row):
+    key = (row.case, row.metric)
+    if row.metric.endswith("bytes"):
+        tol = MEMORY_TOL
+    elif row.metric == "decode_s_per_token":
+        tol = DECODE_TOL
+    else:
+        tol = TIME_TOL
+    if key in KNOWN_MISSES:
+        bound, why = KNOWN_MISSES[key]
+        assert abs(row.error) <= bound, f"{why}: now {row.error:+.1%}"
+        assert abs(row.error) > tol, f"{key} is now within {tol:.0%} ({row.error:+.1%}): drop it from KNOWN_MISSES"
+        return
+    assert abs(row.error) <= tol, f"estimated {row.estimated:.4g}, measured {row.measured:.4g} ({row.error:+.1%})"
