@@ -17,12 +17,26 @@ app = typer.Typer(
 )
 
 
-def _register() -> None:
-    # Sub-commands live in their own modules; each exposes `register(app)`.
-    from gpuscope.cli import hardware, models, plan
+# Sub-command modules, each exposing `register(app)`; a module not written yet is skipped.
+_MODULES = ("plan", "models", "hardware", "compare", "advise", "bench", "results")
+_registered = False
 
-    for mod in (plan, models, hardware):
+
+def _register() -> None:
+    global _registered
+    if _registered:
+        return
+    import importlib
+
+    for name in _MODULES:
+        try:
+            mod = importlib.import_module(f"gpuscope.cli.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"gpuscope.cli.{name}":
+                continue
+            raise
         mod.register(app)
+    _registered = True
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -37,7 +37,7 @@ from gpuscope.estimate.activations import hf_layer_saved_bytes
 from gpuscope.estimate.params import count_params, layer_params
 from gpuscope.estimate.result import Estimate
 from gpuscope.estimate.roofline import ENGINES, forward_time, sm_count
-from gpuscope.estimate.runtime import CUBLAS_WORKSPACE_BYTES, runtime_overheads
+from gpuscope.estimate.runtime import TRAIN_WORKSPACE_BYTES, runtime_overheads
 from gpuscope.specs.model import ModelSpec
 
 PRECISIONS = ("amp-bf16", "amp-fp16", "bf16", "fp32", "fp8")
@@ -91,7 +91,7 @@ def estimate_train(m: ModelSpec, hw, *, micro_batch: int, seq: int, precision: s
     # ---- memory ------------------------------------------------------------------------------------------------
     weights = P * w_b if offload != "params" else 0.0
     opt_states = optimizer_state_bytes(P, optimizer, w_b) if offload == "none" else 0.0
-    rest = weights + opt_states + CUBLAS_WORKSPACE_BYTES
+    rest = weights + opt_states + TRAIN_WORKSPACE_BYTES
     grads_total = P * w_b
     layer_p = [layer_params(m, i) for i in range(m.num_layers)]
     # 16-bit weight copies autocast makes (matmul weights: all but norms; embedding lookups are not autocast)
@@ -149,7 +149,7 @@ def estimate_train(m: ModelSpec, hw, *, micro_batch: int, seq: int, precision: s
         "weight_copies_16bit": (sum(copies) + head_copy) if at == "forward" else 0.0,
         "logits_and_loss": (head_saved + head_fwd_transient) if at == "forward" else 0.0,
         "optimizer_temporaries": foreach_tmp if at == "optimizer" else 0.0,
-        "workspace": CUBLAS_WORKSPACE_BYTES,
+        "workspace": TRAIN_WORKSPACE_BYTES,
     }
     if at == "backward":
         breakdown["backward_working_set"] = peak - sum(breakdown.values())
