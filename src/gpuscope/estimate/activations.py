@@ -98,7 +98,9 @@ def hf_layer_saved_bytes(m: ModelSpec, batch: int, seq: int, precision: str, moe
         qk = a.qk_nope_head_dim + a.qk_rope_head_dim
         q_dim, k_dim, v_dim = m.num_heads * qk, m.num_heads * qk, m.num_heads * a.v_head_dim
         lora = (a.q_lora_rank or 0) + a.kv_lora_rank
-        attn = tokens * (q_dim + k_dim + v_dim + 2 * v_dim + 3 * lora + m.num_heads * (a.qk_nope_head_dim + a.v_head_dim)) * act_b
+        kv_up = m.num_heads * (a.qk_nope_head_dim + a.v_head_dim)  # kv_b_proj output, split into k_nope and v
+        # q, k, v into SDPA, its output and the transposed copy; the LoRA latents and their norms; kv_b's output
+        attn = tokens * (q_dim + k_dim + v_dim + 2 * v_dim + 3 * lora + kv_up) * act_b
     else:
         q_dim, kv = m.q_dim, m.kv_dim
         attn = tokens * (q_dim + 2 * kv + 2 * q_dim) * act_b

@@ -1,24 +1,6 @@
-"""Training estimate on one GPU (data-parallel replicas behave the same per GPU): memory phases and step time.
+"""Training estimate on one GPU (data-parallel replicas behave the same per GPU): step time and assembly.
 
-Memory model (a walk through one step, as PyTorch's caching allocator sees it; gradients set to None after
-each step, which is the default of optimizer.zero_grad since PyTorch 2.0):
-
-- rest: weights (W) + optimizer states (O). amp-*: fp32 weights, fp32 AdamW exp_avg and exp_avg_sq (8 bytes);
-  bf16: all in bf16; fp32: all fp32; adamw-8bit: two 8-bit states with one fp32 absmax per 256-element block
-  (bitsandbytes blockwise quantization); sgd: one momentum buffer.
-- forward: + saved activations (activations.py), + under AMP the 16-bit copies of the weights that autocast makes
-  and caches (2 bytes x matmul parameters; embeddings are not autocast), + the head's transient:
-  logits (T x V, 16 bit), their fp32 upcast in the loss and log_softmax's fp32 output (saved): 10 T V bytes.
-- backward: starts with the loss head (nll grad, log_softmax grad and its input: 12 T V bytes next to the saved
-  output), then walks the layers from last to first; at layer l the allocator holds the activations and 16-bit
-  weight copies of layers <= l, the gradients of layers > l and the head, and layer l's working set.
-  The reported backward peak is the maximum over that walk.
-- optimizer step: rest + gradients (+ the temporaries of a foreach, non-fused implementation: one fp32 tensor list
-  the size of the parameters). Fused AdamW (torch.optim.AdamW(fused=True)) updates in place.
-- full recompute (activation checkpointing of each decoder layer, non-reentrant): only each layer's input is kept;
-  its activations come back one layer at a time in backward; autocast's weight cache is dropped when the forward's
-  autocast region ends, so the 16-bit copies live only during forward and per layer in backward.
-The peak is the maximum over the phases, not their sum.
+Memory: memory_train.py.
 
 Time: FLOPs of the forward at the achievable matmul rate per GEMM (wave quantization), backward = 2x forward
 matmuls (dgrad + wgrad) and 2.5x attention (flash backward recomputes the scores), elementwise traffic 2x forward
@@ -33,34 +15,32 @@ from __future__ import annotations
 
 from gpuscope.errors import UserError
 from gpuscope.estimate import ops as opsmod
-from gpuscope.estimate.activations import hf_layer_saved_bytes
-from gpuscope.estimate.params import count_params, layer_params
+from gpuscope.estimate.memory_train import OFFLOAD, OPTIMIZERS, PRECISIONS, RECOMPUTE, precision_bytes, train_memory
+from gpuscope.estimate.params import count_params
 from gpuscope.estimate.result import Estimate
 from gpuscope.estimate.roofline import ENGINES, forward_time, sm_count
-from gpuscope.estimate.runtime import TRAIN_WORKSPACE_BYTES, runtime_overheads
+from gpuscope.estimate.runtime import runtime_overheads
 from gpuscope.specs.model import ModelSpec
 
-PRECISIONS = ("amp-bf16", "amp-fp16", "bf16", "fp32", "fp8")
-OPTIMIZERS = ("adamw", "adam", "sgd", "adamw-8bit")
-RECOMPUTE = ("none", "selective", "full")
-OFFLOAD = ("none", "optimizer", "params")
 TRAIN_ENGINE = ENGINES["eager"]
+# DeepSpeed's CPU-Adam updates about 4 billion parameters per second on a two-socket server (ZeRO-Offload,
+# Ren et al. 2021: 0.2-0.3 s per step for 1B parameters). Rough: host CPUs differ widely.
+CPU_ADAM_PARAMS_PER_S = 4e9
+# Achievable pinned host-to-device copy by PCIe generation (x16): Gen5 ~55 GB/s (nvbandwidth-style public
+# figures, shared/reference/published_results.md), Gen4 ~25, Gen3 ~12 (about 80% of the link's per-direction rate).
+PCIE_GBS = {"gen5": 55.0, "gen4": 25.0, "gen3": 12.0}
 
 
-def _precision_bytes(precision: str) -> tuple[float, float, str]:
-    """(weight/grad bytes, activation bytes, compute dtype)."""
-    return {
-        "amp-bf16": (4.0, 2.0, "bf16"), "amp-fp16": (4.0, 2.0, "fp16"), "bf16": (2.0, 2.0, "bf16"),
-        "fp32": (4.0, 4.0, "fp32"), "fp8": (4.0, 2.0, "fp8"),
-    }[precision]
-
-
-def optimizer_state_bytes(params: int, optimizer: str, weight_b: float) -> float:
-    if optimizer in ("adamw", "adam"):
-        return 2 * params * weight_b
-    if optimizer == "sgd":
-        return params * weight_b
-    return params * (2.0 + 2 * 4.0 / 256)  # adamw-8bit, bitsandbytes blockwise (block 256)
+def host_link_gbs(hw) -> float:
+    """Measured host-to-device bandwidth if the hardware TOML has one, else the PCIe generation's typical rate."""
+    measured = (getattr(hw, "measured", None) or {}).get("h2d_gbs")
+    if measured:
+        return float(measured)
+    text = (getattr(hw, "host_interface", "") or "").lower().replace(" ", "")
+    for gen, gbs in PCIE_GBS.items():
+        if gen in text:
+            return gbs
+    return PCIE_GBS["gen4"]
 
 
 def _check(name: str, value, allowed) -> str:
@@ -79,7 +59,7 @@ def estimate_train(m: ModelSpec, hw, *, micro_batch: int, seq: int, precision: s
     _check("optimizer", optimizer, OPTIMIZERS)
     _check("recompute", recompute, RECOMPUTE)
     _check("offload", offload, OFFLOAD)
-    w_b, act_b, cdt = _precision_bytes(precision)
+    w_b, act_b, cdt = precision_bytes(precision)
     if not hw.supports(cdt):
         raise UserError(f"--precision {precision} needs {cdt} compute, which {hw.name} does not support.")
     amp = precision.startswith("amp") or precision == "fp8"
@@ -88,73 +68,14 @@ def estimate_train(m: ModelSpec, hw, *, micro_batch: int, seq: int, precision: s
     T = micro_batch * seq
     V, h = m.vocab_size, m.hidden_size
 
-    # ---- memory ------------------------------------------------------------------------------------------------
-    weights = P * w_b if offload != "params" else 0.0
-    opt_states = optimizer_state_bytes(P, optimizer, w_b) if offload == "none" else 0.0
-    rest = weights + opt_states + TRAIN_WORKSPACE_BYTES
-    grads_total = P * w_b
-    layer_p = [layer_params(m, i) for i in range(m.num_layers)]
-    # 16-bit weight copies autocast makes (matmul weights: all but norms; embedding lookups are not autocast)
-    copy_b = 2.0 if amp else 0.0
-    copies = [(lp.attention + lp.mlp) * copy_b for lp in layer_p]
-    head_copy = V * h * copy_b
-    grads = [lp.total * w_b for lp in layer_p]
-    moe_set = set(m.moe_layers)
-    saved_parts = [hf_layer_saved_bytes(m, micro_batch, seq, precision, i in moe_set) for i in range(m.num_layers)]
-    saved = [sum(p.values()) for p in saved_parts]
-    stream_b = 4.0 if (amp or precision == "fp32") else 2.0
-    layer_input = T * h * stream_b
-    # Working set while one layer runs backward: grad of the residual stream (fp32 under AMP) in and out, and the
-    # largest intermediate's gradient pair (MLP: 3 x T x I), plus the 16-bit weight-grad before its fp32 cast.
-    width = max(m.intermediate_size, (m.moe.expert_intermediate_size * m.moe.experts_per_token) if m.moe else 0)
-    bwd_work = 2 * T * h * stream_b + 3 * T * width * act_b + max(lp.mlp for lp in layer_p) / 3 * copy_b
-    # The LM head and loss (transformers ForCausalLMLoss): logits in the activation dtype, upcast to fp32 for the
-    # loss (a copy unless they already are fp32), cross_entropy = log_softmax (saves its fp32 output) + nll_loss.
-    # Forward peak at log_softmax: logits + fp32 copy + log_softmax output; only the output outlives the forward.
-    # Backward peak at log_softmax's backward: its saved output, the nll gradient and its own result (3 x 4TV).
-    head_saved = T * h * (8.0 if stream_b == 4 else 6.0) + (T * h * 2.0 if amp else 0.0) + 4.0 * T * V
-    head_fwd_transient = (act_b + (4.0 if act_b != 4.0 else 0.0)) * T * V
-    head_bwd_transient = 8.0 * T * V
-
-    full = recompute == "full"
-    kept = [layer_input if full else s for s in saved]
-    fwd_extra_layer = max(saved) if full else 0.0
-    forward_peak = rest + sum(kept) + sum(copies) + head_copy + head_saved + head_fwd_transient + fwd_extra_layer
-    # Backward walk.
-    copies_alive = [0.0 if full else c for c in copies]
-    bwd_start = rest + sum(kept) + sum(copies_alive) + head_copy + head_saved + head_bwd_transient
-    walk = []
-    g_done = V * h * w_b  # the LM head's weight gradient (the shared embedding's, when tied) exists from here on
-    for l in range(m.num_layers - 1, -1, -1):
-        below_kept = sum(kept[: l + 1])
-        below_copies = sum(copies_alive[: l + 1])
-        recomputed = (saved[l] + copies[l]) if full else 0.0
-        walk.append(rest + below_kept + below_copies + recomputed + g_done + bwd_work)
-        g_done += grads[l]
-    emb_grad = pc.embedding * w_b
-    bwd_end = rest + grads_total + T * h * stream_b + (emb_grad if pc.lm_head == 0 else 0.0)
-    backward_peak = max([bwd_start, bwd_end] + walk)
-    foreach_tmp = 0.0 if fused or optimizer == "sgd" else P * w_b
-    optimizer_peak = rest + grads_total + foreach_tmp
-    if grad_accum > 1:  # gradients persist across micro-batches: every micro-step's forward sees them
-        forward_peak += grads_total
-    phases = {"forward": forward_peak, "backward": backward_peak, "optimizer": optimizer_peak}
+    mem = train_memory(m, pc, micro_batch=micro_batch, seq=seq, precision=precision, optimizer=optimizer,
+                       recompute=recompute, grad_accum=grad_accum, offload=offload, fused=fused)
+    phases, breakdown = mem.phases, mem.breakdown
     peak = max(phases.values())
-    at = max(phases, key=phases.get)
-    breakdown = {
-        "weights": weights,
-        "optimizer_states": opt_states,
-        "gradients": grads_total if (at == "optimizer" or grad_accum > 1) else 0.0,
-        "activations": sum(kept) + (fwd_extra_layer if at == "forward" else 0.0),
-        "weight_copies_16bit": (sum(copies) + head_copy) if at == "forward" else 0.0,
-        "logits_and_loss": (head_saved + head_fwd_transient) if at == "forward" else 0.0,
-        "optimizer_temporaries": foreach_tmp if at == "optimizer" else 0.0,
-        "workspace": TRAIN_WORKSPACE_BYTES,
-    }
-    if at == "backward":
-        breakdown["backward_working_set"] = peak - sum(breakdown.values())
     overheads = runtime_overheads(peak)
     fits = peak + sum(overheads.values()) <= hw.device_total_bytes
+    full = recompute == "full"
+    stream_b = 4.0 if (amp or precision == "fp32") else 2.0
 
     # ---- time --------------------------------------------------------------------------------------------------
     tflops = hw.achievable_tflops(cdt)
@@ -162,10 +83,10 @@ def estimate_train(m: ModelSpec, hw, *, micro_batch: int, seq: int, precision: s
     sms = sm_count(hw.key)
     fwd_ops = opsmod.forward_ops(m, micro_batch, seq, 0, act_b, act_b, stream_b, head_tokens=T, hf_cache_cat=False)
     fwd_ops.append(opsmod.Op("loss_log_softmax", "elementwise", 0.0, 20.0 * T * V, 6))
-    f_wall, f_gpu, f_host, f_times = forward_time(fwd_ops, tflops, bw, TRAIN_ENGINE, sms, graph=False, head_dim=m.head_dim)
+    f_wall, f_gpu, f_host, f_times = forward_time(fwd_ops, tflops, bw, TRAIN_ENGINE, sms, False, m.head_dim)
     bwd_ops = [opsmod.Op(o.name + "_bwd", o.kind, o.flops * (2.5 if o.kind == "attention" else 2.0),
                          o.bytes * 2.0, o.kernels * 2, o.count, o.matmul_shape) for o in fwd_ops]
-    b_wall, b_gpu, b_host, b_times = forward_time(bwd_ops, tflops, bw, TRAIN_ENGINE, sms, graph=False, head_dim=m.head_dim)
+    b_wall, b_gpu, b_host, b_times = forward_time(bwd_ops, tflops, bw, TRAIN_ENGINE, sms, False, m.head_dim)
     micro_gpu = f_gpu + b_gpu + (f_gpu if full else 0.0)
     micro_host = f_host + b_host + (f_host if full else 0.0)
     micro_s = max(micro_gpu, micro_host)
@@ -175,20 +96,34 @@ def estimate_train(m: ModelSpec, hw, *, micro_batch: int, seq: int, precision: s
         opt_bytes = P * (3 * w_b + 4)  # p, g read, p written; two 8-bit states read and written
     else:
         opt_bytes = {"adamw": 7, "adam": 7, "sgd": 5}[optimizer] * P * w_b
-    cast_bytes = 12.0 * (P - pc.embedding) * (1 if amp else 0)
-    opt_s = opt_bytes / (bw * 1e9) + (0 if fused else 3 * 4 * len(layer_p) * 12 * TRAIN_ENGINE.launch_s)
-    step_s = grad_accum * (micro_s + cast_bytes / (bw * 1e9)) + opt_s
+    cast_bytes = 12.0 * (P - pc.embedding) if (amp and offload == "none") else 0.0
+    foreach_launch_s = 0.0 if fused else 12 * m.num_layers * 12 * TRAIN_ENGINE.launch_s  # ~12 lists x 12 tensors
+    opt_s = opt_bytes / (bw * 1e9) + foreach_launch_s
+    offload_s = 0.0
+    if offload != "none":
+        link = host_link_gbs(hw) * 1e9
+        # ZeRO-Offload: 16-bit grads stream down during backward (hidden behind it when the link keeps up), the
+        # CPU runs Adam, 16-bit params come back up before the next forward.
+        grads_down = max(0.0, 2.0 * P / link - b_gpu * grad_accum)
+        opt_s = P / CPU_ADAM_PARAMS_PER_S + 2.0 * P / link
+        offload_s = grads_down
+        if offload == "params":  # weights stream up for forward and backward (and the recompute), overlapped
+            passes = 3 if full else 2
+            micro_s = max(micro_s, passes * 2.0 * P / link)
+    step_s = grad_accum * (micro_s + cast_bytes / (bw * 1e9)) + opt_s + offload_s
     tokens_per_step = grad_accum * T
     attn_width = (m.num_heads * (m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim + m.mla.v_head_dim) / 2
                   if m.mla else m.q_dim)
     model_flops_token = 6.0 * pc.matmul_active + 12.0 * m.num_layers * seq * attn_width
-    hw_flops_token = model_flops_token + (2.0 * pc.matmul_active + 4.0 * m.num_layers * seq * attn_width if full else 0)
+    recompute_flops = 2.0 * pc.matmul_active + 4.0 * m.num_layers * seq * attn_width if full else 0.0
+    hw_flops_token = model_flops_token + recompute_flops
     peak_tf = hw.peak(cdt) * 1e12
     mfu = model_flops_token * tokens_per_step / step_s / peak_tf
     hfu = hw_flops_token * tokens_per_step / step_s / peak_tf
     time = {"step_s": step_s, "forward_s": f_wall * grad_accum, "backward_s": b_wall * grad_accum,
-            "recompute_s": (f_gpu if full else 0.0) * grad_accum, "optimizer_s": opt_s}
-    throughput = {"tokens_per_s": tokens_per_step * num_gpus / step_s, "tokens_per_s_per_gpu": tokens_per_step / step_s}
+            "recompute_s": (f_gpu if full else 0.0) * grad_accum, "optimizer_s": opt_s, "offload_s": offload_s}
+    throughput = {"tokens_per_s": tokens_per_step * num_gpus / step_s,
+                  "tokens_per_s_per_gpu": tokens_per_step / step_s}
     est = Estimate(
         kind="train", model=m.name, hardware=hw.key,
         inputs=dict(micro_batch=micro_batch, seq=seq, precision=precision, optimizer=optimizer, fused=fused,
@@ -205,6 +140,8 @@ def estimate_train(m: ModelSpec, hw, *, micro_batch: int, seq: int, precision: s
         "activations as saved by Hugging Face transformers in eager mode with SDPA attention",
         f"achievable {tflops:.0f} TFLOP/s ({cdt}) and {bw:.0f} GB/s",
         "MFU: 6N + 12 L s d per token (PaLM convention) against the dense peak",
+        f"offload {offload}: {mem.host_bytes / 2**30:.1f} GiB in host memory, {host_link_gbs(hw):.0f} GB/s host link, "
+        f"CPU Adam at {CPU_ADAM_PARAMS_PER_S / 1e9:.0f}B params/s (rough)" if offload != "none" else "",
         "selective recompute has no s^2 attention term to drop with SDPA/flash, so it saves what 'none' saves"
         if recompute == "selective" else "",
     ]

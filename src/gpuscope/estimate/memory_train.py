@@ -1,0 +1,151 @@
+"""Training memory on one GPU: a walk through one optimizer step as PyTorch's caching allocator sees it.
+
+Gradients are set to None after each step (optimizer.zero_grad's default since PyTorch 2.0).
+
+- rest: weights (W) + optimizer states (O). amp-*: fp32 weights, fp32 AdamW exp_avg and exp_avg_sq (8 bytes);
+  bf16: all in bf16; fp32: all fp32; adamw-8bit: two 8-bit states with one fp32 absmax per 256-element block
+  (bitsandbytes blockwise quantization); sgd: one momentum buffer.
+- forward: + saved activations (activations.py), + under AMP the 16-bit copies of the weights that autocast makes
+  and caches (2 bytes x matmul parameters; embeddings are not autocast), + the head's transient:
+  logits (T x V, 16 bit), their fp32 upcast in the loss and log_softmax's fp32 output (saved): 10 T V bytes.
+- backward: starts with the loss head (log_softmax's saved output, the nll gradient and log_softmax's gradient:
+  12 T V bytes), then walks the layers from last to first; at layer l the allocator holds the activations and
+  16-bit weight copies of layers <= l, the gradients of layers > l and the head, and layer l's working set.
+  The reported backward peak is the maximum over that walk.
+- optimizer step: rest + gradients (+ the temporaries of a foreach, non-fused implementation: one tensor list the
+  size of the parameters). Fused AdamW (torch.optim.AdamW(fused=True)) updates in place.
+- full recompute (activation checkpointing of each decoder layer, non-reentrant): only each layer's input is kept;
+  its activations come back one layer at a time in backward; autocast's weight cache is dropped when the forward's
+  autocast region ends, so the 16-bit copies live only during forward and per layer in backward.
+- offload (DeepSpeed ZeRO-Offload, Ren et al. 2021, arXiv 2101.06840): ``optimizer`` keeps the fp32 master weights
+  and optimizer states in host memory; the GPU holds 16-bit weights and, during backward, 16-bit gradients that
+  stream to the host as their layer finishes (one layer's worth at a time). ``params`` (ZeRO-Infinity style)
+  also keeps the 16-bit weights on the host and brings two layers at a time to the GPU (the one running and the
+  prefetched next).
+The peak is the maximum over the phases, not their sum. Verified against torch.cuda.max_memory_allocated on an
+H200 for every phase of 14 training cases (results/2026-11-29-h200, tests/test_validation_h200.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpuscope.errors import UserError
+from gpuscope.estimate.activations import hf_layer_saved_bytes
+from gpuscope.estimate.params import ParamCounts, layer_params
+from gpuscope.estimate.runtime import TRAIN_WORKSPACE_BYTES
+from gpuscope.specs.model import ModelSpec
+
+PRECISIONS = ("amp-bf16", "amp-fp16", "bf16", "fp32", "fp8")
+OPTIMIZERS = ("adamw", "adam", "sgd", "adamw-8bit")
+RECOMPUTE = ("none", "selective", "full")
+OFFLOAD = ("none", "optimizer", "params")
+
+
+def precision_bytes(precision: str) -> tuple[float, float, str]:
+    """(weight/grad bytes, activation bytes, compute dtype)."""
+    try:
+        return {
+            "amp-bf16": (4.0, 2.0, "bf16"), "amp-fp16": (4.0, 2.0, "fp16"), "bf16": (2.0, 2.0, "bf16"),
+            "fp32": (4.0, 4.0, "fp32"), "fp8": (4.0, 2.0, "fp8"),
+        }[precision]
+    except KeyError:
+        raise UserError(f"--precision must be one of {', '.join(PRECISIONS)}, got '{precision}'.") from None
+
+
+def optimizer_state_bytes(params: float, optimizer: str, weight_b: float) -> float:
+    if optimizer in ("adamw", "adam"):
+        return 2 * params * weight_b
+    if optimizer == "sgd":
+        return params * weight_b
+    return params * (2.0 + 2 * 4.0 / 256)  # adamw-8bit, bitsandbytes blockwise (block 256)
+
+
+@dataclass(frozen=True)
+class TrainMemory:
+    phases: dict[str, float]  # allocator peak per phase: forward, backward, optimizer
+    breakdown: dict[str, float]  # named parts at the overall peak
+    host_bytes: float  # what offload keeps in host memory
+
+
+def train_memory(m: ModelSpec, pc: ParamCounts, *, micro_batch: int, seq: int, precision: str, optimizer: str,
+                 recompute: str, grad_accum: int, offload: str, fused: bool) -> TrainMemory:
+    w_b, act_b, _ = precision_bytes(precision)
+    amp = precision.startswith("amp") or precision == "fp8"
+    P = pc.total
+    T = micro_batch * seq
+    V, h = m.vocab_size, m.hidden_size
+    layer_p = [layer_params(m, i) for i in range(m.num_layers)]
+    # Where weights, gradients and states live. Offloaded training keeps 16-bit weights/grads on the GPU.
+    gpu_w_b = w_b if offload == "none" else 2.0
+    if offload == "params":
+        two_layers = 2 * max(lp.total for lp in layer_p)
+        weights = (two_layers + pc.embedding + pc.lm_head + pc.norms) * gpu_w_b
+    else:
+        weights = P * gpu_w_b
+    opt_states = optimizer_state_bytes(P, optimizer, w_b) if offload == "none" else 0.0
+    host = 0.0 if offload == "none" else P * w_b + optimizer_state_bytes(P, optimizer, w_b)
+    rest = weights + opt_states + TRAIN_WORKSPACE_BYTES
+    # Gradients: all of them on the GPU unless offloaded, where each layer's stream out as it completes.
+    grads = [lp.total * gpu_w_b for lp in layer_p]
+    grads_total = P * gpu_w_b if offload == "none" else (V * h + max(lp.total for lp in layer_p)) * gpu_w_b
+    # 16-bit weight copies autocast makes (matmul weights: all but norms; embedding lookups are not autocast).
+    # With offload the weights already are 16 bit: no copies.
+    copy_b = 2.0 if (amp and offload == "none") else 0.0
+    copies = [(lp.attention + lp.mlp) * copy_b for lp in layer_p]
+    head_copy = V * h * copy_b
+    moe_set = set(m.moe_layers)
+    saved = [sum(hf_layer_saved_bytes(m, micro_batch, seq, precision, i in moe_set).values())
+             for i in range(m.num_layers)]
+    stream_b = 4.0 if (amp or precision == "fp32") else 2.0
+    layer_input = T * h * stream_b
+    # Working set while one layer runs backward: grad of the residual stream (fp32 under AMP) in and out, and the
+    # largest intermediate's gradient pair (MLP: 3 x T x I), plus the 16-bit weight-grad before its fp32 cast.
+    width = max(m.intermediate_size, (m.moe.expert_intermediate_size * m.moe.experts_per_token) if m.moe else 0)
+    bwd_work = 2 * T * h * stream_b + 3 * T * width * act_b + max(lp.mlp for lp in layer_p) / 3 * copy_b
+    # The LM head and loss (transformers ForCausalLMLoss): logits in the activation dtype, upcast to fp32 for the
+    # loss (a copy unless they already are fp32), cross_entropy = log_softmax (saves its fp32 output) + nll_loss.
+    # Forward peak at log_softmax: logits + fp32 copy + log_softmax output; only the output outlives the forward.
+    # Backward peak at log_softmax's backward: its saved output, the nll gradient and its own result (3 x 4TV).
+    head_saved = T * h * (8.0 if stream_b == 4 else 6.0) + (T * h * 2.0 if amp else 0.0) + 4.0 * T * V
+    head_fwd_transient = (act_b + (4.0 if act_b != 4.0 else 0.0)) * T * V
+    head_bwd_transient = 8.0 * T * V
+
+    full = recompute == "full"
+    kept = [layer_input if full else s for s in saved]
+    fwd_extra_layer = max(saved) if full else 0.0
+    accum_grads = grads_total if grad_accum > 1 else 0.0  # gradients persist across micro-batches
+    forward_peak = (rest + accum_grads + sum(kept) + sum(copies) + head_copy + head_saved + head_fwd_transient
+                    + fwd_extra_layer)
+    # Backward walk.
+    copies_alive = [0.0 if full else c for c in copies]
+    bwd_start = rest + accum_grads + sum(kept) + sum(copies_alive) + head_copy + head_saved + head_bwd_transient
+    walk = []
+    # The LM head's weight gradient (the shared embedding's, when tied) exists from here on; with gradient
+    # accumulation every gradient already exists (later micro-batches add into them in place).
+    g_done = accum_grads or V * h * gpu_w_b
+    for i in range(m.num_layers - 1, -1, -1):
+        recomputed = (saved[i] + copies[i]) if full else 0.0
+        walk.append(rest + sum(kept[: i + 1]) + sum(copies_alive[: i + 1]) + recomputed + g_done + bwd_work)
+        g_done += grads[i] if (offload == "none" and not accum_grads) else 0.0
+    emb_grad = pc.embedding * gpu_w_b
+    bwd_end = rest + grads_total + layer_input + (emb_grad if pc.lm_head == 0 else 0.0)
+    backward_peak = max([bwd_start, bwd_end] + walk)
+    foreach_tmp = 0.0 if (fused or optimizer == "sgd" or offload != "none") else P * w_b
+    optimizer_peak = rest + (grads_total if offload == "none" else 0.0) + foreach_tmp
+    phases = {"forward": forward_peak, "backward": backward_peak, "optimizer": optimizer_peak}
+    peak = max(phases.values())
+    at = max(phases, key=phases.get)
+    breakdown = {
+        "weights": weights,
+        "optimizer_states": opt_states,
+        "gradients": grads_total if (at == "optimizer" or grad_accum > 1) else 0.0,
+        "activations": sum(kept) + (fwd_extra_layer if at == "forward" else 0.0),
+        "weight_copies_16bit": (sum(copies) + head_copy) if at == "forward" else 0.0,
+        "logits_and_loss": (head_saved + head_fwd_transient) if at == "forward" else 0.0,
+        "optimizer_temporaries": foreach_tmp if at == "optimizer" else 0.0,
+        "workspace": TRAIN_WORKSPACE_BYTES,
+    }
+    if at == "backward":
+        breakdown["backward_working_set"] = peak - sum(breakdown.values())
+    return TrainMemory(phases=phases, breakdown=breakdown, host_bytes=host)

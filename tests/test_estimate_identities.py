@@ -1,0 +1,127 @@
+"""Identities and mechanisms the estimates must respect (parts vs whole, monotonicity, closed forms)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuscope.errors import UserError
+from gpuscope.estimate.infer import estimate_infer, kv_cache_bytes, weight_bytes
+from gpuscope.estimate.params import count_params
+from gpuscope.estimate.runtime import TRAIN_WORKSPACE_BYTES
+from gpuscope.estimate.train import estimate_train
+from gpuscope.specs.hardware import load_hardware
+from gpuscope.specs.models import load_model
+
+H100 = load_hardware("h100")
+H200 = load_hardware("h200")
+
+
+def test_kv_cache_gqa_llama31_8b():
+    m = load_model("llama-3.1-8b")
+    # 2 (K, V) x 8 KV heads x 128 x 32 layers x 2 bytes = 131,072 bytes per token
+    assert kv_cache_bytes(m, 1, 1, "bf16") == 131072
+    assert kv_cache_bytes(m, 4, 1000, "fp8") == 4 * 1000 * 65536
+
+
+def test_kv_cache_sliding_window_caps_mistral():
+    m = load_model("mistral-7b")
+    assert m.sliding_window == 4096
+    assert kv_cache_bytes(m, 1, 10000, "bf16") == kv_cache_bytes(m, 1, 4096, "bf16")
+
+
+def test_kv_cache_mla_deepseek_v3_is_per_head_decompressed():
+    m = load_model("deepseek-v3")
+    # transformers caches K (128 nope + 64 rope) and V (128) for each of 128 heads in each of 61 layers
+    assert kv_cache_bytes(m, 1, 1, "bf16") == 128 * (128 + 64 + 128) * 61 * 2
+
+
+def test_quantized_weights_are_smaller_with_scales():
+    m = load_model("llama-3.1-8b")
+    bf16, int8, int4 = (weight_bytes(m, d)["weights"] for d in ("bf16", "int8", "int4"))
+    pc = count_params(m)
+    assert bf16 == pytest.approx(2 * pc.total)
+    linear = pc.attention + pc.mlp
+    # int4, group 128: 0.5 + 2.5/128 bytes per linear weight; embeddings, head and norms stay 16 bit
+    assert int4 == pytest.approx(linear * (0.5 + 2.5 / 128) + 2 * (pc.total - linear))
+    assert bf16 > int8 > int4
+
+
+def test_tensor_parallel_splits_weights_and_kv():
+    m = load_model("llama-3.1-70b")
+    one = estimate_infer(m, H200, batch=8, prompt=2048, gen=128, num_gpus=1, tp=1)
+    four = estimate_infer(m, H200, batch=8, prompt=2048, gen=128, num_gpus=4, tp=4)
+    assert four.breakdown_bytes["weights"] < one.breakdown_bytes["weights"] / 3.5
+    assert four.time["tp_comm_s_per_token"] > 0
+
+
+def test_infer_monotonic_and_limits():
+    m = load_model("qwen2.5-7b")
+    small = estimate_infer(m, H100, batch=1, prompt=1024, gen=64)
+    big = estimate_infer(m, H100, batch=32, prompt=4096, gen=64)
+    assert big.peak_bytes_per_gpu > small.peak_bytes_per_gpu
+    assert big.time["prefill_s"] > small.time["prefill_s"]
+    assert small.limits["max_batch"] >= 32 or not big.fits
+    at_limit = estimate_infer(m, H100, batch=small.limits["max_batch"], prompt=1024, gen=64)
+    over = estimate_infer(m, H100, batch=small.limits["max_batch"] + 1, prompt=1024, gen=64)
+    assert at_limit.fits and not over.fits
+
+
+def test_graph_engine_removes_host_bound_decode():
+    m = load_model("llama-3.1-8b")
+    eager = estimate_infer(m, H200, batch=1, prompt=512, gen=64, engine="eager")
+    graph = estimate_infer(m, H200, batch=1, prompt=512, gen=64, engine="graph")
+    assert eager.time["decode_host_s"] > eager.time["decode_gpu_s"]  # plain generate is launch-bound at batch 1
+    assert graph.time["decode_s_per_token"] < eager.time["decode_s_per_token"] / 3
+    # graph decode can't beat streaming the weights once per token at the achievable bandwidth
+    assert graph.time["decode_s_per_token"] >= graph.breakdown_bytes["weights"] / (H200.achievable_bw_gbs() * 1e9)
+
+
+def test_train_optimizer_phase_is_zero_16_bytes_per_param():
+    # ZeRO section 3.1: mixed-precision Adam keeps 16 bytes per parameter of model states (here fp32 weights and
+    # grads and two fp32 moments: 4 + 4 + 8); at the optimizer step all of them are live.
+    m = load_model("llama-3.2-1b")
+    est = estimate_train(m, H100, micro_batch=1, seq=512, precision="amp-bf16", optimizer="adamw")
+    P = count_params(m).total
+    assert est.phases_bytes["optimizer"] - TRAIN_WORKSPACE_BYTES == 16 * P
+
+
+@pytest.mark.parametrize("change,lower", [
+    ({"recompute": "full"}, True), ({"optimizer": "adamw-8bit"}, True), ({"precision": "bf16"}, True),
+    ({"offload": "optimizer"}, True), ({"micro_batch": 1}, True), ({"grad_accum": 4}, False),
+])
+def test_train_memory_levers(change, lower):
+    m = load_model("llama-3.2-3b")
+    base = dict(micro_batch=2, seq=2048, precision="amp-bf16", optimizer="adamw", recompute="none")
+    ref = estimate_train(m, H100, **base).peak_bytes_per_gpu
+    got = estimate_train(m, H100, **{**base, **change}).peak_bytes_per_gpu
+    assert (got < ref) if lower else (got >= ref)
+
+
+def test_foreach_optimizer_allocates_temporaries():
+    m = load_model("llama-3.2-1b")
+    fused = estimate_train(m, H100, micro_batch=1, seq=256, fused=True)
+    foreach = estimate_train(m, H100, micro_batch=1, seq=256, fused=False)
+    assert foreach.phases_bytes["optimizer"] - fused.phases_bytes["optimizer"] == pytest.approx(
+        4 * count_params(m).total)
+
+
+def test_mfu_convention_and_recompute_hfu():
+    m = load_model("llama-3.1-8b")
+    est = estimate_train(m, H200, micro_batch=1, seq=4096, recompute="full")
+    pc = count_params(m)
+    per_token = 6 * pc.matmul_active + 12 * m.num_layers * 4096 * m.q_dim
+    assert est.flops["model_per_token"] == pytest.approx(per_token)
+    assert est.mfu == pytest.approx(per_token * 4096 / est.time["step_s"] / (989.5e12))
+    assert est.hfu > est.mfu
+
+
+def test_fp32_training_keeps_the_s2_attention_term():
+    m = load_model("qwen2.5-0.5b")
+    a = estimate_train(m, H100, micro_batch=1, seq=1024, precision="fp32").breakdown_bytes["activations"]
+    b = estimate_train(m, H100, micro_batch=1, seq=2048, precision="fp32").breakdown_bytes["activations"]
+    assert b > 2.2 * a  # superlinear in s: SDPA's math path saves b x heads x s^2 probabilities
+
+
+def test_unsupported_precision_on_v100_is_a_user_error():
+    with pytest.raises(UserError, match="bf16"):
+        estimate_train(load_model("gpt2"), load_hardware("v100"), micro_batch=1, seq=128, precision="amp-bf16")
