@@ -157,7 +157,7 @@ def estimate_infer(m: ModelSpec, hw, *, batch: int, prompt: int, gen: int, dtype
         "prefill_tokens_per_s": batch * prompt / prefill_s,
         "e2e_tokens_per_s": batch * gen / e2e,
     }
-    bound = "host (launch-bound)" if dec_host + eng.step_s > dec_gpu else "GPU"
+    bound = "host (launch)" if dec_host + eng.step_s > dec_gpu else "GPU"
     est = Estimate(
         kind="infer", model=m.name, hardware=hw.key,
         inputs=dict(batch=batch, prompt=prompt, gen=gen, dtype=dtype, kv_dtype=kv_dtype, engine=engine,
@@ -170,7 +170,8 @@ def estimate_infer(m: ModelSpec, hw, *, batch: int, prompt: int, gen: int, dtype
         calibrated=bool(getattr(hw, "is_calibrated", False)),
     )
     est.assumptions = [
-        f"engine {engine}: host {eng.launch_s * 1e6:.1f} us/kernel, {eng.step_s * 1e3:.1f} ms/token outside the model",
+        f"engine {engine}: host {eng.launch_s * 1e6:.1f} us/kernel, {eng.step_s * 1e3:.1f} ms/token outside the model"
+        " (measured on the lent H200's host; a faster or slower CPU scales them)",
         f"achievable {tflops / tp:.0f} TFLOP/s ({cdt}) and {bw / tp:.0f} GB/s per GPU",
         f"decode is {bound}-bound: GPU {dec_gpu * 1e3:.2f} ms vs host {(dec_host + eng.step_s) * 1e3:.2f} ms per step",
         f"weights read per decode step: {weights_read / 1e9:.2f} GB",
