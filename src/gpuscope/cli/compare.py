@@ -1,0 +1,180 @@
+"""`gpuscope compare [--model M --gpu A --gpu B] infer|train [options]`: hardware side by side."""
+
+from __future__ import annotations
+
+from typing import List, Optional
+
+import typer
+
+from gpuscope.estimate.cost import (DEFAULT_HOURS_PER_YEAR, DEFAULT_PUE, DEFAULT_USD_PER_KWH, DEFAULT_UTILISATION,
+                                    DEFAULT_YEARS, IDLE_FRACTION)
+
+MODEL_HELP = "Preset name, config.json, or a directory holding one."
+GPU_HELP = "Catalog name/alias or hardware TOML; repeat (or comma-separate) for several."
+PRICES_HELP = "TOML of prices overriding the packaged table (see specs/data/prices.toml)."
+MEASURED_HELP = 'JSON {"<gpu>": {"decode_tokens_per_s": .., "power_w": ..}} of measured results replacing estimates.'
+
+
+def _console():
+    from rich.console import Console
+
+    c = Console()
+    return c if c.is_terminal else Console(width=max(c.width, 160))
+
+
+def econ_from(electricity, pue, hours_per_year, years, utilisation, idle_fraction):
+    from gpuscope.estimate.cost import Economics
+
+    return Economics(usd_per_kwh=electricity, pue=pue, hours_per_year=hours_per_year, years=years,
+                     utilisation=utilisation, idle_fraction=idle_fraction)
+
+
+def gpus_from(names: list[str]):
+    from gpuscope.specs.hardware import load_hardware
+
+    out, seen = [], set()
+    for n in names or []:
+        for part in str(n).split(","):
+            if part.strip():
+                hw = load_hardware(part.strip())
+                if hw.key not in seen:
+                    seen.add(hw.key)
+                    out.append(hw)
+    return out
+
+
+def measured_from(path: str | None) -> dict:
+    """Read a measured-results JSON: {gpu name or alias: {metric: value}} (a later store provider plugs in here)."""
+    if not path:
+        return {}
+    import json
+    from pathlib import Path
+
+    from gpuscope.errors import UserError
+    from gpuscope.specs.hardware import load_hardware
+
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise UserError(f"--measured file '{p}' does not exist.")
+    try:
+        data = json.loads(p.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UserError(f"--measured file '{p}' is not valid JSON ({exc}).") from None
+    if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
+        raise UserError(f"--measured file '{p}' must map GPU names to objects of metric values.")
+    return {load_hardware(k).key: v for k, v in data.items()}
+
+
+def emit(obj_json: dict, markdown: str | None, as_json: bool, as_md: bool, render) -> None:
+    from gpuscope.report.compare_view import dumps
+
+    if as_json:
+        typer.echo(dumps(obj_json))
+    elif as_md:
+        typer.echo(markdown)
+    else:
+        render(_console())
+
+
+def register(app: typer.Typer) -> None:
+    cmp_app = typer.Typer(name="compare", no_args_is_help=True,
+                          help="Hardware side by side: fit, speed, energy, cost per token, TCO, training budget.")
+    state: dict = {}
+
+    @cmp_app.callback()
+    def _common(
+        model: Optional[str] = typer.Option(None, "--model", help=MODEL_HELP),
+        gpu: Optional[List[str]] = typer.Option(None, "--gpu", help=GPU_HELP),
+    ) -> None:
+        state["model"], state["gpu"] = model, list(gpu or [])
+
+    def _inputs(model, gpu):
+        from gpuscope.errors import UserError
+        from gpuscope.specs.models import load_model
+
+        model = model or state.get("model")
+        names = list(gpu or []) or state.get("gpu") or []
+        if not model:
+            raise UserError("--model is required (a preset name, a config.json or a directory holding one).")
+        if not names:
+            raise UserError("--gpu is required: give one or more GPUs to compare (`gpuscope hardware` lists them).")
+        return load_model(model), gpus_from(names)
+
+    @cmp_app.command("infer")
+    def infer(
+        model: Optional[str] = typer.Option(None, "--model", help=MODEL_HELP),
+        gpu: Optional[List[str]] = typer.Option(None, "--gpu", help=GPU_HELP),
+        batch: int = typer.Option(1, "--batch"),
+        prompt: int = typer.Option(512, "--prompt"),
+        gen: int = typer.Option(128, "--gen"),
+        dtype: str = typer.Option("auto", "--dtype", help="auto (bf16, else int8, else int4) | bf16|fp16|fp32|fp8|int8|int4"),
+        kv_dtype: Optional[str] = typer.Option(None, "--kv-dtype"),
+        engine: str = typer.Option("graph", "--engine", help="graph (default here: hardware-bound decode) | eager"),
+        max_gpus: int = typer.Option(8, "--max-gpus", help="Most cards (tensor parallel) to try for a fit."),
+        electricity: float = typer.Option(DEFAULT_USD_PER_KWH, "--electricity", help="USD per kWh."),
+        pue: float = typer.Option(DEFAULT_PUE, "--pue", help="Power usage effectiveness (1.2-1.5 typical)."),
+        hours_per_year: float = typer.Option(DEFAULT_HOURS_PER_YEAR, "--hours-per-year"),
+        years: float = typer.Option(DEFAULT_YEARS, "--years", help="TCO horizon and amortisation period."),
+        utilisation: float = typer.Option(DEFAULT_UTILISATION, "--utilisation", help="Busy fraction of the hours."),
+        idle_fraction: float = typer.Option(IDLE_FRACTION, "--idle-fraction", help="Idle power / TDP."),
+        prices: Optional[str] = typer.Option(None, "--prices", help=PRICES_HELP),
+        measured: Optional[str] = typer.Option(None, "--measured", help=MEASURED_HELP),
+        as_json: bool = typer.Option(False, "--json", help="Print JSON (schema gpuscope.compare/1)."),
+        as_md: bool = typer.Option(False, "--markdown", help="Print Markdown."),
+    ) -> None:
+        """Inference: fewest cards per dtype, TTFT, tokens/s, tokens/J, $ per 1M tokens, TCO."""
+        from gpuscope.explain.compare_hw import InferWorkload, compare
+        from gpuscope.report.compare_view import compare_markdown, compare_to_json, render_compare
+        from gpuscope.specs.prices import load_prices
+
+        econ = econ_from(electricity, pue, hours_per_year, years, utilisation, idle_fraction)
+        table = load_prices(prices)
+        meas = measured_from(measured)
+        m, gpus = _inputs(model, gpu)
+        w = InferWorkload(batch=batch, prompt=prompt, gen=gen, dtype=dtype, kv_dtype=kv_dtype, engine=engine,
+                          max_gpus=max_gpus)
+        c = compare(m, gpus, w, prices=table, econ=econ, measured=meas)
+        emit(compare_to_json(c), compare_markdown(c) if as_md else None, as_json, as_md,
+             lambda con: render_compare(c, con))
+
+    @cmp_app.command("train")
+    def train(
+        model: Optional[str] = typer.Option(None, "--model", help=MODEL_HELP),
+        gpu: Optional[List[str]] = typer.Option(None, "--gpu", help=GPU_HELP),
+        micro_batch: int = typer.Option(1, "--micro-batch"),
+        seq: int = typer.Option(2048, "--seq"),
+        precision: str = typer.Option("amp-bf16", "--precision", help="amp-bf16|amp-fp16|bf16|fp32|fp8"),
+        optimizer: str = typer.Option("adamw", "--optimizer"),
+        recompute: str = typer.Option("none", "--recompute"),
+        grad_accum: int = typer.Option(1, "--grad-accum"),
+        offload: str = typer.Option("none", "--offload"),
+        tokens: float = typer.Option(1e9, "--tokens", help="Token budget D for the 6ND cost (e.g. 1e9)."),
+        num_gpus: int = typer.Option(1, "--num-gpus", help="Cards the budget runs on (data parallel)."),
+        electricity: float = typer.Option(DEFAULT_USD_PER_KWH, "--electricity", help="USD per kWh."),
+        pue: float = typer.Option(DEFAULT_PUE, "--pue"),
+        hours_per_year: float = typer.Option(DEFAULT_HOURS_PER_YEAR, "--hours-per-year"),
+        years: float = typer.Option(DEFAULT_YEARS, "--years"),
+        utilisation: float = typer.Option(DEFAULT_UTILISATION, "--utilisation"),
+        idle_fraction: float = typer.Option(IDLE_FRACTION, "--idle-fraction"),
+        prices: Optional[str] = typer.Option(None, "--prices", help=PRICES_HELP),
+        measured: Optional[str] = typer.Option(None, "--measured", help=MEASURED_HELP),
+        as_json: bool = typer.Option(False, "--json", help="Print JSON (schema gpuscope.compare/1)."),
+        as_md: bool = typer.Option(False, "--markdown", help="Print Markdown."),
+    ) -> None:
+        """Training on one card: fit, tokens/s, MFU, energy, cost, and a 6ND token budget on N cards."""
+        from gpuscope.explain.compare_hw import TrainWorkload, compare
+        from gpuscope.report.compare_view import compare_markdown, compare_to_json, render_compare
+        from gpuscope.specs.prices import load_prices
+
+        econ = econ_from(electricity, pue, hours_per_year, years, utilisation, idle_fraction)
+        table = load_prices(prices)
+        meas = measured_from(measured)
+        m, gpus = _inputs(model, gpu)
+        w = TrainWorkload(micro_batch=micro_batch, seq=seq, precision=precision, optimizer=optimizer,
+                          recompute=recompute, grad_accum=grad_accum, offload=offload, tokens=tokens,
+                          num_gpus=num_gpus)
+        c = compare(m, gpus, w, prices=table, econ=econ, measured=meas)
+        emit(compare_to_json(c), compare_markdown(c) if as_md else None, as_json, as_md,
+             lambda con: render_compare(c, con))
+
+    app.add_typer(cmp_app)

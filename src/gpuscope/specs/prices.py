@@ -1,0 +1,130 @@
+"""Prices: what one accelerator costs to buy and to rent, each figure with a source and a date.
+
+The packaged table is ``specs/data/prices.toml`` (a snapshot; nothing is fetched live). A user file given with
+``--prices`` has the same layout, and its tables may be named by any ``--gpu`` name or alias::
+
+    [h100]
+    purchase_usd = 24000
+    cloud_usd_per_hour = 2.49
+    source = "our vendor quote"      # used for both figures unless purchase_source / cloud_source are given
+    date = "2026-02"
+
+A user entry replaces the packaged figures it names and keeps the others. A hardware spec's own
+``launch_price_usd`` (a user hardware TOML) is the last fallback for the purchase price.
+Pure Python: no torch here.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+from gpuscope.errors import UserError
+
+PRICES_PATH = Path(__file__).parent / "data" / "prices.toml"
+_FIELDS = {"purchase_usd", "purchase_source", "purchase_date", "cloud_usd_per_hour", "cloud_source", "cloud_date",
+           "source", "date", "notes"}
+
+
+@dataclass(frozen=True)
+class Price:
+    """One figure: value in USD (purchase) or USD per GPU-hour (cloud), with where it came from."""
+
+    value: float
+    source: str
+    date: str
+
+    def to_dict(self) -> dict:
+        return {"value": self.value, "source": self.source, "date": self.date}
+
+
+@dataclass(frozen=True)
+class PriceEntry:
+    key: str
+    purchase: Price | None = None
+    cloud: Price | None = None
+
+    def to_dict(self) -> dict:
+        return {"key": self.key,
+                "purchase_usd": self.purchase.to_dict() if self.purchase else None,
+                "cloud_usd_per_hour": self.cloud.to_dict() if self.cloud else None}
+
+
+def _positive(value, field: str, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise UserError(f"field '{field}' in {where} must be a positive number of USD, not {value!r}.")
+    if value <= 0:
+        raise UserError(f"field '{field}' in {where} must be a positive number of USD, not {value!r}.")
+    return float(value)
+
+
+def _parse(data: dict, where: str, resolve) -> dict[str, PriceEntry]:
+    out: dict[str, PriceEntry] = {}
+    for name, entry in data.items():
+        if not isinstance(entry, dict):
+            continue  # schema_version and other top-level scalars
+        key = resolve(name)
+        unknown = set(entry) - _FIELDS
+        if unknown:
+            raise UserError(f"field '{sorted(unknown)[0]}' in [{name}] of {where} is not known; allowed: "
+                            f"{', '.join(sorted(_FIELDS))}.")
+        src, date = str(entry.get("source", where)), str(entry.get("date", "not given"))
+        purchase = cloud = None
+        if "purchase_usd" in entry:
+            purchase = Price(_positive(entry["purchase_usd"], "purchase_usd", f"[{name}] of {where}"),
+                             str(entry.get("purchase_source", src)), str(entry.get("purchase_date", date)))
+        if "cloud_usd_per_hour" in entry:
+            cloud = Price(_positive(entry["cloud_usd_per_hour"], "cloud_usd_per_hour", f"[{name}] of {where}"),
+                          str(entry.get("cloud_source", src)), str(entry.get("cloud_date", date)))
+        out[key] = PriceEntry(key, purchase, cloud)
+    return out
+
+
+@lru_cache(maxsize=1)
+def _packaged() -> dict[str, PriceEntry]:
+    with open(PRICES_PATH, "rb") as f:
+        return _parse(tomllib.load(f), "the packaged price table", lambda k: k)
+
+
+def _resolve_gpu_name(name: str) -> str:
+    from gpuscope.specs.hardware import load_hardware
+
+    if name.lower().endswith(".toml") or "/" in name:
+        raise UserError(f"price table name [{name}] must be a catalog GPU name or alias, not a path.")
+    return load_hardware(name).key
+
+
+def load_prices(path: str | Path | None = None) -> dict[str, PriceEntry]:
+    """The packaged table, with a user TOML's entries laid over it (figure by figure)."""
+    table = dict(_packaged())
+    if path is None:
+        return table
+    p = Path(str(path)).expanduser()
+    if not p.is_file():
+        raise UserError(f"--prices file '{p}' does not exist.")
+    try:
+        with open(p, "rb") as f:
+            data = tomllib.load(f)
+    except tomllib.TOMLDecodeError as exc:
+        raise UserError(f"--prices file '{p}' is not valid TOML ({exc}).") from None
+    for key, user in _parse(data, f"user price file {p}", _resolve_gpu_name).items():
+        base = table.get(key, PriceEntry(key))
+        table[key] = PriceEntry(key, user.purchase or base.purchase, user.cloud or base.cloud)
+    return table
+
+
+def price_for(hw, prices: dict[str, PriceEntry] | None = None) -> PriceEntry:
+    """The price entry of one HardwareSpec; falls back to the spec's own launch_price_usd for the purchase."""
+    prices = load_prices() if prices is None else prices
+    entry = prices.get(hw.key, PriceEntry(hw.key))
+    if entry.purchase is None and getattr(hw, "launch_price_usd", None):
+        entry = PriceEntry(hw.key, Price(float(hw.launch_price_usd), f"launch_price_usd of {hw.origin}", "not given"),
+                           entry.cloud)
+    return entry
