@@ -73,4 +73,7 @@ def register(app: typer.Typer) -> None:
 
         typer.echo(template_toml(name), nl=False)
 
+    from gpuscope.cli.calibrate import register_calibrate
+
+    register_calibrate(hw)
     app.add_typer(hw, name="hardware")

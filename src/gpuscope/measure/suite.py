@@ -81,6 +81,13 @@ def _light_provenance() -> dict:
     return provenance(None, with_torch=False)
 
 
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # the child's own process group (start_new_session)
+    except (ProcessLookupError, PermissionError):
+        proc.kill()
+
+
 def run_one(case: dict, timeout_s: float) -> dict:
     """Run one case in a subprocess; always returns a record (ok, oom, error or timeout)."""
     cid = case_id(case)
@@ -91,14 +98,14 @@ def run_one(case: dict, timeout_s: float) -> dict:
     try:
         out, err = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)  # the child's own process group (start_new_session)
-        except (ProcessLookupError, PermissionError):
-            proc.kill()
+        _kill_group(proc)
         out, err = proc.communicate()
         return {"schema": SCHEMA, "case_id": cid, "case": case,
                 "result": {"status": "timeout", "timeout_s": timeout_s, "stderr_tail": (err or "")[-2000:]},
                 "provenance": _light_provenance(), "wall_s": time.perf_counter() - t0}
+    except BaseException:  # Ctrl-C or any other exit: the case runs in its own session, so end it too
+        _kill_group(proc)
+        raise
     rec = _last_json(out or "")
     if rec is None:
         rec = {"schema": SCHEMA, "case_id": cid, "case": case,

@@ -1,0 +1,421 @@
+"""`gpuscope bench micro|infer|train|all`: measure, store every result (SQLite), print the planner's estimate beside it.
+
+- micro runs in this process (torch imported here, lazily); infer/train cases run each in their own subprocess
+  (``gpuscope.measure.suite.run_one``: an OOM, crash or hang ends only that case) while this process samples NVML.
+- Every finished measurement is committed at once; Ctrl-C keeps them; ``--resume`` skips keys already measured on
+  this host with a final status (ok, oom, unsupported).
+- Workloads: the estimate for the same case on ``--gpu`` (catalog name or a calibrated TOML), else on the catalog
+  entry of the device that ran it, with error = (estimated - measured) / measured.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+
+import typer
+
+from gpuscope.errors import UserError
+
+BENCH_SCHEMA = "gpuscope.bench/1"
+ENGINES = ("hf-eager", "hf-graph")
+INFER_DTYPES = ("bf16", "fp16", "fp32")
+PRECISIONS = ("amp-bf16", "amp-fp16", "bf16", "fp32")
+RECOMPUTE = ("none", "full")
+
+DB_HELP = "Results database (default: $GPUSCOPE_DB, else $XDG_DATA_HOME/gpuscope/results.sqlite)."
+RESUME_HELP = "Skip what this host has already measured (same configuration) in the database."
+JSON_HELP = "Print JSON (schema gpuscope.bench/1) instead of tables."
+DEVICE_HELP = "cpu, cuda, cuda:N, xpu, mps (default: the first available accelerator, else cpu)."
+GPU_HELP = "Hardware for the estimate beside the measurement: catalog name or a (calibrated) TOML."
+
+
+def _console(stderr: bool = False):
+    from rich.console import Console
+
+    c = Console(stderr=stderr)
+    return c if c.is_terminal else Console(stderr=stderr, width=max(c.width, 140))
+
+
+def require_torch() -> None:
+    import importlib.util
+
+    try:
+        missing = importlib.util.find_spec("torch") is None
+    except (ImportError, ValueError):
+        missing = True
+    if missing:
+        raise UserError("benchmarks need PyTorch, which is not installed; install the `bench` extra "
+                        "(pip install 'gpuscope[bench]') with a torch build for your device.")
+
+
+def check_device(device: str | None) -> str | None:
+    if device is not None and not re.fullmatch(r"(cpu|cuda|xpu|mps)(:\d+)?", device.strip()):
+        raise UserError(f"--device '{device}' is not one of cpu, cuda, cuda:N, xpu, xpu:N, mps.")
+    return device.strip() if device else None
+
+
+def _positive(**kw) -> None:
+    for name, v in kw.items():
+        if v is None or v <= 0:
+            raise UserError(f"--{name.replace('_', '-')} must be a positive integer, not {v}.")
+
+
+def _choice(name: str, value: str, allowed) -> None:
+    if value not in allowed:
+        raise UserError(f"--{name} '{value}' is not one of {', '.join(allowed)}.")
+
+
+def _progress():
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = _console(stderr=True)
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    console=console, transient=True, disable=not console.is_terminal)
+
+
+class Session:
+    """One command's run: the store, its run id, resume set, the records of this call, and the output mode."""
+
+    def __init__(self, db: str | None, command: str, resume: bool, as_json: bool):
+        from gpuscope.store.db import Store
+
+        self.store = Store.open(db)
+        self.run_id = self.store.new_run(command, sys.argv)
+        self.done = self.store.done_keys() if resume else set()
+        self.as_json = as_json
+        self.out: list[dict] = []
+        self.log = _console(stderr=True)
+
+    def note(self, text: str) -> None:
+        if not self.as_json:
+            self.log.print(text, highlight=False)
+
+    def close(self) -> None:
+        self.store.close()
+
+
+# --- micro -----------------------------------------------------------------------------------------------------
+def run_micro(s: Session, device: str | None, mode: str, dtypes, benches=("matmul", "memory", "transfer")) -> list[dict]:
+    """Run (or, with resume, reuse) every micro item; returns the result dicts (stored ones included)."""
+    from gpuscope.measure.device import Device, pick_device
+    from gpuscope.measure.micro import Runner, item_key, item_name, micro_configs
+    from gpuscope.measure.provenance import provenance
+
+    try:
+        dev = Device(pick_device(device))
+    except RuntimeError as e:
+        raise UserError(f"--device: {e}.") from None
+    configs = micro_configs(dev, mode, dtypes, benches)
+    prov = provenance(dev)
+    runner = Runner(dev)
+    results = []
+    with _progress() as prog:
+        task = prog.add_task(f"micro ({mode}) on {dev.name}", total=len(configs))
+        for c in configs:
+            key, name = item_key(c), item_name(c)
+            prog.update(task, description=name)
+            if key in s.done:
+                old = s.store.latest(key)
+                results.append(old["result"])
+                s.out.append({"id": old["id"], "key": key, "name": name, "skipped": True, "status": old["status"],
+                              "result": old["result"]})
+                s.note(f"{name}: skipped (measured as id {old['id']})")
+                prog.advance(task)
+                continue
+            r = runner.run(c)
+            mid = s.store.put(s.run_id, key, "micro", name, c, r, prov)
+            results.append(r)
+            s.out.append({"id": mid, "key": key, "name": name, "skipped": False, "status": r["status"], "result": r})
+            s.note(f"[{mid}] {name}: {headline(r)}")
+            prog.advance(task)
+    return results
+
+
+def headline(r: dict) -> str:
+    st = r.get("status")
+    if st != "ok":
+        return f"{st} {r.get('reason') or r.get('error') or r.get('phase') or ''}".strip()
+    if r.get("kind") == "micro":
+        if r.get("bench") == "matmul":
+            m, n, k = r["best_shape"]
+            return f"{r['tflops']:.4g} {r.get('unit', 'TFLOPS')} (best of {len(r['shapes'])} shapes at {m}x{n}x{k})"
+        return f"{r['gbs']:.4g} GB/s (median of {r['iters']}, spread {r.get('rel_iqr') or 0:.1%})"
+    if r.get("kind") == "infer":
+        return (f"ttft {r['ttft_s'] * 1e3:.2f} ms, tpot {r['tpot_s'] * 1e3:.2f} ms, "
+                f"{r['decode_tokens_per_s']:.1f} tok/s decode")
+    if r.get("kind") == "train":
+        return f"step {r['step_s'] * 1e3:.2f} ms, {r['tokens_per_s']:.0f} tok/s"
+    return "ok"
+
+
+# --- workloads ---------------------------------------------------------------------------------------------------
+def _hardware_for_estimate(gpu: str | None, device_name: str | None):
+    from gpuscope.measure.calibrate import catalog_key_for
+    from gpuscope.specs.hardware import load_hardware
+
+    if gpu:
+        return load_hardware(gpu), None
+    key = catalog_key_for(device_name or "")
+    if key is None:
+        return None, (f"device '{device_name}' is not in the hardware catalog; pass --gpu NAME or a calibrated TOML "
+                      "(gpuscope hardware calibrate --out my.toml)")
+    return load_hardware(key), None
+
+
+def estimate_beside(rec: dict, gpu: str | None) -> dict:
+    """{"hardware", "calibrated", "rows": [{metric, estimated, measured, error}]} or {"unavailable": why}."""
+    from gpuscope.explain.compare import compare_record
+
+    res = rec.get("result") or {}
+    if res.get("status") != "ok":
+        return {"unavailable": f"the measurement's status is {res.get('status')}"}
+    try:
+        hw, why = _hardware_for_estimate(gpu, res.get("device_name"))
+        if hw is None:
+            return {"unavailable": why}
+        rows = compare_record(rec, hw)
+    except UserError as e:
+        return {"unavailable": str(e)}
+    out = []
+    for r in rows:
+        ok = isinstance(r.measured, (int, float)) and r.measured > 0
+        out.append({"metric": r.metric, "estimated": r.estimated, "measured": r.measured,
+                    "error": r.error if ok else None})
+    return {"hardware": hw.key, "calibrated": hw.is_calibrated, "rows": out}
+
+
+def _fmt(metric: str, v) -> str:
+    if not isinstance(v, (int, float)):
+        return "-"
+    if metric.endswith("bytes"):
+        return f"{v / 2**30:.3f} GiB" if v >= 2**26 else f"{v / 2**20:.2f} MiB"
+    return f"{v * 1e3:.3f} ms"
+
+
+def estimate_table(name: str, est: dict):
+    from rich.table import Table
+
+    t = Table(title=f"{name}: estimate on {est['hardware']}{' (calibrated)' if est['calibrated'] else ''} vs measured")
+    for col in ("metric", "estimated", "measured", "error"):
+        t.add_column(col, justify="left" if col == "metric" else "right")
+    for r in est["rows"]:
+        err = "-" if r["error"] is None else f"{r['error']:+.1%}"
+        t.add_row(r["metric"], _fmt(r["metric"], r["estimated"]), _fmt(r["metric"], r["measured"]), err)
+    return t
+
+
+def run_workloads(s: Session, cases: list[dict], gpu: str | None, timeout_s: float) -> None:
+    from gpuscope.measure.cases import case_id, case_name
+    from gpuscope.measure.nvml import NvmlSampler
+    from gpuscope.measure.suite import run_one
+
+    with _progress() as prog:
+        task = prog.add_task("workloads", total=len(cases))
+        for case in cases:
+            key, name = case_id(case), case_name(case)
+            prog.update(task, description=name)
+            if key in s.done:
+                old = s.store.latest(key)
+                rec = {"case": old["config"], "result": old["result"], "case_id": key}
+                s.out.append({"id": old["id"], "key": key, "name": name, "skipped": True, "status": old["status"],
+                              "result": old["result"], "estimate": estimate_beside(rec, gpu)})
+                s.note(f"{name}: skipped (measured as id {old['id']})")
+                prog.advance(task)
+                continue
+            sampler = NvmlSampler(interval_s=0.2) if str(case.get("device", "")).split(":")[0] != "cpu" else None
+            if sampler:
+                sampler.start()
+            try:
+                rec = run_one(case, timeout_s)
+            finally:
+                if sampler:
+                    sampler.stop()
+            res = rec["result"]
+            if sampler:
+                res["nvml"] = sampler.result(with_samples=False)
+                if res["nvml"].get("summary"):
+                    res["nvml_samples"] = sampler.samples
+                    res["throttled"] = res["nvml"]["throttled"]
+            prov = dict(rec.get("provenance") or {})
+            prov.update(wall_s=rec.get("wall_s"), returncode=rec.get("returncode"), parent_argv=list(sys.argv))
+            mid = s.store.put(s.run_id, key, case["kind"], name, case, res, prov)
+            est = estimate_beside(rec, gpu)
+            s.out.append({"id": mid, "key": key, "name": name, "skipped": False, "status": res.get("status"),
+                          "result": res, "estimate": est})
+            s.note(f"[{mid}] {name}: {headline(res)} ({rec.get('wall_s', 0):.1f}s)")
+            if not s.as_json:
+                if "rows" in est:
+                    s.log.print(estimate_table(name, est))
+                else:
+                    s.log.print(f"  no estimate: {est['unavailable']}", highlight=False)
+            prog.advance(task)
+
+
+def finish(s: Session, t0: float) -> None:
+    import json
+
+    if s.as_json:
+        from gpuscope.measure.run_case import clean
+
+        typer.echo(json.dumps(clean({"schema": BENCH_SCHEMA, "db": str(s.store.path), "run_id": s.run_id,
+                                     "wall_s": time.perf_counter() - t0, "measurements": s.out}), indent=1))
+    else:
+        new = sum(1 for m in s.out if not m["skipped"])
+        s.note(f"{new} measured, {len(s.out) - new} skipped, in {time.perf_counter() - t0:.1f}s; "
+               f"stored in {s.store.path} (run {s.run_id})")
+    s.close()
+
+
+def guarded(s: Session, fn) -> None:
+    """Run fn(); on Ctrl-C say what was kept and exit 130."""
+    t0 = time.perf_counter()
+    try:
+        fn()
+    except KeyboardInterrupt:
+        kept = sum(1 for m in s.out if not m["skipped"])
+        print(f"interrupted: {kept} finished measurements of this run are kept in {s.store.path}; "
+              "run again with --resume to continue.", file=sys.stderr)
+        s.close()
+        raise typer.Exit(130)
+    except BaseException:
+        s.close()
+        raise
+    finish(s, t0)
+
+
+def _dtypes(dtype: list[str] | None):
+    from gpuscope.measure.micro import MATMUL_DTYPES
+
+    if not dtype:
+        return None
+    out = []
+    for d in dtype:
+        for x in d.split(","):
+            x = x.strip().lower()
+            if x:
+                _choice("dtype", x, MATMUL_DTYPES)
+                out.append(x)
+    return out
+
+
+def _load_model_spec(model: str) -> None:
+    from gpuscope.specs.models import load_model
+
+    load_model(model)  # a missing file or unknown preset is a UserError here, before any process starts
+
+
+def register(app: typer.Typer) -> None:
+    bench = typer.Typer(name="bench", help="Measure: microbenchmarks and LLM workloads, stored with provenance.",
+                        no_args_is_help=True)
+
+    @bench.command("micro")
+    def micro(
+        quick: bool = typer.Option(True, "--quick/--thorough", help="A few shapes (default) or the full sweep."),
+        dtype: list[str] = typer.Option(None, "--dtype", help="Matmul dtypes (repeat or comma-separate): "
+                                        "fp32, tf32, bf16, fp16, fp8, int8 (default: all)."),
+        db: str = typer.Option(None, "--db", help=DB_HELP),
+        resume: bool = typer.Option(False, "--resume", help=RESUME_HELP),
+        as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+        device: str = typer.Option(None, "--device", help=DEVICE_HELP),
+    ) -> None:
+        """Matmul per dtype, device memory copy/read/write, host<->device copies (pinned and pageable)."""
+        require_torch()
+        device = check_device(device)
+        dts = _dtypes(dtype)
+        s = Session(db, "bench micro", resume, as_json)
+        guarded(s, lambda: run_micro(s, device, "quick" if quick else "sweep", dts))
+
+    @bench.command("infer")
+    def infer(
+        model: str = typer.Option(..., "--model", help="Preset name, config.json, or a directory holding one."),
+        batch: int = typer.Option(1, "--batch"),
+        prompt: int = typer.Option(512, "--prompt", help="Prompt tokens per sequence."),
+        gen: int = typer.Option(128, "--gen", help="Generated tokens per sequence (EOS disabled)."),
+        dtype: str = typer.Option("bf16", "--dtype", help="bf16|fp16|fp32."),
+        engine: str = typer.Option("hf-eager", "--engine", help="hf-eager | hf-graph (static cache, compiled)."),
+        repeats: int = typer.Option(3, "--repeats", help="Timed generate calls (median)."),
+        gpu: str = typer.Option(None, "--gpu", help=GPU_HELP),
+        timeout: float = typer.Option(600, "--timeout", help="Seconds before the case is stopped."),
+        db: str = typer.Option(None, "--db", help=DB_HELP),
+        resume: bool = typer.Option(False, "--resume", help=RESUME_HELP),
+        as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+        device: str = typer.Option(None, "--device", help=DEVICE_HELP),
+    ) -> None:
+        """LLM inference (random weights): TTFT, TPOT, tokens/s, peak memory; estimate beside it."""
+        from gpuscope.measure.cases import infer_case
+
+        require_torch()
+        _positive(batch=batch, prompt=prompt, gen=gen, repeats=repeats)
+        _choice("dtype", dtype, INFER_DTYPES)
+        _choice("engine", engine, ENGINES)
+        device = check_device(device)
+        _load_model_spec(model)
+        extra = {"engine": engine} if engine != "hf-eager" else {}
+        if device:
+            extra["device"] = device
+        case = infer_case(model, batch, prompt, gen, dtype=dtype, repeats=repeats, **extra)
+        s = Session(db, "bench infer", resume, as_json)
+        guarded(s, lambda: run_workloads(s, [case], gpu, timeout))
+
+    @bench.command("train")
+    def train(
+        model: str = typer.Option(..., "--model", help="Preset name, config.json, or a directory holding one."),
+        micro_batch: int = typer.Option(1, "--micro-batch"),
+        seq: int = typer.Option(2048, "--seq"),
+        precision: str = typer.Option("amp-bf16", "--precision", help="amp-bf16|amp-fp16|bf16|fp32."),
+        recompute: str = typer.Option("none", "--recompute", help="none|full."),
+        steps: int = typer.Option(6, "--steps", help="Timed optimizer steps (median)."),
+        warmup: int = typer.Option(2, "--warmup", help="Untimed steps first."),
+        gpu: str = typer.Option(None, "--gpu", help=GPU_HELP),
+        timeout: float = typer.Option(600, "--timeout", help="Seconds before the case is stopped."),
+        db: str = typer.Option(None, "--db", help=DB_HELP),
+        resume: bool = typer.Option(False, "--resume", help=RESUME_HELP),
+        as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+        device: str = typer.Option(None, "--device", help=DEVICE_HELP),
+    ) -> None:
+        """LLM training step (random weights, AdamW): step time, tokens/s, memory per phase; estimate beside it."""
+        from gpuscope.measure.cases import train_case
+
+        require_torch()
+        _positive(micro_batch=micro_batch, seq=seq, steps=steps, warmup=warmup + 1)
+        _choice("precision", precision, PRECISIONS)
+        _choice("recompute", recompute, RECOMPUTE)
+        device = check_device(device)
+        _load_model_spec(model)
+        extra = {"device": device} if device else {}
+        case = train_case(model, micro_batch, seq, precision, recompute, steps=steps, warmup=warmup, **extra)
+        s = Session(db, "bench train", resume, as_json)
+        guarded(s, lambda: run_workloads(s, [case], gpu, timeout))
+
+    @bench.command("all")
+    def all_cmd(
+        quick: bool = typer.Option(True, "--quick/--thorough",
+                                   help="Quick micro set + tiny smoke workloads (default), or the sweep + --cases."),
+        cases: str = typer.Option(None, "--cases", help="Workload set: smoke, h200, h200-b "
+                                  "(default: smoke with --quick, h200 with --thorough)."),
+        gpu: str = typer.Option(None, "--gpu", help=GPU_HELP),
+        timeout: float = typer.Option(600, "--timeout", help="Seconds before one case is stopped."),
+        db: str = typer.Option(None, "--db", help=DB_HELP),
+        resume: bool = typer.Option(False, "--resume", help=RESUME_HELP),
+        as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+        device: str = typer.Option(None, "--device", help=DEVICE_HELP),
+    ) -> None:
+        """Every microbenchmark, then a set of inference and training workloads."""
+        from gpuscope.measure.cases import CASE_SETS
+
+        require_torch()
+        device = check_device(device)
+        name = cases or ("smoke" if quick else "h200")
+        _choice("cases", name, tuple(CASE_SETS))
+        work = [dict(c, device=device) if device else c for c in CASE_SETS[name]()]
+        s = Session(db, "bench all", resume, as_json)
+
+        def go():
+            run_micro(s, device, "quick" if quick else "sweep", None)
+            run_workloads(s, work, gpu, timeout)
+
+        guarded(s, go)
+
+    app.add_typer(bench)

@@ -1,0 +1,53 @@
+"""`gpuscope hardware calibrate`: run the micro set, store it, and write the measured ceilings as a hardware TOML.
+
+Wired into `gpuscope hardware` by ``register_calibrate(hw_typer)`` (called from gpuscope.cli.hardware).
+"""
+
+from __future__ import annotations
+
+import typer
+
+
+def register_calibrate(hw: typer.Typer) -> None:
+    from gpuscope.cli.bench import DB_HELP, DEVICE_HELP, RESUME_HELP
+
+    @hw.command("calibrate")
+    def calibrate_cmd(
+        out: str = typer.Option(None, "--out", help="Write the TOML here (default: print it)."),
+        quick: bool = typer.Option(False, "--quick/--thorough", help="A few shapes, or the full sweep (default)."),
+        dtype: list[str] = typer.Option(None, "--dtype", help="Matmul dtypes (default: all the device runs)."),
+        device: str = typer.Option(None, "--device", help=DEVICE_HELP),
+        db: str = typer.Option(None, "--db", help=DB_HELP),
+        resume: bool = typer.Option(False, "--resume", help=RESUME_HELP),
+    ) -> None:
+        """Measure this device's ceilings (matmul per dtype, copy bandwidth, host link) into a hardware TOML."""
+        from pathlib import Path
+
+        from gpuscope.cli.bench import Session, _dtypes, check_device, guarded, require_torch, run_micro
+        from gpuscope.errors import UserError
+
+        require_torch()
+        device = check_device(device)
+        dts = _dtypes(dtype)
+        s = Session(db, "hardware calibrate", resume, as_json=False)
+        holder: dict = {}
+
+        def go():
+            holder["results"] = run_micro(s, device, "quick" if quick else "sweep", dts)
+
+        guarded(s, go)
+        from gpuscope.measure.calibrate import calibration_toml
+        from gpuscope.measure.device import Device, pick_device
+        from gpuscope.measure.micro import ceilings
+
+        dev = Device(pick_device(device))
+        text = calibration_toml(dev.device_name(), dev.type, ceilings(holder["results"]), dev.total_memory(),
+                                f"Mode: {'quick' if quick else 'sweep'}.")
+        if out:
+            try:
+                Path(out).expanduser().write_text(text)
+            except OSError as exc:
+                raise UserError(f"--out '{out}' cannot be written ({exc.strerror}).") from None
+            typer.echo(f"wrote {out}", err=True)
+        else:
+            typer.echo(text, nl=False)

@@ -1,0 +1,88 @@
+"""`gpuscope results list|show|export`: read the results database (no torch)."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+
+DB_HELP = "Results database (default: $GPUSCOPE_DB, else $XDG_DATA_HOME/gpuscope/results.sqlite)."
+
+
+def _store(db: str | None):
+    from gpuscope.errors import UserError
+    from gpuscope.store.db import Store, default_db_path
+
+    from pathlib import Path
+
+    p = Path(db).expanduser() if db else default_db_path()
+    if not p.exists():
+        raise UserError(f"results database '{p}' does not exist yet; run `gpuscope bench ...` first or pass --db.")
+    return Store.open(p)
+
+
+def register(app: typer.Typer) -> None:
+    res = typer.Typer(name="results", help="Stored measurements: list, show one, export CSV or JSON.",
+                      no_args_is_help=True)
+
+    @res.command("list")
+    def list_cmd(
+        kind: str = typer.Option(None, "--kind", help="micro | infer | train."),
+        limit: int = typer.Option(50, "--limit", help="Newest N (0 = all)."),
+        db: str = typer.Option(None, "--db", help=DB_HELP),
+        as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    ) -> None:
+        """The newest measurements, one line each."""
+        from gpuscope.cli.bench import _console, headline
+
+        with _store(db) as st:
+            rows = st.list(kind, limit or None)
+        if as_json:
+            typer.echo(json.dumps({"schema": "gpuscope.results/1", "measurements": rows}, indent=1))
+            return
+        from rich.table import Table
+
+        t = Table()
+        for c in ("id", "created (UTC)", "name", "status", "device", "result"):
+            t.add_column(c)
+        for r in rows:
+            t.add_row(str(r["id"]), r["created_utc"], r["name"], r["status"], r["device_name"] or "-",
+                      headline(r["result"]) if r["status"] == "ok" else (r["result"].get("reason") or
+                                                                         r["result"].get("error") or "")[:60])
+        _console().print(t)
+
+    @res.command("show")
+    def show_cmd(
+        mid: int = typer.Argument(..., help="Measurement id (see `gpuscope results list`)."),
+        db: str = typer.Option(None, "--db", help=DB_HELP),
+    ) -> None:
+        """One measurement as JSON: configuration, result and provenance."""
+        with _store(db) as st:
+            typer.echo(json.dumps(st.get(mid), indent=1))
+
+    @res.command("export")
+    def export_cmd(
+        csv: bool = typer.Option(False, "--csv", help="CSV: one line per measurement, scalars flattened."),
+        as_json: bool = typer.Option(False, "--json", help="JSON: every measurement in full."),
+        kind: str = typer.Option(None, "--kind", help="micro | infer | train."),
+        out: str = typer.Option(None, "--out", help="Write to this file instead of stdout."),
+        db: str = typer.Option(None, "--db", help=DB_HELP),
+    ) -> None:
+        """Every measurement as CSV or JSON."""
+        from gpuscope.errors import UserError
+
+        if csv == as_json:
+            raise UserError("results export needs exactly one of --csv or --json.")
+        with _store(db) as st:
+            text = st.export_csv(kind) if csv else st.export_json(kind) + "\n"
+        if out:
+            from pathlib import Path
+
+            try:
+                Path(out).write_text(text)
+            except OSError as exc:
+                raise UserError(f"--out '{out}' cannot be written ({exc.strerror}).") from None
+        else:
+            typer.echo(text, nl=False)
+
+    app.add_typer(res)

@@ -1,0 +1,376 @@
+"""Microbenchmarks of a device's real ceilings: matmul per dtype, device memory bandwidth, host <-> device copies.
+
+Method (shared/DESIGN.md "Measuring right"; the ad-hoc versions are scripts/gpu_facts.py and
+scripts/gpu_decode_ceilings.py):
+- inputs are random (``randn`` / ``randint``), never zeros, made once per shape; matmuls rotate between two input
+  sets and the L2 cache is flushed (a buffer of max(4 x L2, 64 MiB) is overwritten) before every timed iteration,
+  outside the timed region, so no iteration reads its operands from cache;
+- each iteration is timed alone with ``Device.timer()`` (CUDA/XPU events with a synchronize before and after;
+  elsewhere ``perf_counter`` around a synchronize); ``warmup`` iterations are dropped; iterations repeat until both
+  ``min_iters`` and ``min_time_s`` of timed work are reached (capped by ``max_time_s``);
+- reported: the median time and its rate, min/max, the count and the relative inter-quartile spread
+  ``(p75 - p25) / median``.
+
+Rates:
+- matmul: ``2*m*n*k / median_s / 1e12`` TFLOPS (TOPS for int8). fp32 runs with TF32 off, tf32 with it on (CUDA only),
+  fp8 is ``torch._scaled_mm`` of e4m3 operands with bf16 output (CUDA compute capability >= 8.9, or a backend
+  where torch runs it), int8 is ``torch._int_mm`` (int32 output).
+- memory: copy ``y.copy_(x)`` counts read + write bytes (2 x size, the convention of ``measured.memory_bw_gbs``),
+  read ``x.sum()`` counts size, write ``y.fill_(v)`` counts size; GB/s = bytes / median_s / 1e9.
+- transfer: h2d / d2h of one buffer, from/to pinned or pageable host memory; skipped when the device is the host.
+
+``quick`` runs a few shapes; ``sweep`` runs many and reports the maximum achievable rate (the best median over
+shapes, as mamf-finder does). On CPU every size is small, so the whole quick set takes seconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import math
+import statistics
+import time
+from dataclasses import dataclass
+
+import torch
+
+from gpuscope.measure.device import Device, is_oom, oom_result
+
+MATMUL_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8")
+MEMORY_OPS = ("copy", "read", "write")
+TRANSFER_OPS = (("h2d", True), ("h2d", False), ("d2h", True), ("d2h", False))
+MIB = 2**20
+
+
+@dataclass(frozen=True)
+class Settings:
+    warmup: int
+    min_iters: int
+    min_time_s: float
+    max_time_s: float
+
+
+def settings(mode: str, dev: Device) -> Settings:
+    host = dev.type == "cpu"
+    if mode == "quick":
+        return Settings(warmup=1 if host else 3, min_iters=3 if host else 10, min_time_s=0.02 if host else 0.2,
+                        max_time_s=1.0 if host else 3.0)
+    return Settings(warmup=2 if host else 5, min_iters=5 if host else 20, min_time_s=0.1 if host else 1.0,
+                    max_time_s=3.0 if host else 10.0)
+
+
+def matmul_shapes(mode: str, dev: Device) -> list[tuple[int, int, int]]:
+    if dev.type == "cpu":
+        if mode == "quick":
+            return [(256, 256, 256), (512, 512, 512)]
+        return [(s, s, s) for s in range(128, 1025, 128)] + [(1024, 512, 1024), (512, 1024, 2048)]
+    if mode == "quick":
+        return [(4096, 4096, 4096), (8192, 8192, 8192)]
+    squares = [(s, s, s) for s in range(1024, 16385, 1024)]
+    rect = [(8192, 8192, 2048), (16384, 8192, 4096), (4096, 14336, 4096), (8192, 28672, 4096)]
+    return squares + rect
+
+
+def memory_bytes(mode: str, dev: Device) -> int:
+    if dev.type == "cpu":
+        return 64 * MIB if mode == "quick" else 256 * MIB
+    return 1024 * MIB if mode == "quick" else 2048 * MIB
+
+
+def transfer_bytes(mode: str, dev: Device) -> int:
+    return 256 * MIB if mode == "quick" else 1024 * MIB
+
+
+# --- timing --------------------------------------------------------------------------------------------------
+class L2Flusher:
+    """Overwrites a buffer larger than the last-level cache; call before each timed iteration."""
+
+    def __init__(self, dev: Device):
+        size = 32 * MIB
+        if dev.type == "cuda":
+            l2 = int(getattr(torch.cuda.get_device_properties(dev._index()), "L2_cache_size", 0) or 0)
+            size = max(4 * l2, 64 * MIB)
+        elif dev.type != "cpu":
+            size = 256 * MIB
+        self.bytes = size
+        self.buf = torch.empty(size, dtype=torch.int8, device=dev.torch_device)
+
+    def __call__(self) -> None:
+        self.buf.zero_()
+
+
+def time_op(dev: Device, fn, st: Settings, before=None) -> list[float]:
+    """Seconds of each timed call of ``fn(i)``; ``before(i)`` runs untimed first (flush, rotation)."""
+    for i in range(st.warmup):
+        if before:
+            before(i)
+        fn(i)
+    times: list[float] = []
+    t_start = time.perf_counter()
+    i = st.warmup
+    while len(times) < st.min_iters or sum(times) < st.min_time_s:
+        if before:
+            before(i)
+        with dev.timer() as t:
+            fn(i)
+        times.append(t.s)
+        i += 1
+        if time.perf_counter() - t_start > st.max_time_s and len(times) >= 3:
+            break
+    return times
+
+
+def stats(times: list[float]) -> dict:
+    med = statistics.median(times)
+    q = statistics.quantiles(times, n=4) if len(times) >= 2 else [med, med, med]
+    return {"time_s": med, "time_s_min": min(times), "time_s_max": max(times), "iters": len(times),
+            "rel_iqr": (q[2] - q[0]) / med if med > 0 else None}
+
+
+# --- matmul --------------------------------------------------------------------------------------------------
+def dtype_support(dev: Device, dtype: str) -> str | None:
+    """None when ``dtype`` can run on ``dev``, else the reason it cannot."""
+    if dtype not in MATMUL_DTYPES:
+        return f"unknown dtype '{dtype}' (allowed: {', '.join(MATMUL_DTYPES)})"
+    if dtype == "tf32" and dev.type != "cuda":
+        return "tf32 is a CUDA tensor-core mode"
+    if dtype == "fp8":
+        if not hasattr(torch, "float8_e4m3fn") or not hasattr(torch, "_scaled_mm"):
+            return "this torch has no float8 matmul"
+        if dev.type == "cuda" and torch.cuda.get_device_capability(dev._index()) < (8, 9):
+            return "fp8 matmul needs compute capability 8.9 or newer"
+    return None
+
+
+@contextlib.contextmanager
+def _tf32(enabled: bool):
+    m = torch.backends.cuda.matmul
+    old = m.allow_tf32
+    m.allow_tf32 = enabled
+    try:
+        yield
+    finally:
+        m.allow_tf32 = old
+
+
+def _operands(dtype: str, m: int, n: int, k: int, dev: Device, gen: torch.Generator):
+    d = dev.torch_device
+    if dtype == "int8":
+        a = torch.randint(-128, 128, (m, k), dtype=torch.int8, generator=gen).to(d)
+        b = torch.randint(-128, 128, (k, n), dtype=torch.int8, generator=gen).to(d)
+        return a, b
+    if dtype == "fp8":
+        a = torch.randn(m, k, generator=gen).to(d).to(torch.float8_e4m3fn)
+        b = torch.randn(n, k, generator=gen).to(d).to(torch.float8_e4m3fn).t()  # column-major, as _scaled_mm wants
+        return a, b
+    tdt = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+    return (torch.randn(m, k, generator=gen).to(d, tdt), torch.randn(k, n, generator=gen).to(d, tdt))
+
+
+def _mm(dtype: str, dev: Device):
+    if dtype == "int8":
+        return torch._int_mm
+    if dtype == "fp8":
+        one = torch.ones((), device=dev.torch_device, dtype=torch.float32)
+        return lambda a, b: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+    return torch.matmul
+
+
+def matmul_bench(dev: Device, dtype: str, shapes, st: Settings, flush: L2Flusher | None, seed: int = 0) -> dict:
+    """Median rate per shape and the best of them (``tflops``)."""
+    why = dtype_support(dev, dtype)
+    if why:
+        return {"status": "unsupported", "reason": why}
+    gen = torch.Generator().manual_seed(seed)
+    mm = _mm(dtype, dev)
+    rows = []
+    with _tf32(dtype == "tf32"):
+        for (m, n, k) in shapes:
+            sets = [_operands(dtype, m, n, k, dev, gen) for _ in range(2)]
+            out = [None]
+
+            def fn(i, sets=sets):
+                a, b = sets[i % 2]
+                out[0] = mm(a, b)
+
+            try:
+                times = time_op(dev, fn, st, before=(lambda i: flush()) if flush else None)
+            except RuntimeError as e:
+                if is_oom(e):
+                    raise
+                if not rows:  # the op itself is not implemented for this dtype on this backend
+                    return {"status": "unsupported", "reason": f"{type(e).__name__}: {' '.join(str(e).split())[:200]}"}
+                raise
+            del sets, out
+            s = stats(times)
+            rows.append({"m": m, "n": n, "k": k, **s, "tflops": 2 * m * n * k / s["time_s"] / 1e12,
+                         "tflops_at_min_time": 2 * m * n * k / s["time_s_min"] / 1e12})
+    best = max(rows, key=lambda r: r["tflops"])
+    return {"status": "ok", "tflops": best["tflops"], "best_shape": [best["m"], best["n"], best["k"]],
+            "shapes": rows, "unit": "TOPS" if dtype == "int8" else "TFLOPS",
+            "metric_formula": "2*m*n*k / median_s / 1e12; tflops = max over shapes"}
+
+
+# --- memory --------------------------------------------------------------------------------------------------
+def memory_bench(dev: Device, op: str, nbytes: int, st: Settings, seed: int = 0) -> dict:
+    n = nbytes // 4
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, generator=gen).to(dev.torch_device)
+    y = torch.empty_like(x)
+    sink = [None]
+    if op == "copy":
+        fn, moved = (lambda i: y.copy_(x)), 2 * n * 4
+    elif op == "read":
+        def fn(i):
+            sink[0] = x.sum()
+        moved = n * 4
+    elif op == "write":
+        fn, moved = (lambda i: y.fill_(1.0 + (i % 7))), n * 4
+    else:
+        raise ValueError(f"memory op '{op}' is not one of {', '.join(MEMORY_OPS)}")
+    s = stats(time_op(dev, fn, st))
+    del x, y
+    return {"status": "ok", "gbs": moved / s["time_s"] / 1e9, "gbs_at_min_time": moved / s["time_s_min"] / 1e9,
+            "bytes_moved": moved, "buffer_bytes": n * 4, **s,
+            "metric_formula": {"copy": "2 * size / median_s / 1e9 (read + write)", "read": "size / median_s / 1e9 (x.sum())",
+                               "write": "size / median_s / 1e9 (y.fill_)"}[op]}
+
+
+def transfer_bench(dev: Device, direction: str, pinned: bool, nbytes: int, st: Settings, seed: int = 0) -> dict:
+    if dev.type == "cpu":
+        return {"status": "unsupported", "reason": "the device is the host: no host-device copy"}
+    n = nbytes // 4
+    gen = torch.Generator().manual_seed(seed)
+    host = torch.randn(n, generator=gen)
+    if pinned:
+        host = host.pin_memory()
+    devbuf = torch.randn(n, generator=gen).to(dev.torch_device)
+    if direction == "h2d":
+        fn = lambda i: devbuf.copy_(host, non_blocking=pinned)  # noqa: E731
+    else:
+        fn = lambda i: host.copy_(devbuf, non_blocking=pinned)  # noqa: E731
+    s = stats(time_op(dev, fn, st))
+    del host, devbuf
+    return {"status": "ok", "gbs": n * 4 / s["time_s"] / 1e9, "bytes_moved": n * 4, **s,
+            "metric_formula": "size / median_s / 1e9"}
+
+
+# --- items: what the CLI runs, stores and resumes ----------------------------------------------------------------
+def item_key(config: dict) -> str:
+    digest = hashlib.sha1(json.dumps(config, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:8]
+    return f"{item_name(config)}#{digest}"
+
+
+def item_name(c: dict) -> str:
+    if c["bench"] == "matmul":
+        return f"micro/matmul/{c['dtype']}/{c['mode']}"
+    if c["bench"] == "memory":
+        return f"micro/memory/{c['op']}/{c['mode']}"
+    return f"micro/transfer/{c['op']}-{'pinned' if c['pinned'] else 'pageable'}/{c['mode']}"
+
+
+def micro_configs(dev: Device, mode: str = "quick", dtypes=None, benches=("matmul", "memory", "transfer")) -> list[dict]:
+    """The configuration of every microbenchmark of a run (each is one stored measurement)."""
+    if mode not in ("quick", "sweep"):
+        raise ValueError(f"mode '{mode}' is not quick or sweep")
+    base = {"kind": "micro", "mode": mode, "device": dev.name}
+    st = settings(mode, dev)
+    timing = {"warmup": st.warmup, "min_iters": st.min_iters, "min_time_s": st.min_time_s}
+    out = []
+    if "matmul" in benches:
+        shapes = [list(s) for s in matmul_shapes(mode, dev)]
+        for d in dtypes or MATMUL_DTYPES:
+            out.append({**base, "bench": "matmul", "dtype": d, "shapes": shapes, **timing})
+    if "memory" in benches:
+        for op in MEMORY_OPS:
+            out.append({**base, "bench": "memory", "op": op, "bytes": memory_bytes(mode, dev), **timing})
+    if "transfer" in benches:
+        for op, pinned in TRANSFER_OPS:
+            out.append({**base, "bench": "transfer", "op": op, "pinned": pinned, "bytes": transfer_bytes(mode, dev),
+                        **timing})
+    return out
+
+
+class Runner:
+    """Runs micro configs on one device, sharing the L2 flush buffer; ``run(config)`` never raises for OOM."""
+
+    def __init__(self, dev: Device):
+        self.dev = dev
+        self._flush: L2Flusher | None = None
+
+    def flusher(self) -> L2Flusher:
+        if self._flush is None:
+            self._flush = L2Flusher(self.dev)
+        return self._flush
+
+    def run(self, c: dict, sample_power: bool = True) -> dict:
+        dev = self.dev
+        st = Settings(c["warmup"], c["min_iters"], c["min_time_s"], settings(c["mode"], dev).max_time_s)
+        sampler = _sampler(dev) if sample_power else None
+        t0 = time.perf_counter()
+        try:
+            if sampler:
+                sampler.start()
+            if c["bench"] == "matmul":
+                res = matmul_bench(dev, c["dtype"], [tuple(s) for s in c["shapes"]], st, self.flusher())
+            elif c["bench"] == "memory":
+                res = memory_bench(dev, c["op"], c["bytes"], st)
+            else:
+                res = transfer_bench(dev, c["op"], c["pinned"], c["bytes"], st)
+        except Exception as e:
+            if is_oom(e):
+                res = oom_result(dev, c["bench"], e)
+            else:
+                res = {"status": "error", "error": f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"}
+        finally:
+            if sampler:
+                sampler.stop()
+            dev.empty_cache()
+        res.update({"kind": "micro", "bench": c["bench"], "device": dev.name, "device_name": dev.device_name(),
+                    "timer": dev.timer_kind, "wall_s": time.perf_counter() - t0})
+        for k in ("dtype", "op", "pinned"):
+            if k in c:
+                res[k] = c[k]
+        if c["bench"] == "matmul":
+            if self._flush is not None:
+                res["l2_flush_bytes"] = self._flush.bytes
+        res["nvml"] = sampler.result(with_samples=False) if sampler else {"unavailable": "not an NVIDIA device"}
+        if sampler and res["nvml"].get("summary"):
+            res["nvml_samples"] = sampler.samples
+            res["throttled"] = res["nvml"]["throttled"]
+        return _clean(res)
+
+
+def _sampler(dev: Device):
+    if dev.type != "cuda":
+        return None
+    from gpuscope.measure.nvml import NvmlSampler
+
+    uuid = str(getattr(torch.cuda.get_device_properties(dev._index()), "uuid", "") or "") or None
+    return NvmlSampler(interval_s=0.05, uuid=uuid)
+
+
+def _clean(obj):
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {str(k): _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    return obj
+
+
+def ceilings(results: list[dict]) -> dict:
+    """The ``[measured]`` table of a hardware TOML from micro results (ok ones only)."""
+    out: dict = {"matmul_tflops": {}}
+    for r in results:
+        if r.get("status") != "ok":
+            continue
+        if r["bench"] == "matmul":
+            out["matmul_tflops"][r["dtype"]] = max(out["matmul_tflops"].get(r["dtype"], 0.0), r["tflops"])
+        elif r["bench"] == "memory" and r.get("op", "copy") == "copy":
+            out["memory_bw_gbs"] = r["gbs"]
+        elif r["bench"] == "transfer" and r.get("pinned"):
+            out[f"{r['op']}_gbs"] = r["gbs"]
+    return out

@@ -1,0 +1,276 @@
+"""`gpuscope bench`, `results` and `hardware calibrate` on CPU: tiny sizes, a temporary database, real entry point."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from gpuscope.measure.cases import TINY_LLAMA  # noqa: E402
+from gpuscope.specs.hardware import load_hardware  # noqa: E402
+from gpuscope.store.db import Store  # noqa: E402
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+
+def run(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "gpuscope", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def calibrate_cli(*args: str):
+    """`gpuscope hardware calibrate` through the real `hardware` group, with register_calibrate added to it."""
+    from typer.testing import CliRunner
+
+    import gpuscope.cli as cli
+    from gpuscope.cli.calibrate import register_calibrate
+
+    cli._register()
+    hw = next(g.typer_instance for g in cli.app.registered_groups if g.name == "hardware")
+    if not any(c.name == "calibrate" for c in hw.registered_commands):
+        register_calibrate(hw)
+    return CliRunner().invoke(cli.app, ["hardware", "calibrate", *args])
+
+
+@pytest.fixture(scope="module")
+def calibrated(tmp_path_factory):
+    d = tmp_path_factory.mktemp("cal")
+    db, out = d / "r.sqlite", d / "cpu.toml"
+    r = calibrate_cli("--quick", "--device", "cpu", "--dtype", "fp32,bf16", "--db", str(db), "--out", str(out))
+    assert r.exit_code == 0, r.output
+    return db, out
+
+
+def _check_micro(d: dict, db: str) -> None:
+    by = {m["name"]: m for m in d["measurements"] if m["name"].startswith("micro/")}
+    assert set(by) == {*(f"micro/matmul/{t}/quick" for t in ("fp32", "tf32", "bf16", "fp16", "fp8", "int8")),
+                       "micro/memory/copy/quick", "micro/memory/read/quick", "micro/memory/write/quick",
+                       *(f"micro/transfer/{o}/quick" for o in ("h2d-pinned", "h2d-pageable", "d2h-pinned",
+                                                                "d2h-pageable"))}
+    mm = by["micro/matmul/fp32/quick"]["result"]
+    assert mm["status"] == "ok" and mm["tflops"] > 0 and mm["tflops"] == max(s["tflops"] for s in mm["shapes"])
+    for s in mm["shapes"]:
+        assert s["time_s_min"] <= s["time_s"] <= s["time_s_max"] and s["iters"] >= 3
+        assert s["tflops"] == pytest.approx(2 * s["m"] * s["n"] * s["k"] / s["time_s"] / 1e12)
+    assert mm["nvml"]["unavailable"]  # no NVIDIA device: a clear reason, not an error
+    assert by["micro/matmul/int8/quick"]["result"]["unit"] == "TOPS"
+    assert by["micro/matmul/tf32/quick"]["status"] == "unsupported"  # a CUDA mode
+    cp = by["micro/memory/copy/quick"]["result"]
+    assert cp["gbs"] == pytest.approx(cp["bytes_moved"] / cp["time_s"] / 1e9) and cp["bytes_moved"] == 2 * cp["buffer_bytes"]
+    assert by["micro/transfer/h2d-pinned/quick"]["status"] == "unsupported"  # the device is the host
+    with Store.open(db) as st:
+        rows = st.all("micro")
+        assert len(rows) == 13
+        prov = rows[0]["provenance"]
+        assert prov["benchmark_version"] and prov["torch"] and "argv" in prov and "git_sha" in prov
+
+
+def test_calibrate_writes_a_toml_the_planner_uses(calibrated):
+    db, out = calibrated
+    data = tomllib.loads(out.read_text())
+    hw = load_hardware(str(out))
+    assert hw.is_calibrated
+    with Store.open(db) as st:
+        stored = {r["result"]["dtype"]: r["result"]["tflops"] for r in st.all("micro")
+                  if r["result"].get("bench") == "matmul" and r["status"] == "ok"}
+        copy = next(r["result"]["gbs"] for r in st.all("micro") if r["name"] == "micro/memory/copy/quick")
+    assert set(stored) == {"fp32", "bf16"}
+    for d, v in stored.items():
+        assert data["measured"]["matmul_tflops"][d] == v
+        assert hw.achievable_tflops(d) == v
+    assert hw.achievable_bw_gbs() == copy
+
+
+def test_calibration_toml_for_a_catalog_device(tmp_path):
+    from gpuscope.measure.calibrate import calibration_toml, catalog_key_for
+
+    assert catalog_key_for("NVIDIA H200") == "nvidia_h200_sxm"
+    assert catalog_key_for("NVIDIA H100 80GB HBM3") == "nvidia_h100_sxm"
+    assert catalog_key_for("NVIDIA A100-SXM4-80GB") == "nvidia_a100_80gb_sxm"
+    assert catalog_key_for("x86_64") is None
+    m = {"matmul_tflops": {"bf16": 731.25, "fp8": 1401.5, "int8": 1200.0}, "memory_bw_gbs": 4131.0, "h2d_gbs": 53.2}
+    p = tmp_path / "h200.toml"
+    p.write_text(calibration_toml("NVIDIA H200", "cuda", m))
+    assert 'base = "nvidia_h200_sxm"' in p.read_text()
+    hw = load_hardware(str(p))
+    assert hw.achievable_tflops("bf16") == 731.25 and hw.achievable_tflops("fp8") == 1401.5
+    assert hw.achievable_tflops("int8") == 1200.0 and hw.achievable_bw_gbs() == 4131.0
+    assert hw.peak("bf16") == load_hardware("h200").peak("bf16")  # datasheet peaks kept: MFU stays honest
+
+
+def test_bench_all_quick_with_estimates_resume_and_export(tmp_path, calibrated, capsys):
+    _, toml = calibrated
+    db = str(tmp_path / "r.sqlite")
+    t0 = time.perf_counter()
+    r = run("bench", "all", "--quick", "--device", "cpu", "--gpu", str(toml), "--db", db, "--json")
+    dt = time.perf_counter() - t0
+    with capsys.disabled():
+        print(f"\n[bench all --quick on CPU: {dt:.1f} s]", end=" ")
+    assert r.returncode == 0, r.stderr
+    assert dt < 120
+    d = json.loads(r.stdout)
+    _check_micro(d, db)
+    work = [m for m in d["measurements"] if not m["name"].startswith("micro/")]
+    assert {m["name"].split("/")[0] for m in work} == {"infer", "train"} and len(work) == 4
+    for m in work:
+        assert m["status"] == "ok", m["result"]
+        est = m["estimate"]
+        assert est["hardware"] == "cpu" and est["calibrated"], est
+        rows = {x["metric"]: x for x in est["rows"]}
+        t = rows["prefill_s"] if "prefill_s" in rows else rows["step_s"]
+        assert t["estimated"] > 0 and t["error"] == pytest.approx((t["estimated"] - t["measured"]) / t["measured"])
+        assert rows["peak_bytes"]["measured"] is None and rows["peak_bytes"]["error"] is None  # CPU: no allocator stats
+
+    r2 = run("bench", "all", "--quick", "--device", "cpu", "--db", db, "--resume", "--json")
+    assert r2.returncode == 0, r2.stderr
+    d2 = json.loads(r2.stdout)
+    assert all(m["skipped"] for m in d2["measurements"]) and len(d2["measurements"]) == len(d["measurements"])
+    with Store.open(db) as st:
+        assert len(st.all()) == len(d["measurements"])  # nothing measured twice
+
+    r3 = run("results", "export", "--csv", "--db", db)
+    assert r3.returncode == 0, r3.stderr
+    lines = r3.stdout.splitlines()
+    assert lines[0].startswith("id,run_id,key,kind,name,status") and len(lines) == 1 + len(d["measurements"])
+    out = tmp_path / "all.json"
+    r4 = run("results", "export", "--json", "--out", str(out), "--db", db)
+    assert r4.returncode == 0, r4.stderr
+    assert len(json.loads(out.read_text())["measurements"]) == len(d["measurements"])
+    r5 = run("results", "list", "--db", db, "--kind", "train")
+    assert r5.returncode == 0 and "train/tiny-llama" in r5.stdout
+    mid = work[0]["id"]
+    r6 = run("results", "show", str(mid), "--db", db)
+    assert json.loads(r6.stdout)["id"] == mid
+
+
+def test_bench_infer_from_a_config_path_prints_the_estimate(tmp_path, calibrated):
+    _, toml = calibrated
+    cfg = tmp_path / "tiny" / "config.json"
+    cfg.parent.mkdir()
+    cfg.write_text(json.dumps(TINY_LLAMA))
+    db = str(tmp_path / "r.sqlite")
+    r = run("bench", "infer", "--model", str(cfg.parent), "--batch", "2", "--prompt", "16", "--gen", "4",
+            "--dtype", "fp32", "--repeats", "2", "--device", "cpu", "--gpu", str(toml), "--db", db)
+    assert r.returncode == 0, r.stderr
+    assert "decode_s_per_token" in r.stderr and "%" in r.stderr
+    with Store.open(db) as st:
+        (row,) = st.all("infer")
+        assert row["status"] == "ok" and row["result"]["generated_tokens"] == 4
+
+
+@pytest.mark.parametrize("args,word", [
+    (("bench", "infer", "--model", "no-such-model-xyz"), "no-such-model-xyz"),
+    (("bench", "infer", "--model", "gpt2", "--batch", "0"), "--batch"),
+    (("bench", "train", "--model", "gpt2", "--precision", "fp64"), "--precision"),
+    (("bench", "micro", "--dtype", "fp64"), "--dtype"),
+    (("bench", "micro", "--device", "tpu"), "--device"),
+    (("results", "export", "--csv", "--json"), "exactly one"),
+])
+def test_user_errors_exit_2(args, word, tmp_path):
+    r = run(*args, "--db", str(tmp_path / "r.sqlite"))
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert word in r.stderr and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_corrupt_db_exit_2_and_untouched(tmp_path):
+    bad = tmp_path / "bad.sqlite"
+    bad.write_bytes(b"definitely not sqlite\n" * 100)
+    before = bad.read_bytes()
+    for args in (("bench", "micro", "--device", "cpu", "--dtype", "fp32"), ("results", "list")):
+        r = run(*args, "--db", str(bad))
+        assert r.returncode == 2 and "not an SQLite file" in r.stderr and "Traceback" not in r.stderr
+    assert bad.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.sqlite"]
+
+
+def test_no_torch_is_one_sentence(monkeypatch):
+    import importlib.util
+
+    from gpuscope.cli import main
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "torch" else real(n, *a))
+    with pytest.raises(SystemExit) as e:
+        main(["bench", "micro"])
+    assert e.value.code == 2
+
+
+def test_cli_modules_do_not_import_torch():
+    code = ("import sys, gpuscope.cli as c; c._register(); import gpuscope.cli.calibrate, gpuscope.store.db, "
+            "gpuscope.measure.nvml, gpuscope.measure.calibrate; print('torch' in sys.modules)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.stdout.strip() == "False", r.stderr
+
+
+# --- NVML sampler ----------------------------------------------------------------------------------------------
+class _FakeNvml:
+    NVML_CLOCK_SM, NVML_CLOCK_MEM, NVML_TEMPERATURE_GPU = 0, 1, 0
+
+    def __init__(self):
+        self.energy_mj = 1_000_000
+        self.n = 0
+
+    def nvmlInit(self):
+        pass
+
+    def nvmlShutdown(self):
+        pass
+
+    def nvmlDeviceGetHandleByIndex(self, i):
+        return ("gpu", i)
+
+    def nvmlDeviceGetHandleByUUID(self, u):
+        return ("gpu", u)
+
+    def nvmlDeviceGetPowerUsage(self, h):
+        return 500_000  # mW
+
+    def nvmlDeviceGetClockInfo(self, h, which):
+        return 1980 if which == 0 else 2619
+
+    def nvmlDeviceGetUtilizationRates(self, h):
+        return type("U", (), {"gpu": 99, "memory": 40})()
+
+    def nvmlDeviceGetTemperature(self, h, which):
+        return 61
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h):
+        self.n += 1
+        return 0x4 if self.n % 2 else 0x1  # sw_power_cap (throttled), then gpu_idle (not)
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, h):
+        self.energy_mj += 50_000
+        return self.energy_mj
+
+
+def test_nvml_sampler_with_a_fake_nvml(monkeypatch):
+    from gpuscope.measure.nvml import NvmlSampler
+
+    monkeypatch.setitem(sys.modules, "pynvml", _FakeNvml())
+    with NvmlSampler(interval_s=0.01) as s:
+        time.sleep(0.08)
+    r = s.result()
+    assert r["unavailable"] is None and r["throttled"] is True
+    sm = r["summary"]
+    assert sm["n_samples"] >= 3 and sm["power_w_median"] == 500.0 and sm["sm_clock_mhz_median"] == 1980
+    assert sm["energy_source"] == "total_energy_counter" and sm["energy_j"] == 50.0
+    assert 0 < sm["throttled_fraction"] < 1 and "sw_power_cap" in sm["throttle_reasons_seen"]
+    assert any(x["throttled"] for x in r["samples"]) and not all(x["throttled"] for x in r["samples"])
+
+
+def test_nvml_sampler_without_nvml(monkeypatch):
+    from gpuscope.measure.nvml import NvmlSampler
+
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # import fails
+    with NvmlSampler() as s:
+        pass
+    r = s.result()
+    assert "pynvml" in r["unavailable"] and r["samples"] == [] and r["throttled"] is None
