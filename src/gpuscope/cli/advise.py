@@ -6,7 +6,8 @@ from typing import List, Optional
 
 import typer
 
-from gpuscope.cli.compare import GPU_HELP, MEASURED_HELP, MODEL_HELP, PRICES_HELP, econ_from, emit, gpus_from, measured_from
+from gpuscope.cli.compare import (DB_HELP, GPU_HELP, MEASURED_HELP, MODEL_HELP, NO_DB_HELP, PRICES_HELP, econ_from,
+                                  emit, gather_measured, gpus_from)
 from gpuscope.estimate.cost import (DEFAULT_HOURS_PER_YEAR, DEFAULT_PUE, DEFAULT_USD_PER_KWH, DEFAULT_UTILISATION,
                                     DEFAULT_YEARS, IDLE_FRACTION)
 
@@ -23,7 +24,7 @@ def _constraints(budget, max_power_w, max_ttft_ms, max_tpot_ms, min_tokens_per_s
                        objective=objective, pricing=pricing)
 
 
-def _run(model, gpu, workload, cons, econ, prices, measured, as_json, as_md):
+def _run(model, gpu, workload, cons, econ, prices, measured, as_json, as_md, db=None, no_db=False):
     from gpuscope.errors import UserError
     from gpuscope.explain.advise import advise
     from gpuscope.report.compare_view import advise_markdown, advise_to_json, render_advise
@@ -31,11 +32,18 @@ def _run(model, gpu, workload, cons, econ, prices, measured, as_json, as_md):
     from gpuscope.specs.prices import load_prices
 
     table = load_prices(prices)
-    meas = measured_from(measured)
     if not model:
         raise UserError("--model is required (a preset name, a config.json or a directory holding one).")
-    a = advise(load_model(model), gpus_from(gpu or []), workload, cons, prices=table, econ=econ, measured=meas)
-    emit(advise_to_json(a), advise_markdown(a) if as_md else None, as_json, as_md, lambda con: render_advise(a, con))
+    m = load_model(model)
+    meas, origin, store = gather_measured(m, workload, measured, db, no_db)
+    a = advise(m, gpus_from(gpu or []), workload, cons, prices=table, econ=econ, measured=meas)
+    j = advise_to_json(a)
+    used = {k: v for k, v in origin.items() if any(c.row.hardware == k for c in [*a.ranked, *a.ruled_out])}
+    j["measured_sources"] = {"db": store.db if store is not None else None, "file": measured,
+                             "db_rows": {k: v for k, v in (store.origin if store is not None else {}).items()
+                                         if k in used},
+                             "metrics": used}
+    emit(j, advise_markdown(a) if as_md else None, as_json, as_md, lambda con: render_advise(a, con))
 
 
 def register(app: typer.Typer) -> None:
@@ -69,6 +77,8 @@ def register(app: typer.Typer) -> None:
         idle_fraction: float = typer.Option(IDLE_FRACTION, "--idle-fraction"),
         prices: Optional[str] = typer.Option(None, "--prices", help=PRICES_HELP),
         measured: Optional[str] = typer.Option(None, "--measured", help=MEASURED_HELP),
+        db: Optional[str] = typer.Option(None, "--db", help=DB_HELP),
+        no_db: bool = typer.Option(False, "--no-db", help=NO_DB_HELP),
         as_json: bool = typer.Option(False, "--json", help="Print JSON (schema gpuscope.advise/1)."),
         as_md: bool = typer.Option(False, "--markdown", help="Print Markdown."),
     ) -> None:
@@ -79,7 +89,7 @@ def register(app: typer.Typer) -> None:
         cons = _constraints(budget, max_power_w, max_ttft_ms, max_tpot_ms, min_tokens_per_s, stack, min_memory_gb,
                             objective, pricing)
         w = InferWorkload(batch=batch, prompt=prompt, gen=gen, dtype=dtype, engine=engine, max_gpus=max_gpus)
-        _run(model, gpu, w, cons, econ, prices, measured, as_json, as_md)
+        _run(model, gpu, w, cons, econ, prices, measured, as_json, as_md, db, no_db)
 
     @adv.command("train")
     def train(
@@ -109,6 +119,8 @@ def register(app: typer.Typer) -> None:
         idle_fraction: float = typer.Option(IDLE_FRACTION, "--idle-fraction"),
         prices: Optional[str] = typer.Option(None, "--prices", help=PRICES_HELP),
         measured: Optional[str] = typer.Option(None, "--measured", help=MEASURED_HELP),
+        db: Optional[str] = typer.Option(None, "--db", help=DB_HELP),
+        no_db: bool = typer.Option(False, "--no-db", help=NO_DB_HELP),
         as_json: bool = typer.Option(False, "--json", help="Print JSON (schema gpuscope.advise/1)."),
         as_md: bool = typer.Option(False, "--markdown", help="Print Markdown."),
     ) -> None:
@@ -121,6 +133,6 @@ def register(app: typer.Typer) -> None:
         w = TrainWorkload(micro_batch=micro_batch, seq=seq, precision=precision, optimizer=optimizer,
                           recompute=recompute, grad_accum=grad_accum, offload=offload, tokens=tokens,
                           num_gpus=num_gpus)
-        _run(model, gpu, w, cons, econ, prices, measured, as_json, as_md)
+        _run(model, gpu, w, cons, econ, prices, measured, as_json, as_md, db, no_db)
 
     app.add_typer(adv)

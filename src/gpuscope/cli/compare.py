@@ -12,7 +12,11 @@ from gpuscope.estimate.cost import (DEFAULT_HOURS_PER_YEAR, DEFAULT_PUE, DEFAULT
 MODEL_HELP = "Preset name, config.json, or a directory holding one."
 GPU_HELP = "Catalog name/alias or hardware TOML; repeat (or comma-separate) for several."
 PRICES_HELP = "TOML of prices overriding the packaged table (see specs/data/prices.toml)."
-MEASURED_HELP = 'JSON {"<gpu>": {"decode_tokens_per_s": .., "power_w": ..}} of measured results replacing estimates.'
+MEASURED_HELP = ('JSON {"<gpu>": {"decode_tokens_per_s": .., "power_w": ..}} of measured results replacing estimates '
+                 "(wins over the results database).")
+DB_HELP = ("Results database to take measured numbers from (rows of the same workload, newest per GPU); default: "
+           "the store's default path ($GPUSCOPE_DB, else $XDG_DATA_HOME/gpuscope/results.sqlite) if that file exists.")
+NO_DB_HELP = "Do not read measured numbers from any results database."
 
 
 def _console():
@@ -44,7 +48,7 @@ def gpus_from(names: list[str]):
 
 
 def measured_from(path: str | None) -> dict:
-    """Read a measured-results JSON: {gpu name or alias: {metric: value}} (a later store provider plugs in here)."""
+    """Read a measured-results JSON: {gpu name or alias: {metric: value}} (the store's numbers: gather_measured)."""
     if not path:
         return {}
     import json
@@ -63,6 +67,58 @@ def measured_from(path: str | None) -> dict:
     if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
         raise UserError(f"--measured file '{p}' must map GPU names to objects of metric values.")
     return {load_hardware(k).key: v for k, v in data.items()}
+
+
+def store_path(db: str | None, no_db: bool):
+    """The results database to read: --db as given (it must exist), else the default one if it exists, else None."""
+    from pathlib import Path
+
+    from gpuscope.errors import UserError
+
+    if no_db:
+        if db:
+            raise UserError("--db and --no-db contradict each other; give one of them.")
+        return None
+    if db:
+        return Path(db).expanduser()
+    from gpuscope.store.db import default_db_path
+
+    p = default_db_path()
+    return p if p.is_file() else None
+
+
+def gather_measured(model, workload, measured: str | None, db: str | None, no_db: bool):
+    """(values for compare(measured=...), origin per GPU and metric, the store's MeasuredSet or None)."""
+    from gpuscope.explain.measured_source import from_store, merge
+
+    file_values = measured_from(measured)
+    path = store_path(db, no_db)
+    store = from_store(path, model, workload) if path is not None else None
+    values, origin = merge(store, file_values, measured)
+    return values, origin, store
+
+
+def with_measured_sources(cmp, origin: dict, store, measured: str | None) -> dict:
+    """Note in each row where its measured numbers came from; the JSON gets them per row (``measured_from``) and
+    for the whole table (``measured_sources``)."""
+    from gpuscope.explain.measured_source import note_for
+    from gpuscope.report.compare_view import compare_to_json
+
+    for r in cmp.rows:
+        n = note_for(r.hardware, origin.get(r.hardware) or {}, store)
+        if n and any(r.sources.get(m) == "measured" for m in origin.get(r.hardware) or {}):
+            r.notes.append(n)
+    j = compare_to_json(cmp)
+    for rd in j["rows"]:
+        used = {m: o for m, o in (origin.get(rd["hardware"]) or {}).items() if rd["sources"].get(m) == "measured"}
+        rd["measured_from"] = used
+    j["measured_sources"] = {
+        "db": store.db if store is not None else None,
+        "db_rows": {k: v for k, v in (store.origin if store is not None else {}).items()
+                    if any(rd["hardware"] == k and rd["measured_from"] for rd in j["rows"])},
+        "file": measured,
+    }
+    return j
 
 
 def emit(obj_json: dict, markdown: str | None, as_json: bool, as_md: bool, render) -> None:
@@ -119,23 +175,25 @@ def register(app: typer.Typer) -> None:
         idle_fraction: float = typer.Option(IDLE_FRACTION, "--idle-fraction", help="Idle power / TDP."),
         prices: Optional[str] = typer.Option(None, "--prices", help=PRICES_HELP),
         measured: Optional[str] = typer.Option(None, "--measured", help=MEASURED_HELP),
+        db: Optional[str] = typer.Option(None, "--db", help=DB_HELP),
+        no_db: bool = typer.Option(False, "--no-db", help=NO_DB_HELP),
         as_json: bool = typer.Option(False, "--json", help="Print JSON (schema gpuscope.compare/1)."),
         as_md: bool = typer.Option(False, "--markdown", help="Print Markdown."),
     ) -> None:
         """Inference: fewest cards per dtype, TTFT, tokens/s, tokens/J, $ per 1M tokens, TCO."""
         from gpuscope.explain.compare_hw import InferWorkload, compare
-        from gpuscope.report.compare_view import compare_markdown, compare_to_json, render_compare
+        from gpuscope.report.compare_view import compare_markdown, render_compare
         from gpuscope.specs.prices import load_prices
 
         econ = econ_from(electricity, pue, hours_per_year, years, utilisation, idle_fraction)
         table = load_prices(prices)
-        meas = measured_from(measured)
         m, gpus = _inputs(model, gpu)
         w = InferWorkload(batch=batch, prompt=prompt, gen=gen, dtype=dtype, kv_dtype=kv_dtype, engine=engine,
                           max_gpus=max_gpus)
+        meas, origin, store = gather_measured(m, w, measured, db, no_db)
         c = compare(m, gpus, w, prices=table, econ=econ, measured=meas)
-        emit(compare_to_json(c), compare_markdown(c) if as_md else None, as_json, as_md,
-             lambda con: render_compare(c, con))
+        j = with_measured_sources(c, origin, store, measured)
+        emit(j, compare_markdown(c) if as_md else None, as_json, as_md, lambda con: render_compare(c, con))
 
     @cmp_app.command("train")
     def train(
@@ -158,23 +216,25 @@ def register(app: typer.Typer) -> None:
         idle_fraction: float = typer.Option(IDLE_FRACTION, "--idle-fraction"),
         prices: Optional[str] = typer.Option(None, "--prices", help=PRICES_HELP),
         measured: Optional[str] = typer.Option(None, "--measured", help=MEASURED_HELP),
+        db: Optional[str] = typer.Option(None, "--db", help=DB_HELP),
+        no_db: bool = typer.Option(False, "--no-db", help=NO_DB_HELP),
         as_json: bool = typer.Option(False, "--json", help="Print JSON (schema gpuscope.compare/1)."),
         as_md: bool = typer.Option(False, "--markdown", help="Print Markdown."),
     ) -> None:
         """Training on one card: fit, tokens/s, MFU, energy, cost, and a 6ND token budget on N cards."""
         from gpuscope.explain.compare_hw import TrainWorkload, compare
-        from gpuscope.report.compare_view import compare_markdown, compare_to_json, render_compare
+        from gpuscope.report.compare_view import compare_markdown, render_compare
         from gpuscope.specs.prices import load_prices
 
         econ = econ_from(electricity, pue, hours_per_year, years, utilisation, idle_fraction)
         table = load_prices(prices)
-        meas = measured_from(measured)
         m, gpus = _inputs(model, gpu)
         w = TrainWorkload(micro_batch=micro_batch, seq=seq, precision=precision, optimizer=optimizer,
                           recompute=recompute, grad_accum=grad_accum, offload=offload, tokens=tokens,
                           num_gpus=num_gpus)
+        meas, origin, store = gather_measured(m, w, measured, db, no_db)
         c = compare(m, gpus, w, prices=table, econ=econ, measured=meas)
-        emit(compare_to_json(c), compare_markdown(c) if as_md else None, as_json, as_md,
-             lambda con: render_compare(c, con))
+        j = with_measured_sources(c, origin, store, measured)
+        emit(j, compare_markdown(c) if as_md else None, as_json, as_md, lambda con: render_compare(c, con))
 
     app.add_typer(cmp_app)

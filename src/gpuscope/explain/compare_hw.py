@@ -5,8 +5,9 @@ the power model of ``estimate/cost.py``), "measured" (given by a measured-result
 ``{hardware key: {metric: value}}``, e.g. from the results store), or "mixed" (derived from both).
 
 Measured metrics a provider may give (per hardware key, for the same workload):
-  inference: ``ttft_s``, ``decode_tokens_per_s``, ``e2e_tokens_per_s``, ``power_w`` (average board power per GPU)
-  training:  ``tokens_per_s_per_gpu``, ``mfu``, ``power_w``
+  inference: ``ttft_s``, ``decode_tokens_per_s``, ``e2e_tokens_per_s``, ``power_w`` (average board power per GPU),
+             ``peak_gib_per_gpu`` (peak allocated memory; shown beside the estimate, the fit stays estimated)
+  training:  ``tokens_per_s_per_gpu``, ``mfu``, ``power_w``, ``peak_gib_per_gpu``
 
 Pure Python: uses the estimate layer only (no torch, no store import).
 """
@@ -21,8 +22,8 @@ from gpuscope.estimate import cost as C
 
 INFER_DTYPES_AUTO = ("bf16", "int8", "int4")
 CARD_COUNTS = (1, 2, 4, 8, 16)
-INFER_MEASURABLE = ("ttft_s", "decode_tokens_per_s", "e2e_tokens_per_s", "power_w")
-TRAIN_MEASURABLE = ("tokens_per_s_per_gpu", "mfu", "power_w")
+INFER_MEASURABLE = ("ttft_s", "decode_tokens_per_s", "e2e_tokens_per_s", "power_w", "peak_gib_per_gpu")
+TRAIN_MEASURABLE = ("tokens_per_s_per_gpu", "mfu", "power_w", "peak_gib_per_gpu")
 MULTI_GPU_TRAIN_NOTE = ("does not fit on one card; multi-GPU training planning (TP/PP/ZeRO/FSDP) is not built yet, "
                         "so no numbers are given for several cards")
 
@@ -127,6 +128,13 @@ def _check_measured(measured: Mapping | None, allowed: tuple[str, ...]) -> dict[
                 raise UserError(f"measured metric '{k}' for {key} must be a positive number, got {v!r}.")
         out[key] = {k: float(v) for k, v in vals.items()}
     return out
+
+
+def _measured_peak(row: Row, measured: dict) -> None:
+    """Measured peak allocated memory per card, beside the estimate (the fit decision stays the estimate's)."""
+    if "peak_gib_per_gpu" in measured:
+        row.metrics["peak_gib_per_gpu"] = measured["peak_gib_per_gpu"]
+        row.sources["peak_gib_per_gpu"] = "measured"
 
 
 def _economics_rows(row: Row, hw, n: int, tokens_per_s: float | None, tput_inputs: list[str], measured: dict,
@@ -239,6 +247,7 @@ def evaluate_infer(m, hw, w: InferWorkload, price, econ: C.Economics, measured: 
     mt["tpot_s"] = w.batch / mt["decode_tokens_per_s"]
     for k in ("required_gib_per_gpu", "device_gib"):
         row.sources[k] = "estimated"
+    _measured_peak(row, measured)
     for k in ("ttft_s", "decode_tokens_per_s", "e2e_tokens_per_s"):
         row.sources[k] = "measured" if k in measured else "estimated"
     row.sources["tpot_s"] = row.sources["decode_tokens_per_s"]
@@ -279,6 +288,7 @@ def evaluate_train(m, hw, w: TrainWorkload, price, econ: C.Economics, measured: 
     mt["required_gib_per_gpu"] = est.required_bytes / 2**30
     mt["device_gib"] = est.device_total_bytes / 2**30
     row.sources["required_gib_per_gpu"] = row.sources["device_gib"] = "estimated"
+    _measured_peak(row, measured)
     cdt = {"amp-bf16": "bf16", "bf16": "bf16", "amp-fp16": "fp16", "fp32": "fp32", "fp8": "fp8"}[precision]
     if hw.tdp_w:
         mt["peak_tflops_per_w"] = hw.peak(cdt) / hw.tdp_w

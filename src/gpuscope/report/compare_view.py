@@ -26,6 +26,7 @@ def _num(fmt):
 
 _INFER_ROWS = [
     ("memory per card (GiB)", None, None),
+    ("peak allocated per card (GiB)", "peak_gib_per_gpu", _num("{:.2f}")),
     ("TTFT", "ttft_s", lambda x: "-" if x is None else f"{x * 1e3:,.0f} ms"),
     ("TPOT", "tpot_s", lambda x: "-" if x is None else f"{x * 1e3:,.1f} ms"),
     ("decode tok/s", "decode_tokens_per_s", _num("{:,.1f}")),
@@ -42,6 +43,7 @@ _INFER_ROWS = [
 ]
 _TRAIN_ROWS = [
     ("memory per card (GiB)", None, None),
+    ("peak allocated per card (GiB)", "peak_gib_per_gpu", _num("{:.2f}")),
     ("tokens/s per card", "tokens_per_s_per_gpu", _num("{:,.0f}")),
     ("MFU", "mfu", lambda x: "-" if x is None else f"{x:.1%}"),
     ("busy power", "power_w", _num("{:,.0f} W")),
