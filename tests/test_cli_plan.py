@@ -94,3 +94,37 @@ def test_models_lists_presets():
     assert r.returncode == 0
     names = {m["name"] for m in json.loads(r.stdout)["models"]}
     assert {"llama-3.1-8b", "qwen2.5-32b", "deepseek-v3", "gpt2", "megatron-1t"} <= names
+
+
+def test_plan_train_multi_gpu_json_contract():
+    r = run("plan", "train", "--model", "megatron-39.1b", "--gpu", "a100-80gb", "--num-gpus", "512", "--tp", "8",
+            "--pp", "2", "--micro-batch", "1", "--global-batch", "1536", "--recompute", "full", "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["schema"] == "gpuscope.estimate/1"
+    assert d["inputs"]["dp"] == 32 and d["inputs"]["tp"] == 8 and d["inputs"]["pp"] == 2
+    assert d["fits"] is True and 0 < d["mfu"] < 1
+    assert d["throughput"]["tokens_per_s"] == pytest.approx(1536 * 2048 / d["time"]["step_s"])
+
+
+def test_plan_train_search_ranks_fitting_layouts():
+    r = run("plan", "train", "--model", "megatron-7.5b", "--gpu", "a100-80gb", "--num-gpus", "128",
+            "--global-batch", "512", "--search", "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["schema"] == "gpuscope.search/1" and d["considered"] > 100
+    speeds = [row["tokens_per_s"] for row in d["ranked"]]
+    assert speeds == sorted(speeds, reverse=True) and len(speeds) == 10
+    for row in d["ranked"]:
+        assert row["tp"] * row["pp"] * row["dp"] == 128
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--num-gpus", "16", "--tp", "3"], "--tp"),
+    (["--num-gpus", "16", "--tp", "4", "--pp", "2", "--dp", "4"], "must equal"),
+    (["--num-gpus", "16", "--tp", "4", "--global-batch", "6"], "global batch"),
+    (["--num-gpus", "16", "--tp", "4", "--zero", "5"], "--zero"),
+])
+def test_plan_train_bad_layouts(args, needle):
+    r = run("plan", "train", "--model", "llama-3.1-8b", "--gpu", "h100", *args)
+    assert r.returncode == 2 and r.stdout == "" and needle in r.stderr, r.stderr

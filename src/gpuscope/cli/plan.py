@@ -55,21 +55,92 @@ def register(app: typer.Typer) -> None:
         offload: str = typer.Option("none", "--offload", help="none|optimizer|params"),
         fused: bool = typer.Option(True, "--fused/--foreach", help="Fused optimizer step (default) or foreach."),
         num_gpus: int = typer.Option(1, "--num-gpus"),
-        ops: bool = typer.Option(False, "--ops", help="Show the per-operation breakdown."),
+        tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree (multi-GPU)."),
+        pp: int = typer.Option(1, "--pp", help="Pipeline-parallel degree (multi-GPU)."),
+        dp: int = typer.Option(None, "--dp", help="Data-parallel degree (default: num-gpus / (tp x pp))."),
+        zero: int = typer.Option(0, "--zero", help="ZeRO stage 0-3 over the data-parallel group."),
+        fsdp: bool = typer.Option(False, "--fsdp", help="FSDP full shard (= ZeRO-3)."),
+        sp: bool = typer.Option(False, "--sp", help="Sequence parallelism with tensor parallelism."),
+        virtual: int = typer.Option(1, "--virtual", help="Interleaved pipeline: model chunks per GPU."),
+        global_batch: int = typer.Option(None, "--global-batch", help="Sequences per step (default: "
+                                         "micro-batch x grad-accum x dp)."),
+        gpus_per_node: int = typer.Option(None, "--gpus-per-node"),
+        search: bool = typer.Option(False, "--search", help="Rank every layout of --num-gpus by tokens/s."),
+        ops: bool = typer.Option(False, "--ops", help="Show the per-operation breakdown (one GPU)."),
         as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
     ) -> None:
-        """Training on one GPU: memory per phase (forward, backward, optimizer), step time, tokens/s, MFU."""
+        """Training: one GPU (HF eager: memory per phase, step time, MFU), or a multi-GPU layout (Megatron-style
+        TP/PP/DP/ZeRO; --search ranks all layouts)."""
         from gpuscope.errors import UserError
         from gpuscope.estimate.train import estimate_train
         from gpuscope.report.estimate_view import render, to_json_text
         from gpuscope.specs.hardware import load_hardware
         from gpuscope.specs.models import load_model
 
-        if num_gpus != 1:
-            raise UserError("--num-gpus: multi-GPU training plans (TP/PP/ZeRO/FSDP) are not built yet; use 1.")
-        est = estimate_train(load_model(model), load_hardware(gpu), micro_batch=micro_batch, seq=seq,
-                             precision=precision, optimizer=optimizer, recompute=recompute, grad_accum=grad_accum,
-                             offload=offload, fused=fused, num_gpus=num_gpus, with_ops=ops)
-        typer.echo(to_json_text(est)) if as_json else render(est, _console(), show_ops=ops)
+        m, hw = load_model(model), load_hardware(gpu)
+        multi = num_gpus > 1 or search or tp > 1 or pp > 1 or (dp or 1) > 1
+        if not multi:
+            est = estimate_train(m, hw, micro_batch=micro_batch, seq=seq, precision=precision,
+                                 optimizer=optimizer, recompute=recompute, grad_accum=grad_accum, offload=offload,
+                                 fused=fused, num_gpus=num_gpus, with_ops=ops)
+            typer.echo(to_json_text(est)) if as_json else render(est, _console(), show_ops=ops)
+            return
+        if precision not in ("amp-bf16", "bf16"):
+            raise UserError("--precision: multi-GPU plans model Megatron-style bf16 mixed precision; use amp-bf16.")
+        if num_gpus <= 0:
+            raise UserError(f"--num-gpus must be a positive integer, got {num_gpus}.")
+        if dp is None:
+            if num_gpus % (tp * pp):
+                raise UserError(f"--tp x --pp ({tp} x {pp}) must divide --num-gpus ({num_gpus}).")
+            dp = num_gpus // (tp * pp)
+        if tp * pp * dp != num_gpus:
+            raise UserError(f"--tp x --pp x --dp ({tp} x {pp} x {dp}) must equal --num-gpus ({num_gpus}).")
+        gb = global_batch or micro_batch * grad_accum * dp
+        if search:
+            _search(m, hw, num_gpus, gb, seq, gpus_per_node, as_json)
+            return
+        from gpuscope.estimate.parallel import Layout, estimate_parallel, to_estimate
+
+        lay = Layout(tp=tp, pp=pp, dp=dp, micro_batch=micro_batch, global_batch=gb, zero=3 if fsdp else zero,
+                     sp=sp, virtual=virtual, recompute=recompute)
+        pe = estimate_parallel(m, hw, lay, seq=seq, gpus_per_node=gpus_per_node)
+        est = to_estimate(pe, m, hw, seq)
+        typer.echo(to_json_text(est)) if as_json else render(est, _console())
 
     app.add_typer(plan)
+
+
+def _search(m, hw, num_gpus: int, global_batch: int, seq: int, gpus_per_node, as_json: bool) -> None:
+    import json
+    import time
+
+    from gpuscope.estimate.search import search_layouts
+
+    t0 = time.perf_counter()
+    res = search_layouts(m, hw, num_gpus, global_batch, seq=seq, gpus_per_node=gpus_per_node)
+    elapsed = time.perf_counter() - t0
+    rows = [{"tp": e.layout.tp, "pp": e.layout.pp, "dp": e.layout.dp, "zero": e.layout.zero, "sp": e.layout.sp,
+             "virtual": e.layout.virtual, "micro_batch": e.layout.micro_batch, "recompute": e.layout.recompute,
+             "tokens_per_s": e.tokens_per_s, "step_s": e.step_s, "mfu": e.mfu, "peak_bytes_per_gpu": e.peak_bytes}
+            for e in res.ranked]
+    doc = {"schema": "gpuscope.search/1", "model": m.name, "hardware": hw.key, "num_gpus": num_gpus,
+           "global_batch": global_batch, "seq": seq, "considered": res.considered,
+           "rejected_memory": res.rejected_memory, "seconds": elapsed, "ranked": rows}
+    if as_json:
+        typer.echo(json.dumps(doc, indent=2))
+        return
+    from rich.table import Table
+
+    t = Table(title=f"{m.name} on {num_gpus} x {hw.key}: {res.considered:,} layouts in {elapsed:.2f} s, "
+                    f"{res.rejected_memory:,} over memory", header_style="bold")
+    for c in ("#", "tp", "pp", "dp", "zero", "sp", "v", "mb", "recompute", "tok/s", "step", "MFU", "GiB/GPU"):
+        t.add_column(c, justify="right")
+    for i, r in enumerate(rows, 1):
+        t.add_row(str(i), str(r["tp"]), str(r["pp"]), str(r["dp"]), str(r["zero"]), "y" if r["sp"] else "",
+                  str(r["virtual"]), str(r["micro_batch"]), r["recompute"], f"{r['tokens_per_s']:,.0f}",
+                  f"{r['step_s']:.2f} s", f"{r['mfu']:.1%}", f"{r['peak_bytes_per_gpu'] / 2**30:.1f}")
+    _console().print(t)
+    if not rows:
+        _console().print("[red]No layout fits: more GPUs, a shorter --seq or a smaller --global-batch.[/]")
+
+

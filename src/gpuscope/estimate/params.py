@@ -9,6 +9,7 @@ P = 12 l h^2 (1 + 13/(12h) + (V + s)/(12 l h)) (Narayanan et al. 2021, eq. in se
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 
 from gpuscope.specs.model import ModelSpec
 
@@ -126,6 +127,7 @@ def layer_params(m: ModelSpec, index: int) -> LayerParams:
     return LayerParams(attention=attn, mlp=mlp, norms=norms, active_mlp=mlp)
 
 
+@lru_cache(maxsize=512)
 def count_params(m: ModelSpec) -> ParamCounts:
     h, v = m.hidden_size, m.vocab_size
     layers = [layer_params(m, i) for i in range(m.num_layers)]

@@ -1,0 +1,292 @@
+"""The doctor's rules: pure functions from a profile summary (``gpuscope.measure.profile``, schema
+``gpuscope.profile/1``) to findings, each with the numbers that triggered it, a fix and its estimated effect.
+
+No torch here: every rule reads plain dict keys, so it is tested on synthetic summaries. A rule returns ``None``
+when it stays quiet or when the summary lacks what it needs (e.g. NVML on a CPU run).
+
+Thresholds (``THRESHOLDS``; each rule documents why):
+- launch_bound: device idle >= 50% of the wall time, >= 100 kernels, mean kernel <= 50 us and the mean gap
+  between kernels >= the mean kernel. The H200 runs (results/2026-11-29-h200) showed eager batch-1 decode at
+  ~17 us host per kernel with kernels of a few us: the GPU idles most of the step. Only on a device timeline.
+- dataloader_stall: >= 10% of the wall time inside ``DataLoader.__next__`` in the main process.
+- matmul_shapes: matmuls with n or k not a multiple of 8 (16-bit tensor cores want 16-byte multiples: 8 elements
+  for fp16/bf16; cuBLAS picks padded or CUDA-core kernels otherwise) taking >= 5% of matmul time. m is the token
+  count and usually not under the model's control, so it is not checked. Only on a device timeline.
+- comm_not_overlapped: collectives >= 5% of the wall time and < 50% of them overlapped by compute kernels.
+- fragmentation: (peak reserved - peak allocated) >= 25% of peak reserved and >= 256 MiB, or any allocator retry
+  (``num_alloc_retries``: cudaMalloc failed, the cache was flushed and the call retried: a synchronizing stall).
+- throttling: >= 10% of NVML samples with a clock-holding reason (power cap, thermal, hardware slowdown).
+- memory_headroom: peak reserved < 50% of the device's memory (the batch could grow).
+- slower_than_planned: measured time > 1.3x the planner's estimate for the same configuration.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+GIB = 2**30
+MIB = 2**20
+
+THRESHOLDS = {
+    "launch_idle_fraction": 0.5,
+    "launch_min_kernels": 100,
+    "launch_max_kernel_mean_s": 50e-6,
+    "dataloader_fraction": 0.10,
+    "matmul_align": 8,
+    "matmul_misaligned_share": 0.05,
+    "matmul_misaligned_slowdown": 1.5,  # typical cost of an unaligned 16-bit GEMM vs its padded shape (rough)
+    "comm_fraction": 0.05,
+    "comm_overlap_min": 0.5,
+    "frag_fraction": 0.25,
+    "frag_min_bytes": 256 * MIB,
+    "throttle_fraction": 0.10,
+    "headroom_used_max": 0.5,
+    "headroom_target": 0.9,
+    "plan_ratio": 1.3,
+}
+
+SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2, "info": 3}
+
+
+@dataclass
+class Finding:
+    code: str
+    title: str
+    severity: str  # high | medium | low | info
+    evidence: dict
+    fix: str
+    estimated_effect: str
+    speedup: float | None = None  # estimated step-time factor if fixed (>= 1), where one can be given
+    memory_saved_bytes: float | None = None
+    docs: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def _num(d: dict | None, *keys):
+    for k in keys:
+        if not isinstance(d, dict):
+            return None
+        d = d.get(k)
+    return d if isinstance(d, (int, float)) and not isinstance(d, bool) else None
+
+
+def _sev(speedup: float) -> str:
+    return "high" if speedup >= 1.5 else "medium" if speedup >= 1.15 else "low"
+
+
+# --- rules -----------------------------------------------------------------------------------------------------
+def launch_bound(s: dict, t: dict = THRESHOLDS) -> Finding | None:
+    if s.get("timeline") != "device_kernels":
+        return None
+    idle, n, kmean, gap = (_num(s, k) for k in ("idle_fraction", "kernel_count", "kernel_mean_s", "gap_mean_s"))
+    if None in (idle, n, kmean, gap, _num(s, "wall_s"), _num(s, "busy_s")):
+        return None
+    if idle < t["launch_idle_fraction"] or n < t["launch_min_kernels"] or kmean > t["launch_max_kernel_mean_s"] \
+            or gap < kmean:
+        return None
+    speedup = s["wall_s"] / max(s["busy_s"], 1e-12)
+    host_per_kernel = s["wall_s"] / n
+    return Finding(
+        "launch_bound", "CPU/launch-bound: the GPU idles between small kernels", _sev(speedup),
+        {"idle_fraction": idle, "kernel_count": n, "kernel_mean_us": kmean * 1e6, "gap_mean_us": gap * 1e6,
+         "host_us_per_kernel": host_per_kernel * 1e6, "busy_s": s["busy_s"], "wall_s": s["wall_s"]},
+        "Remove the per-kernel host cost: capture the step in CUDA graphs (torch.compile(mode='reduce-overhead'); "
+        "for HF generate a static KV cache, cache_implementation='static', i.e. --engine hf-graph), and/or raise "
+        "the batch so each kernel does more work for the same launch cost.",
+        f"the step can fall towards the GPU's busy time: up to {speedup:.1f}x faster "
+        f"({s['wall_s'] * 1e3:.1f} -> {s['busy_s'] * 1e3:.1f} ms); a larger batch raises tokens/s at nearly the "
+        "same step time while launch-bound", speedup=speedup)
+
+
+def dataloader_stall(s: dict, t: dict = THRESHOLDS) -> Finding | None:
+    f, dl, wall = _num(s, "dataloader_fraction"), _num(s, "dataloader_s"), _num(s, "wall_s")
+    if f is None or dl is None or wall is None or f < t["dataloader_fraction"]:
+        return None
+    speedup = 1.0 / max(1e-9, 1.0 - f)
+    ev = {"dataloader_s": dl, "dataloader_fraction": f, "calls": s.get("dataloader_calls"), "wall_s": wall}
+    pageable = _num(s, "h2d", "pageable_count")
+    if pageable:
+        ev["h2d_pageable_copies"] = pageable
+    return Finding(
+        "dataloader_stall", "Data-loader stall: the training loop waits for batches", _sev(speedup), ev,
+        "Load in the background: DataLoader(num_workers=4..8 (one per spare core), pin_memory=True, "
+        "prefetch_factor=2..4, persistent_workers=True), copy with .to(device, non_blocking=True); move heavy "
+        "decoding/tokenisation out of __getitem__ (pre-tokenise).",
+        f"up to {f:.0%} of the wall time is waiting on data: up to {speedup:.2f}x faster when loading overlaps "
+        "compute", speedup=speedup)
+
+
+def matmul_shapes(s: dict, t: dict = THRESHOLDS) -> Finding | None:
+    if s.get("timeline") != "device_kernels":  # tensor cores: a GPU question
+        return None
+    mms = s.get("matmuls") or []
+    total = _num(s, "matmul_s") or sum(m.get("self_s", 0.0) for m in mms)
+    if not mms or not total:
+        return None
+    a = t["matmul_align"]
+    bad = [m for m in mms if m.get("n", 0) % a or m.get("k", 0) % a]
+    # a dim of 1 (GEMV, bias grads) is not a tensor-core shape either way; ignore it
+    bad = [m for m in bad if min(m.get("n", 0), m.get("k", 0)) > 1]
+    share = sum(m["self_s"] for m in bad) / total
+    if share < t["matmul_misaligned_share"]:
+        return None
+    saved = share * (1 - 1 / t["matmul_misaligned_slowdown"])
+    mm_frac = total / s["wall_s"] if _num(s, "wall_s") else 1.0
+    speedup = 1.0 / max(1e-9, 1.0 - saved * min(1.0, mm_frac))
+
+    def pad(x):
+        return x if x % a == 0 else (x + 63) // 64 * 64
+
+    worst = sorted(bad, key=lambda m: -m["self_s"])[:5]
+    return Finding(
+        "matmul_shapes", f"Matmul shapes that waste the tensor cores (dims not a multiple of {a})", _sev(speedup),
+        {"misaligned_share_of_matmul_time": share, "matmul_s": total,
+         "shapes": [{"m": m["m"], "n": m["n"], "k": m["k"], "dtype": m.get("dtype"), "count": m["count"],
+                     "self_s": m["self_s"], "pad_to": [pad(m["n"]), pad(m["k"])]} for m in worst]},
+        "Pad the model's dimensions to multiples of 64 (e.g. vocab 50257 -> 50304, hidden/intermediate sizes), "
+        "keep head_dim a multiple of 8, and use bf16/fp16 so the tensor cores are used.",
+        f"{share:.0%} of matmul time is in unaligned shapes; at ~{t['matmul_misaligned_slowdown']}x their aligned "
+        f"cost, up to {speedup:.2f}x on the step", speedup=speedup)
+
+
+def comm_not_overlapped(s: dict, t: dict = THRESHOLDS) -> Finding | None:
+    c, wall = _num(s, "comm", "s"), _num(s, "wall_s")
+    ov = _num(s, "comm", "overlap_fraction")
+    if not c or not wall or ov is None:
+        return None
+    if c / wall < t["comm_fraction"] or ov >= t["comm_overlap_min"]:
+        return None
+    exposed = c * (1 - ov)
+    speedup = wall / max(1e-12, wall - exposed)
+    return Finding(
+        "comm_not_overlapped", "Communication not overlapped with compute", _sev(speedup),
+        {"comm_s": c, "comm_fraction": c / wall, "overlap_fraction": ov, "exposed_s": exposed},
+        "Overlap collectives with compute: DDP with gradient bucketing (bucket_cap_mb 25-100, "
+        "gradient_as_bucket_view=True, no find_unused_parameters), FSDP with backward_prefetch=BACKWARD_PRE and "
+        "forward_prefetch=True, or torch.compile's compute/communication reordering; avoid a synchronize between "
+        "backward and the collective.",
+        f"{exposed * 1e3:.1f} ms of exposed communication per profile: up to {speedup:.2f}x faster if hidden",
+        speedup=speedup)
+
+
+def fragmentation(s: dict, t: dict = THRESHOLDS) -> Finding | None:
+    m = s.get("memory") or {}
+    res, alloc = _num(m, "peak_reserved_bytes"), _num(m, "peak_allocated_bytes")
+    retries = _num(m, "num_alloc_retries") or 0
+    if res is None or alloc is None or res <= 0:
+        return None
+    gap = res - alloc
+    frag = gap / res
+    if not (retries > 0 or (frag >= t["frag_fraction"] and gap >= t["frag_min_bytes"])):
+        return None
+    if m.get("expandable_segments") and retries == 0:
+        return None
+    sev = "high" if retries > 0 else "medium"
+    return Finding(
+        "fragmentation", "Allocator fragmentation: reserved far above allocated", sev,
+        {"peak_reserved_gib": res / GIB, "peak_allocated_gib": alloc / GIB, "unused_reserved_gib": gap / GIB,
+         "fragmented_fraction": frag, "num_alloc_retries": retries,
+         "expandable_segments": m.get("expandable_segments")},
+        "Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (PYTORCH_ALLOC_CONF in newer PyTorch); keep shapes "
+        "steady (pad sequences to a few bucket lengths, drop the last partial batch); do not call "
+        "torch.cuda.empty_cache() in the loop.",
+        f"frees up to {gap / GIB:.2f} GiB of cached but unusable memory"
+        + (f" and removes {retries} allocator retries (each a cudaFree + synchronize)" if retries else ""),
+        memory_saved_bytes=gap)
+
+
+def throttling(s: dict, t: dict = THRESHOLDS) -> Finding | None:
+    nv = s.get("nvml") or {}
+    frac = _num(nv, "throttled_fraction")
+    if frac is None or frac < t["throttle_fraction"]:
+        return None
+    cmax, cmin, cmed = (_num(nv, k) for k in ("sm_clock_mhz_max", "sm_clock_mhz_min", "sm_clock_mhz_median"))
+    speedup = (cmax / cmed) if cmax and cmed else None
+    reasons = nv.get("throttle_reasons_seen") or []
+    return Finding(
+        "throttling", "Thermal or power throttling: the clocks were held down", "high" if frac >= 0.5 else "medium",
+        {"throttled_fraction": frac, "reasons": reasons, "sm_clock_mhz_min": cmin, "sm_clock_mhz_median": cmed,
+         "sm_clock_mhz_max": cmax, "temperature_c_max": nv.get("temperature_c_max"),
+         "power_w_median": nv.get("power_w_median")},
+        "Check cooling and the power limit (nvidia-smi -q -d PERFORMANCE,POWER; raise it with nvidia-smi -pl where "
+        "allowed), other jobs on the same GPU, and the data-centre inlet temperature; benchmark numbers from a "
+        "throttled run are not the card's steady state.",
+        (f"clocks back at {cmax:.0f} MHz from a median {cmed:.0f} MHz: up to {speedup:.2f}x on compute-bound work"
+         if speedup else f"{frac:.0%} of samples throttled"), speedup=speedup)
+
+
+def memory_headroom(s: dict, t: dict = THRESHOLDS) -> Finding | None:
+    m = s.get("memory") or {}
+    total, peak = _num(m, "device_total_bytes"), _num(m, "peak_reserved_bytes")
+    if not total or peak is None:
+        return None
+    used = peak / total
+    if used >= t["headroom_used_max"]:
+        return None
+    static = _num(m, "allocated_start_bytes") or 0.0
+    dyn = max(1.0, (_num(m, "peak_allocated_bytes") or peak) - static)
+    factor = max(1.0, (t["headroom_target"] * total - static) / dyn)
+    return Finding(
+        "memory_headroom", "Memory headroom left unused", "low" if factor < 2 else "medium",
+        {"peak_reserved_gib": peak / GIB, "device_total_gib": total / GIB, "used_fraction": used,
+         "static_gib": static / GIB, "batch_memory_growth_possible": factor},
+        "Use it: a larger batch or micro-batch (gpuscope tune batch finds the largest and the throughput-optimal "
+        "one), a longer sequence, or drop activation recompute if it is on.",
+        f"the per-batch memory could grow about {factor:.1f}x before {t['headroom_target']:.0%} of the device is "
+        "used; on a launch- or bandwidth-bound run tokens/s grows almost in proportion")
+
+
+def slower_than_planned(s: dict, t: dict = THRESHOLDS) -> Finding | None:
+    cmp_ = s.get("estimate") or {}
+    est, meas = _num(cmp_, "estimated_s"), _num(cmp_, "measured_s")
+    if not est or not meas or meas / est < t["plan_ratio"]:
+        return None
+    r = meas / est
+    return Finding(
+        "slower_than_planned", f"{r:.1f}x slower than the planner's estimate for this configuration",
+        _sev(r), {"metric": cmp_.get("metric"), "estimated_s": est, "measured_s": meas, "ratio": r,
+                  "hardware": cmp_.get("hardware")},
+        "The other findings say where the time goes; if none fires, check clocks, other processes on the device, "
+        "and that the hardware entry (--gpu) is the device that ran.",
+        f"matching the estimate would be {r:.1f}x faster", speedup=r)
+
+
+RULES = (launch_bound, dataloader_stall, matmul_shapes, comm_not_overlapped, fragmentation, throttling,
+         memory_headroom, slower_than_planned)
+
+
+def diagnose(summary: dict, thresholds: dict | None = None) -> list[Finding]:
+    """Every rule on the summary; findings sorted by severity, then estimated speedup."""
+    t = dict(THRESHOLDS, **(thresholds or {}))
+    out = [f for rule in RULES if (f := rule(summary, t)) is not None]
+    return sorted(out, key=lambda f: (SEVERITY_ORDER.get(f.severity, 9), -(f.speedup or 1.0)))
+
+
+def compare_estimate(est, summary: dict) -> dict:
+    """The planner's Estimate (same configuration) beside a profile summary of a gpuscope workload. Pure.
+
+    infer: the profiled ``generate`` of G tokens vs prefill_s + (G - 1) x decode_s_per_token; train: the median
+    profiled step vs step_s; memory: the peak allocated vs peak_bytes_per_gpu. ``estimated_s``/``measured_s`` feed
+    the ``slower_than_planned`` rule; ``planner_host_bound`` says whether the planner itself expects the decode
+    step to be limited by host launch time (eager engine)."""
+    rows = []
+    kind = est.kind
+    meas_t = summary.get("step_s_median") or summary.get("wall_s")
+    if kind == "infer":
+        g = (summary.get("case") or {}).get("gen") or 1
+        est_t = est.time["prefill_s"] + (g - 1) * est.time["decode_s_per_token"]
+        metric = "generate_s"
+    else:
+        est_t, metric = est.time["step_s"], "step_s"
+    rows.append({"metric": metric, "estimated": est_t, "measured": meas_t})
+    peak = _num(summary, "memory", "peak_allocated_bytes")
+    rows.append({"metric": "peak_bytes", "estimated": est.peak_bytes_per_gpu, "measured": peak})
+    out = {"hardware": est.hardware, "calibrated": est.calibrated, "rows": rows, "metric": metric,
+           "estimated_s": est_t, "measured_s": meas_t, "fits": est.fits}
+    if kind == "infer" and "decode_host_s" in est.time:
+        out["planner_host_bound"] = est.time["decode_host_s"] > est.time.get("decode_gpu_s", 0.0)
+        out["planner_decode_gpu_s"] = est.time.get("decode_gpu_s")
+        out["planner_decode_host_s"] = est.time["decode_host_s"]
+    return out

@@ -1,0 +1,202 @@
+"""Out of memory in training: the article's tiers of levers, each computed by the planner for this run, ranked.
+
+Tiers (cheapest first, as the article orders them):
+1. recompute (activation checkpointing of every layer) and gradient accumulation (micro-batch 1, same global batch);
+2. sharding the model states: ZeRO-3/FSDP over N data-parallel GPUs, or CPU offload of the optimizer / parameters;
+3. model parallelism: tensor parallel (with sequence parallel) or pipeline parallel over N GPUs;
+4. smaller dtypes: pure bf16 (weights, grads and Adam states in bf16) and 8-bit AdamW.
+
+How each is computed:
+- recompute, grad accumulation, offload and dtypes: ``estimate_train`` with that lever (validated on an H200,
+  phase by phase).
+- ZeRO-3/FSDP over N: the single-GPU estimate's breakdown at its peak with weights, gradients, optimizer states
+  and autocast's 16-bit weight copies divided by N, plus two gathered layers in 16 bit (the one running and the
+  prefetched next). Time: 3 x 2P bytes of all-gather/reduce-scatter traffic per step x (N-1)/N over one direction of
+  the device's link (half its bidirectional rate; the host link where the catalog has none), assumed overlapped
+  with compute by prefetch: step = max(compute, communication).
+- TP over N (with sequence parallelism, Korthikanti et al. 2022): weights, grads, states, activations and logits
+  divided by N; 4 all-gather/reduce-scatter of the T x h activations per layer per micro-batch (2 forward,
+  2 backward), not overlapped; slowdown in GPU-seconds per token = 1 + N x comm / step.
+- PP over N (1F1B): model states divided by N; the first stage holds N micro-batches of 1/N of the layers'
+  activations, i.e. about one micro-batch of the whole model's (unchanged); bubble (N-1)/m with m = max(grad
+  accumulation, 4N) micro-batches; slowdown = 1 + (N-1)/m.
+``slowdown`` is GPU-time per token relative to the configuration as given (as if it fitted); ``saved_bytes`` is
+its peak minus the lever's. Ranked: levers that fit first (least slowdown, then fewest GPUs), then the rest by
+memory saved. Recompute combined with ZeRO-3, optimizer offload, pure bf16 and 8-bit AdamW is listed too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from gpuscope.errors import UserError
+from gpuscope.estimate.params import count_params, layer_params
+from gpuscope.estimate.runtime import runtime_overheads
+from gpuscope.estimate.train import estimate_train, host_link_gbs
+
+SCHEMA = "gpuscope.oom_tiers/1"
+SHARD_SIZES = (2, 4, 8)
+
+
+@dataclass
+class Tier:
+    tier: int
+    lever: str
+    changes: dict
+    peak_bytes: float
+    required_bytes: float
+    saved_bytes: float
+    step_s: float
+    slowdown: float
+    fits: bool
+    num_gpus: int = 1
+    method: str = "estimate_train"
+    notes: list[str] = field(default_factory=list)
+    rank: int = 0
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def _link_gbs(hw) -> float:
+    bidir = getattr(hw, "interconnect_gbs_bidir", None)
+    return float(bidir) / 2.0 if bidir else host_link_gbs(hw)
+
+
+def _tier_from_est(tier, lever, changes, est, base, notes=()) -> Tier:
+    return Tier(tier, lever, changes, est.peak_bytes_per_gpu, est.required_bytes,
+                base.peak_bytes_per_gpu - est.peak_bytes_per_gpu, est.time["step_s"],
+                est.time["step_s"] / base.time["step_s"], bool(est.fits), notes=list(notes))
+
+
+def _analytic(tier, lever, changes, peak, step_s, base, hw, n, method, notes=()) -> Tier:
+    req = peak + sum(runtime_overheads(peak).values())
+    return Tier(tier, lever, changes, peak, req, base.peak_bytes_per_gpu - peak, step_s,
+                step_s / base.time["step_s"], req <= hw.device_total_bytes, num_gpus=n, method=method,
+                notes=list(notes))
+
+
+def _zero3(m, hw, est, n: int, tier=2, lever_prefix="") -> Tier:
+    b = est.breakdown_bytes
+    states = sum(b.get(k, 0.0) for k in ("weights", "gradients", "optimizer_states", "weight_copies_16bit"))
+    pc = count_params(m)
+    gathered = 2 * 2.0 * max(layer_params(m, i).total for i in range(m.num_layers)) if m.num_layers else 0.0
+    peak = est.peak_bytes_per_gpu - states * (1 - 1 / n) + gathered
+    comm_s = 3 * 2.0 * pc.total * (n - 1) / n / (_link_gbs(hw) * 1e9)
+    step = max(est.time["step_s"], comm_s)
+    return _analytic(tier, f"{lever_prefix}ZeRO-3 / FSDP over {n} GPUs", {"zero": 3, "num_gpus": n}, peak, step,
+                     est, hw, n, "analytic from estimate_train's breakdown",
+                     [f"{comm_s * 1e3:.0f} ms of parameter/gradient traffic per step at {_link_gbs(hw):.0f} GB/s, "
+                      "assumed overlapped by prefetch"])
+
+
+def _tp(m, hw, est, n: int, micro_batch: int, seq: int, act_b: float) -> Tier | None:
+    if m.num_heads % n or m.num_kv_heads % n and n % m.num_kv_heads:
+        return None
+    peak = est.peak_bytes_per_gpu / n
+    comm_bytes = 4 * m.num_layers * micro_batch * seq * m.hidden_size * act_b * (n - 1) / n
+    grad_accum = est.inputs.get("grad_accum", 1)
+    comm_s = grad_accum * comm_bytes / (_link_gbs(hw) * 1e9)
+    step_gpu_time = est.time["step_s"] + n * comm_s  # GPU-seconds per step relative to one GPU
+    return _analytic(3, f"tensor parallel over {n} GPUs (+ sequence parallel)", {"tp": n, "num_gpus": n}, peak,
+                     step_gpu_time, est, hw, n, "analytic from estimate_train",
+                     [f"{comm_s * 1e3:.1f} ms of activation collectives per step on each GPU, not overlapped",
+                      "needs a fast link (NVLink); across PCIe or nodes it costs far more"])
+
+
+def _pp(m, hw, est, n: int) -> Tier | None:
+    if m.num_layers < n:
+        return None
+    b = est.breakdown_bytes
+    states = sum(b.get(k, 0.0) for k in ("weights", "gradients", "optimizer_states", "weight_copies_16bit"))
+    peak = est.peak_bytes_per_gpu - states * (1 - 1 / n)
+    mb = max(est.inputs.get("grad_accum", 1), 4 * n)
+    bubble = (n - 1) / mb
+    return _analytic(3, f"pipeline parallel over {n} GPUs (1F1B)", {"pp": n, "num_gpus": n}, peak,
+                     est.time["step_s"] * (1 + bubble), est, hw, n, "analytic from estimate_train's breakdown",
+                     [f"bubble {bubble:.0%} with {mb} micro-batches per step"])
+
+
+def oom_tiers(m, hw, *, micro_batch: int, seq: int, precision: str = "amp-bf16", optimizer: str = "adamw",
+              recompute: str = "none", grad_accum: int = 1, offload: str = "none", fused: bool = True) -> dict:
+    """{"schema", "base": {...}, "tiers": [Tier ranked], "best": Tier | None}."""
+    from gpuscope.estimate.memory_train import precision_bytes
+
+    kw = dict(micro_batch=micro_batch, seq=seq, precision=precision, optimizer=optimizer, recompute=recompute,
+              grad_accum=grad_accum, offload=offload, fused=fused)
+    base = estimate_train(m, hw, **kw)
+    act_b = precision_bytes(precision)[1]
+    tiers: list[Tier] = []
+
+    def est(**over):
+        try:
+            return estimate_train(m, hw, **dict(kw, **over))
+        except UserError:
+            return None
+
+    # tier 1
+    if recompute != "full":
+        e = est(recompute="full")
+        tiers.append(_tier_from_est(1, "activation recompute (full)", {"recompute": "full"}, e, base))
+    if micro_batch > 1:
+        ch = {"micro_batch": 1, "grad_accum": grad_accum * micro_batch}
+        tiers.append(_tier_from_est(1, f"gradient accumulation (micro-batch 1 x {ch['grad_accum']})", ch,
+                                    est(**ch), base, ["same global batch"]))
+        if recompute != "full":
+            ch2 = dict(ch, recompute="full")
+            tiers.append(_tier_from_est(1, "recompute + gradient accumulation", ch2, est(**ch2), base))
+    # tier 2
+    for n in SHARD_SIZES:
+        tiers.append(_zero3(m, hw, base, n))
+    for off in ("optimizer", "params"):
+        if off != offload:
+            e = est(offload=off)
+            if e is not None:
+                tiers.append(_tier_from_est(2, f"CPU offload ({off})", {"offload": off}, e, base,
+                                            [e.assumptions[-1]] if e.assumptions else []))
+    # tier 3
+    for n in SHARD_SIZES:
+        for t in (_tp(m, hw, base, n, micro_batch, seq, act_b), _pp(m, hw, base, n)):
+            if t is not None:
+                tiers.append(t)
+    # tier 4
+    if precision != "bf16":
+        e = est(precision="bf16")
+        if e is not None:
+            tiers.append(_tier_from_est(4, "pure bf16 (weights, grads, Adam states)", {"precision": "bf16"}, e,
+                                        base, ["bf16 master weights lose small updates; use Kahan summation or "
+                                               "stochastic rounding for long runs"]))
+    if optimizer != "adamw-8bit":
+        e = est(optimizer="adamw-8bit")
+        if e is not None:
+            tiers.append(_tier_from_est(4, "8-bit AdamW (bitsandbytes)", {"optimizer": "adamw-8bit"}, e, base))
+
+    # combinations: recompute + each tier 2-4 lever (the usual first pairing when one lever is not enough)
+    if recompute != "full":
+        rc = est(recompute="full")
+        for n in SHARD_SIZES:
+            t = _zero3(m, hw, rc, n, lever_prefix="recompute + ")
+            t.saved_bytes = base.peak_bytes_per_gpu - t.peak_bytes
+            t.step_s = max(rc.time["step_s"], t.step_s)
+            t.slowdown = t.step_s / base.time["step_s"]
+            t.changes = dict(t.changes, recompute="full")
+            tiers.append(t)
+        for ch, name in (({"offload": "optimizer"}, "CPU offload (optimizer)"), ({"precision": "bf16"}, "pure bf16"),
+                         ({"optimizer": "adamw-8bit"}, "8-bit AdamW")):
+            e = est(recompute="full", **ch)
+            if e is not None:
+                tiers.append(_tier_from_est(2 if "offload" in ch else 4, f"recompute + {name}",
+                                            dict(ch, recompute="full"), e, base))
+
+    ranked = sorted([t for t in tiers if t.fits], key=lambda t: (t.slowdown, t.num_gpus, t.tier)) + \
+        sorted([t for t in tiers if not t.fits], key=lambda t: -t.saved_bytes)
+    for i, t in enumerate(ranked, 1):
+        t.rank = i
+    return {
+        "schema": SCHEMA,
+        "model": m.name, "hardware": hw.key, "inputs": kw,
+        "base": {"fits": base.fits, "peak_bytes": base.peak_bytes_per_gpu, "required_bytes": base.required_bytes,
+                 "device_total_bytes": base.device_total_bytes, "step_s": base.time["step_s"]},
+        "tiers": ranked,
+        "best": next((t for t in ranked if t.fits), None),
+    }

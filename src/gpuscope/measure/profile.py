@@ -1,0 +1,460 @@
+"""Profile a run with torch.profiler (+ NVML sampling) and reduce it to a summary dict for the doctor's rules.
+
+Inside your own code::
+
+    from gpuscope.measure.profile import profile_run
+    with profile_run() as p:            # device: the first available accelerator, else cpu
+        for batch in loader:
+            train_step(batch)
+            p.step()                     # optional: step boundaries give step times
+    p.summary                            # the dict below; gpuscope.explain.findings.diagnose(p.summary)
+
+A whole script, in a child process (``gpuscope doctor -- python train.py --lr 3e-4``)::
+
+    python -m gpuscope.measure.profile --out summary.json -- train.py --lr 3e-4
+
+The child runs the script with ``runpy.run_path`` (``-m pkg.mod`` with ``runpy.run_module``) as ``__main__``
+with its own ``sys.argv``, inside ``profile_run``. This was chosen over a ``sitecustomize`` hook because it needs
+no writable site directory, works the same on CPU and CUDA, and a crash, ``sys.exit`` or out-of-memory in the
+script still ends the profile and writes the summary (``script_status``: ok | exit | oom | error). It profiles the
+whole run (no schedule): run a short version of the job (a few dozen steps). Scripts that spawn their own
+processes (torchrun, DataLoader workers) are profiled in the main process only.
+
+Summary keys (schema ``gpuscope.profile/1``; times in seconds, bytes in bytes; None where the device has no such
+counter):
+- ``wall_s``, ``steps``, ``step_s_median``: the profiled region and its step marks.
+- ``timeline``: ``device_kernels`` (CUDA/XPU kernels from the profiler's device activity) or ``cpu_ops`` (on CPU:
+  the top-level aten ops stand in for kernels). ``busy_s`` is the union of those intervals, ``idle_fraction`` =
+  1 - busy_s / wall_s, ``kernel_count``, ``kernel_mean_s``, ``gap_mean_s``/``gap_median_s`` (between consecutive
+  intervals of the union, positive gaps only).
+- ``top_ops``: the ten ops with the most self time (device time on GPUs, CPU time on CPU).
+- ``matmuls``: aten mm/addmm/bmm/baddbmm/linear grouped by (m, n, k, dtype), with count and self time.
+- ``dataloader_s``/``dataloader_fraction``: CPU time inside ``enumerate(DataLoader)#...__next__`` (the profiler's
+  own annotation of every DataLoader iterator), outermost calls only.
+- ``h2d``: host-to-device copies (count, seconds, bytes where known, how many from pageable memory).
+- ``comm``: collective kernels (names with nccl/rccl/ccl): seconds, and the fraction overlapped by compute kernels.
+- ``memory``: allocator statistics (``torch.cuda.memory_stats``): allocated/reserved at start, peaks, retries,
+  OOMs, inactive split bytes, device total.
+- ``nvml``: ``NvmlSampler.summary()`` (power, clocks, utilisation, throttle fraction) or its ``unavailable`` reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from gpuscope.measure.device import Device, is_oom, pick_device
+
+SCHEMA = "gpuscope.profile/1"
+DATALOADER_TAG = "enumerate(DataLoader)"
+MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_scaled_mm")
+COMM_TAGS = ("nccl", "rccl", "ccl:", "allreduce", "all_reduce", "allgather", "reducescatter")
+_DTYPE_BYTES = {"float": 4, "c10::Half": 2, "c10::BFloat16": 2, "double": 8, "half": 2, "bfloat16": 2}
+
+
+class ProfileSession:
+    """What ``profile_run`` yields: ``step()`` marks a step boundary; ``summary`` is filled on exit."""
+
+    def __init__(self, dev: Device, prof, sampler):
+        self.dev = dev
+        self.prof = prof
+        self.sampler = sampler
+        self.step_marks: list[float] = []
+        self.summary: dict | None = None
+        self.extra: dict = {}
+
+    def step(self) -> None:
+        self.dev.synchronize()
+        self.step_marks.append(time.perf_counter())
+
+
+def _activities(dev: Device) -> list:
+    from torch.profiler import ProfilerActivity
+
+    acts = [ProfilerActivity.CPU]
+    if dev.type == "cuda":
+        acts.append(ProfilerActivity.CUDA)
+    elif dev.type == "xpu" and hasattr(ProfilerActivity, "XPU"):
+        acts.append(ProfilerActivity.XPU)
+    return acts
+
+
+@contextlib.contextmanager
+def profile_run(device: str | None = None, *, record_shapes: bool = True, nvml: bool = True,
+                nvml_interval_s: float = 0.1):
+    """Profile the block; ``session.summary`` holds the summary dict afterwards (also when the block raised)."""
+    from torch.profiler import profile
+
+    from gpuscope.measure.nvml import NvmlSampler
+
+    dev = Device(pick_device(device))
+    sampler = NvmlSampler(interval_s=nvml_interval_s) if (nvml and dev.type == "cuda") else None
+    mem0 = _memory_stats(dev)
+    dev.reset_peak()
+    prof = profile(activities=_activities(dev), record_shapes=record_shapes)
+    sess = ProfileSession(dev, prof, sampler)
+    if sampler:
+        sampler.start()
+    prof.__enter__()
+    dev.synchronize()
+    t0 = time.perf_counter()  # after the profiler's own start-up
+    sess.step_marks.append(t0)
+    try:
+        yield sess
+    finally:
+        dev.synchronize()
+        t1 = time.perf_counter()
+        prof.__exit__(None, None, None)
+        if sampler:
+            sampler.stop()
+        sess.summary = summarize_profile(prof, dev, t1 - t0, sess.step_marks, mem0, sampler)
+        sess.summary.update(sess.extra)
+
+
+# --- reduction ------------------------------------------------------------------------------------------------
+def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    out: list[list[float]] = []
+    for a, b in sorted(intervals):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return [(a, b) for a, b in out]
+
+
+def _overlap(xs: list[tuple[float, float]], ys_union: list[tuple[float, float]]) -> float:
+    """Length of the intersection of the intervals xs (unioned first) with an already-unioned list."""
+    total, j = 0.0, 0
+    for a, b in _union(xs):
+        while j < len(ys_union) and ys_union[j][1] <= a:
+            j += 1
+        k = j
+        while k < len(ys_union) and ys_union[k][0] < b:
+            total += max(0.0, min(b, ys_union[k][1]) - max(a, ys_union[k][0]))
+            k += 1
+    return total
+
+
+def _is_device(e) -> bool:
+    from torch.autograd import DeviceType
+
+    return e.device_type != DeviceType.CPU
+
+
+def _top_level(events) -> list:
+    """CPU aten ops that are not inside another aten op (DataLoader/user annotations do not count as parents)."""
+    out = []
+    for e in events:
+        if _is_device(e) or not e.name.startswith("aten::"):
+            continue
+        p, nested = e.cpu_parent, False
+        while p is not None:
+            if p.name.startswith("aten::"):
+                nested = True
+                break
+            p = p.cpu_parent
+        if not nested:
+            out.append(e)
+    return out
+
+
+def _mnk(name: str, shapes: list) -> tuple[int, int, int] | None:
+    try:
+        if name in ("aten::mm", "aten::_scaled_mm"):
+            m, k = shapes[0][-2:]
+            n = shapes[1][-1]
+        elif name == "aten::addmm":
+            (m, k), (_, n) = shapes[1], shapes[2]
+        elif name == "aten::bmm":
+            m, k = shapes[0][-2:]
+            n = shapes[1][-1]
+        elif name == "aten::baddbmm":
+            m, k = shapes[1][-2:]
+            n = shapes[2][-1]
+        else:
+            return None
+        return int(m), int(n), int(k)
+    except (IndexError, TypeError, ValueError):
+        return None
+
+
+def _matmuls(events, use_device: bool) -> list[dict]:
+    groups: dict[tuple, dict] = {}
+    for e in events:
+        if _is_device(e) or e.name not in MATMUL_OPS:
+            continue
+        mnk = _mnk(e.name, list(e.input_shapes or []))
+        if mnk is None:
+            continue
+        dts = list(getattr(e, "input_dtypes", None) or [])
+        dt = next((d for d in dts if d), "")
+        key = (e.name, *mnk, dt)
+        g = groups.setdefault(key, {"op": e.name, "m": mnk[0], "n": mnk[1], "k": mnk[2], "dtype": dt,
+                                    "count": 0, "self_s": 0.0})
+        g["count"] += 1
+        g["self_s"] += (e.self_device_time_total if use_device else e.self_cpu_time_total) / 1e6
+    return sorted(groups.values(), key=lambda g: -g["self_s"])
+
+
+def _memory_stats(dev: Device) -> dict:
+    if dev.type != "cuda":
+        return {"allocated_bytes": dev.allocated(), "reserved_bytes": dev.reserved()}
+    st = torch.cuda.memory_stats(dev.torch_device)
+    return {"allocated_bytes": st.get("allocated_bytes.all.current"), "reserved_bytes": st.get(
+        "reserved_bytes.all.current")}
+
+
+def _allocator(dev: Device, mem0: dict) -> dict:
+    out = {"device_total_bytes": dev.total_memory(), "allocated_start_bytes": mem0.get("allocated_bytes"),
+           "reserved_start_bytes": mem0.get("reserved_bytes"), "peak_allocated_bytes": dev.peak_allocated(),
+           "peak_reserved_bytes": dev.peak_reserved(), "allocated_end_bytes": dev.allocated(),
+           "reserved_end_bytes": dev.reserved(), "num_alloc_retries": None, "num_ooms": None,
+           "inactive_split_bytes": None, "expandable_segments": None}
+    if dev.type == "cuda":
+        st = torch.cuda.memory_stats(dev.torch_device)
+        out.update(num_alloc_retries=st.get("num_alloc_retries"), num_ooms=st.get("num_ooms"),
+                   inactive_split_bytes=st.get("inactive_split_bytes.all.current"))
+        conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "") + "," + os.environ.get("PYTORCH_ALLOC_CONF", "")
+        out["expandable_segments"] = "expandable_segments:true" in conf.replace(" ", "").lower()
+    return out
+
+
+def summarize_profile(prof, dev: Device, wall_s: float, marks: list[float], mem0: dict, sampler=None) -> dict:
+    events = list(prof.events() or [])
+    dev_events = [e for e in events if _is_device(e)]
+    copies = [e for e in dev_events if "memcpy" in e.name.lower() or "memset" in e.name.lower()]
+    copy_ids = {id(e) for e in copies}
+    kernels = [e for e in dev_events if id(e) not in copy_ids]
+    use_device = bool(kernels)
+    if use_device:
+        timeline = "device_kernels"
+        units = kernels
+    else:
+        timeline = "cpu_ops"
+        units = _top_level(events)
+    iv = [(e.time_range.start / 1e6, e.time_range.end / 1e6) for e in units]
+    busy_u = _union(iv)
+    busy = sum(b - a for a, b in busy_u)
+    gaps = [b0 - a1 for (_, a1), (b0, _) in zip(busy_u, busy_u[1:]) if b0 - a1 > 0]
+    durs = [b - a for a, b in iv]
+
+    # top ops by self time: device kernels on GPUs, CPU ops' self time on CPU
+    agg: dict[str, list] = {}
+    for e in (kernels if use_device else [e for e in events if not _is_device(e)]):
+        t = (e.time_range.end - e.time_range.start if use_device else e.self_cpu_time_total) / 1e6
+        a = agg.setdefault(e.name, [0, 0.0])
+        a[0] += 1
+        a[1] += t
+    top = sorted(({"name": k, "count": v[0], "self_s": v[1]} for k, v in agg.items()), key=lambda d: -d["self_s"])
+
+    # data loader: outermost __next__ annotations
+    dl = [e for e in events if not _is_device(e) and DATALOADER_TAG in e.name]
+    dl_outer = [e for e in dl if not (e.cpu_parent is not None and DATALOADER_TAG in e.cpu_parent.name)]
+    dl_s = sum(e.cpu_time_total for e in dl_outer) / 1e6
+
+    # host-to-device copies
+    h2d = [e for e in copies if "htod" in e.name.lower().replace(" ", "")]
+    h2d_info = {"count": len(h2d), "s": sum((e.time_range.end - e.time_range.start) for e in h2d) / 1e6,
+                "pageable_count": sum(1 for e in h2d if "pageable" in e.name.lower())}
+    if not use_device:  # on CPU there are no host-to-device copies
+        h2d_info = {"count": 0, "s": 0.0, "pageable_count": 0}
+
+    # communication
+    comm = [e for e in kernels if any(t in e.name.lower() for t in COMM_TAGS)]
+    comm_ids = {id(e) for e in comm}
+    compute_u = _union([(e.time_range.start / 1e6, e.time_range.end / 1e6) for e in kernels if id(e) not in comm_ids])
+    comm_iv = [(e.time_range.start / 1e6, e.time_range.end / 1e6) for e in comm]
+    comm_s = sum(b - a for a, b in _union(comm_iv))
+    comm_info = {"kernels": len(comm), "s": comm_s,
+                 "overlap_fraction": (_overlap(comm_iv, compute_u) / comm_s) if comm_s > 0 else None}
+
+    steps = [b - a for a, b in zip(marks, marks[1:])]
+    mms = _matmuls(events, use_device)
+    nv = None
+    if sampler is not None:
+        r = sampler.result(with_samples=False)
+        nv = r["summary"] if r.get("summary") else {"unavailable": r.get("unavailable")}
+    return {
+        "schema": SCHEMA,
+        "device": dev.name, "device_type": dev.type, "device_name": dev.device_name(),
+        "torch": torch.__version__,
+        "wall_s": wall_s,
+        "steps": len(steps), "step_s_median": statistics.median(steps) if steps else None,
+        "timeline": timeline,
+        "busy_s": busy, "idle_fraction": max(0.0, 1.0 - busy / wall_s) if wall_s > 0 else None,
+        "kernel_count": len(units), "kernel_mean_s": statistics.fmean(durs) if durs else None,
+        "gap_mean_s": statistics.fmean(gaps) if gaps else 0.0,
+        "gap_median_s": statistics.median(gaps) if gaps else 0.0,
+        "kernels_per_step": len(units) / len(steps) if steps else None,
+        "top_ops": top[:10],
+        "matmuls": mms[:20],
+        "matmul_s": sum(m["self_s"] for m in mms),
+        "dataloader_s": dl_s, "dataloader_calls": len(dl_outer),
+        "dataloader_fraction": dl_s / wall_s if wall_s > 0 else None,
+        "h2d": h2d_info,
+        "comm": comm_info,
+        "memory": _allocator(dev, mem0),
+        "nvml": nv if nv is not None else {"unavailable": "no NVIDIA device profiled"},
+    }
+
+
+# --- gpuscope's own workloads --------------------------------------------------------------------------------------
+def profile_workload(case: dict, device: str | None = None) -> dict:
+    """Profile one of gpuscope's workloads (an infer or train case, see measure/cases.py) after its warm-up.
+
+    infer: one ``generate`` of exactly ``gen`` tokens after a full-length warm-up; ``step_s_median`` is its time.
+    train: ``steps`` optimizer steps (default 3) after one warm-up step, a step mark after each.
+    An out-of-memory error is a result: ``status: oom`` with the allocator's numbers at the failure."""
+    from gpuscope.measure.llm_infer import _generate, case_config
+    from gpuscope.measure.tune import InferTrial, TrainTrial
+
+    dev = Device(pick_device(device or case.get("device")))
+    cfg = case_config(case)
+    phase = "load"
+    try:
+        if case["kind"] == "infer":
+            tr = InferTrial(cfg, dev, dtype=case.get("dtype", "bf16"), prompt=case["prompt"], gen=case["gen"])
+            ids = torch.randint(0, tr.vocab, (case["batch"], case["prompt"]), device=dev.torch_device)
+            mask = torch.ones_like(ids)
+            phase = "warmup"
+            with torch.no_grad():
+                _generate(tr.model, ids, mask, case["gen"], case.get("engine", "hf-eager"))
+                phase = "profile"
+                with profile_run(dev.name) as p:
+                    _generate(tr.model, ids, mask, case["gen"], case.get("engine", "hf-eager"))
+                    p.step()
+        else:
+            tr = TrainTrial(cfg, dev, precision=case.get("precision", "amp-bf16"), seq=case["seq"])
+            if case.get("recompute", "none") == "full":
+                from gpuscope.measure.llm_train import _enable_recompute
+
+                _enable_recompute(tr.model)
+            ids = torch.randint(0, tr.vocab, (case["micro_batch"], case["seq"]), device=dev.torch_device)
+            phase = "warmup"
+            tr._step(ids)
+            phase = "profile"
+            with profile_run(dev.name) as p:
+                for _ in range(int(case.get("steps", 3))):
+                    tr._step(ids)
+                    p.step()
+        s = p.summary
+        s["status"] = "ok"
+    except Exception as e:
+        if not is_oom(e):
+            raise
+        s = {"schema": SCHEMA, "status": "oom", "phase": phase, "device": dev.name, "device_type": dev.type,
+             "device_name": dev.device_name(), "error": f"{type(e).__name__}: {' '.join(str(e).split())[:300]}",
+             "memory": _allocator(dev, {})}
+    s["case"] = case
+    gc.collect()
+    dev.empty_cache()
+    return s
+
+
+# --- a user's script in a child process ------------------------------------------------------------------------
+def run_script_profiled(argv: list[str], device: str | None = None) -> dict:
+    """In this process: run ``argv`` (``script.py args`` or ``-m module args``) as ``__main__`` under profile_run."""
+    import runpy
+
+    if not argv:
+        raise ValueError("no script given")
+    status, error = "ok", None
+    old_argv = list(sys.argv)
+    with profile_run(device) as p:
+        try:
+            if argv[0] == "-m":
+                sys.argv = [argv[1]] + argv[2:]
+                runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+            else:
+                sys.argv = list(argv)
+                sys.path.insert(0, str(Path(argv[0]).resolve().parent))
+                runpy.run_path(argv[0], run_name="__main__")
+        except SystemExit as e:
+            if e.code not in (None, 0):
+                status, error = "exit", f"SystemExit({e.code})"
+        except BaseException as e:  # the script's failure is a result
+            status = "oom" if is_oom(e) else "error"
+            error = f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"
+            if status == "oom":
+                p.extra["oom_memory"] = _allocator(p.dev, {})
+        finally:
+            sys.argv = old_argv
+            gc.collect()
+    s = p.summary
+    s.update(script=list(argv), script_status=status, script_error=error)
+    return s
+
+
+def _child_env() -> dict:
+    src = str(Path(__file__).resolve().parents[2])
+    env = dict(os.environ)
+    env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def profile_script(command: list[str], device: str | None = None, timeout_s: float | None = None) -> dict:
+    """``command`` as a user types it after ``gpuscope doctor --``: ``python train.py ...``, ``python -m pkg ...``
+    or ``train.py ...``. Runs it in a child Python (this interpreter) under the profiler; returns the summary."""
+    import subprocess
+    import tempfile
+
+    cmd = list(command)
+    if cmd and (Path(cmd[0]).name.startswith("python") or cmd[0] == sys.executable):
+        cmd = cmd[1:]
+    if not cmd or not (cmd[0] == "-m" or cmd[0].endswith(".py") or Path(cmd[0]).is_file()):
+        raise ValueError("the command must be a Python script: python script.py [args] or python -m module [args]")
+    if cmd[0] != "-m" and not Path(cmd[0]).is_file():
+        raise FileNotFoundError(cmd[0])
+    with tempfile.TemporaryDirectory() as td:
+        out = Path(td) / "summary.json"
+        args = [sys.executable, "-m", "gpuscope.measure.profile", "--out", str(out)]
+        if device:
+            args += ["--device", device]
+        t0 = time.perf_counter()
+        try:
+            r = subprocess.run(args + ["--"] + cmd, env=_child_env(), timeout=timeout_s, capture_output=True,
+                               text=True)
+        except subprocess.TimeoutExpired:
+            return {"schema": SCHEMA, "script": cmd, "script_status": "timeout", "wall_s": time.perf_counter() - t0}
+        if not out.exists():
+            return {"schema": SCHEMA, "script": cmd, "script_status": "error", "returncode": r.returncode,
+                    "script_error": (r.stderr or "")[-500:], "wall_s": time.perf_counter() - t0}
+        s = json.loads(out.read_text())
+        s["script_stdout_tail"] = (r.stdout or "")[-2000:]
+        s["script_stderr_tail"] = (r.stderr or "")[-2000:]
+        return s
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    out, device = None, None
+    while argv and argv[0] != "--":
+        flag = argv.pop(0)
+        if flag == "--out":
+            out = argv.pop(0)
+        elif flag == "--device":
+            device = argv.pop(0)
+        else:
+            print(f"unknown option {flag}", file=sys.stderr)
+            return 2
+    if argv and argv[0] == "--":
+        argv.pop(0)
+    s = run_script_profiled(argv, device)
+    text = json.dumps(s, default=str)
+    if out:
+        Path(out).write_text(text)
+    else:
+        print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

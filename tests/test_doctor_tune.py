@@ -1,0 +1,243 @@
+"""tune and doctor on CPU: each finding's rule on synthetic summaries, a slow data loader diagnosed by really
+profiling a script, the batch search with a fake OOM guard, the precision sweep, and the OOM tiers."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from gpuscope.explain import findings as F
+
+GIB = 2**30
+
+# A healthy GPU training profile: busy device, no stalls, aligned shapes, overlapped comm, tidy allocator.
+HEALTHY = {
+    "schema": "gpuscope.profile/1", "device": "cuda", "device_type": "cuda", "device_name": "NVIDIA H200",
+    "wall_s": 1.0, "steps": 10, "step_s_median": 0.1, "timeline": "device_kernels", "busy_s": 0.95,
+    "idle_fraction": 0.05, "kernel_count": 5000, "kernel_mean_s": 190e-6, "gap_mean_s": 10e-6, "gap_median_s": 5e-6,
+    "matmuls": [{"op": "aten::mm", "m": 4096, "n": 4096, "k": 4096, "dtype": "c10::BFloat16", "count": 100,
+                 "self_s": 0.5}],
+    "matmul_s": 0.5, "dataloader_s": 0.01, "dataloader_calls": 10, "dataloader_fraction": 0.01,
+    "h2d": {"count": 10, "s": 0.001, "pageable_count": 0},
+    "comm": {"kernels": 20, "s": 0.1, "overlap_fraction": 0.9},
+    "memory": {"device_total_bytes": 140 * GIB, "allocated_start_bytes": 20 * GIB, "peak_allocated_bytes": 120 * GIB,
+               "peak_reserved_bytes": 124 * GIB, "num_alloc_retries": 0, "expandable_segments": False},
+    "nvml": {"throttled_fraction": 0.0, "sm_clock_mhz_max": 1980, "sm_clock_mhz_min": 1980,
+             "sm_clock_mhz_median": 1980, "throttle_reasons_seen": []},
+}
+
+
+def _with(**changes):
+    s = copy.deepcopy(HEALTHY)
+    for key, val in changes.items():
+        if isinstance(val, dict) and isinstance(s.get(key), dict):
+            s[key].update(val)
+        else:
+            s[key] = val
+    return s
+
+
+SICK = {
+    "launch_bound": _with(busy_s=0.2, idle_fraction=0.8, kernel_mean_s=4e-6, gap_mean_s=17e-6),
+    "dataloader_stall": _with(dataloader_s=0.4, dataloader_fraction=0.4, h2d={"pageable_count": 10}),
+    "matmul_shapes": _with(matmuls=[{"op": "aten::mm", "m": 8192, "n": 50257, "k": 768, "dtype": "c10::BFloat16",
+                                     "count": 10, "self_s": 0.3},
+                                    {"op": "aten::mm", "m": 8192, "n": 768, "k": 768, "dtype": "c10::BFloat16",
+                                     "count": 10, "self_s": 0.2}]),
+    "comm_not_overlapped": _with(comm={"kernels": 20, "s": 0.3, "overlap_fraction": 0.1}),
+    "fragmentation": _with(memory={"peak_allocated_bytes": 60 * GIB, "peak_reserved_bytes": 100 * GIB}),
+    "throttling": _with(nvml={"throttled_fraction": 0.6, "sm_clock_mhz_median": 1400, "sm_clock_mhz_min": 1200,
+                              "throttle_reasons_seen": ["sw_thermal_slowdown"]}),
+    "memory_headroom": _with(memory={"peak_allocated_bytes": 30 * GIB, "peak_reserved_bytes": 32 * GIB}),
+    "slower_than_planned": _with(estimate={"metric": "step_s", "estimated_s": 0.05, "measured_s": 0.1}),
+}
+
+
+def test_healthy_profile_has_no_findings():
+    assert F.diagnose(HEALTHY) == []
+
+
+@pytest.mark.parametrize("code", sorted(SICK))
+def test_each_rule_fires_with_evidence_and_fix(code):
+    found = {f.code: f for f in F.diagnose(SICK[code])}
+    assert code in found, found.keys()
+    f = found[code]
+    assert f.evidence and f.fix and f.estimated_effect and f.severity in F.SEVERITY_ORDER
+    assert set(found) == {code}  # each synthetic summary is sick in one way only
+    json.dumps(f.to_json())
+
+
+def test_rule_details():
+    lb = F.launch_bound(SICK["launch_bound"])
+    assert lb.speedup == pytest.approx(5.0) and lb.severity == "high"
+    assert F.launch_bound(dict(SICK["launch_bound"], timeline="cpu_ops")) is None  # no device timeline, no verdict
+    assert F.fragmentation(_with(memory={"num_alloc_retries": 3})).severity == "high"
+    assert F.matmul_shapes(SICK["matmul_shapes"]).evidence["shapes"][0]["pad_to"] == [50304, 768]
+    assert F.dataloader_stall(SICK["dataloader_stall"]).evidence["h2d_pageable_copies"] == 10
+    assert F.memory_headroom(SICK["memory_headroom"]).evidence["batch_memory_growth_possible"] > 5
+    assert F.throttling(_with(nvml={"unavailable": "no NVML"})) is None
+
+
+SLOW_LOADER = textwrap.dedent("""
+    import sys, time, torch
+    class D(torch.utils.data.Dataset):
+        def __len__(self): return 12
+        def __getitem__(self, i):
+            time.sleep(0.02)  # a deliberately slow loader
+            return torch.randn(32)
+    model = torch.nn.Linear(32, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x in torch.utils.data.DataLoader(D(), batch_size=4):
+        model(x).pow(2).mean().backward(); opt.step(); opt.zero_grad()
+    print("args", sys.argv[1:])
+""")
+
+
+def test_doctor_script_diagnoses_slow_dataloader(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(SLOW_LOADER)
+    r = subprocess.run([sys.executable, "-m", "gpuscope", "doctor", "--device", "cpu", "--json", "--", "python",
+                        str(script), "--lr", "3"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["schema"] == "gpuscope.doctor/1" and d["status"] == "ok"
+    p = d["profile"]
+    assert p["script_status"] == "ok" and "args ['--lr', '3']" in p["script_stdout_tail"]
+    assert p["dataloader_s"] >= 0.2 and p["dataloader_calls"] == 4  # 12 x 20 ms; 3 batches + the final StopIteration
+    codes = [f["code"] for f in d["findings"]]
+    assert codes[0] == "dataloader_stall", codes
+    assert d["findings"][0]["evidence"]["dataloader_fraction"] >= 0.1
+
+
+def test_doctor_errors_are_one_sentence(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "gpuscope", "doctor", "--", "python", str(tmp_path / "missing.py")],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stderr.startswith("error: ") and "Traceback" not in r.stderr
+
+
+def test_profile_run_in_code_counts_steps_and_matmuls():
+    import torch
+
+    from gpuscope.measure.profile import profile_run
+
+    lin = torch.nn.Linear(64, 48)
+    x = torch.randn(16, 64)
+    with profile_run("cpu", nvml=False) as p:
+        for _ in range(3):
+            lin(x).sum()
+            p.step()
+    s = p.summary
+    assert s["steps"] == 3 and s["timeline"] == "cpu_ops" and s["kernel_count"] > 0
+    assert {(m["m"], m["n"], m["k"]) for m in s["matmuls"]} == {(16, 48, 64)}
+    assert 0 <= s["idle_fraction"] <= 1 and F.diagnose(s) == []
+
+
+# --- tune -----------------------------------------------------------------------------------------------------------
+def _fake_oom_above(n):
+    import torch
+
+    def guard(batch, tokens):
+        if batch > n:
+            raise torch.OutOfMemoryError(f"CUDA out of memory (fake, batch {batch} > {n})")
+    return guard
+
+
+def test_search_batch_max_and_knee_pure():
+    from gpuscope.measure import tune
+
+    guard = _fake_oom_above(40)
+
+    def trial(b):
+        guard(b, b)
+        return {"tokens_per_s": 100.0 * min(b, 16) * (1 + b / 1000), "peak_bytes": b * 1e9}
+
+    r = tune.search_batch(trial, max_batch=1024)
+    assert r["max_batch"] == 40 and r["first_oom"] == 41
+    assert {1, 2, 4, 8, 16, 32, 64, 48, 40, 44, 42, 41} == {x["batch"] for x in r["rows"]}  # doubling, bisection
+    assert r["knee_batch"] == 16  # tokens/s stops rising there
+    dyn = tune.dynamic_policy(r["rows"], util_threshold=0.9, total_bytes=100e9, mem_fraction=0.9, upper=512)
+    assert dyn["batch"] == 16 and "utilisation" in dyn["stop_reason"]
+    dyn = tune.dynamic_policy(r["rows"], util_threshold=0.9, upper=4)
+    assert dyn["batch"] == 4 and "upper bound" in dyn["stop_reason"]
+    dyn = tune.dynamic_policy(r["rows"], util_threshold=0.9, total_bytes=10e9, mem_fraction=0.9)
+    assert dyn["batch"] == 8 and "memory" in dyn["stop_reason"]
+    r2 = tune.search_batch(lambda b: {"tokens_per_s": float(b)}, max_batch=24)
+    assert r2["max_batch"] == 24 and r2["limit_reached"]
+
+
+def test_tune_batch_on_tiny_model_with_fake_oom(monkeypatch):
+    from gpuscope.measure import tune
+    from gpuscope.measure.cases import TINY_LLAMA
+    from gpuscope.measure.device import Device
+
+    monkeypatch.setattr(tune, "_guard", _fake_oom_above(5))
+    r = tune.tune_batch("train", TINY_LLAMA, Device("cpu"), max_batch=64, seq=16, precision="fp32", steps=1)
+    assert r["max_batch"] == 5
+    assert [(x["batch"], x["status"]) for x in r["rows"]] == [(1, "ok"), (2, "ok"), (4, "ok"), (5, "ok"),
+                                                               (6, "oom"), (8, "oom")]
+    assert r["knee_batch"] in (1, 2, 4, 5) and r["dynamic"]["batch"] in (1, 2, 4)
+    assert {c["policy"] for c in r["comparison"]} >= {"fixed", "optimal (knee)", "largest that fits"}
+    from gpuscope.report.doctor_view import batch_markdown
+
+    assert "| 6 | oom |" in batch_markdown(r)
+
+
+def test_precision_sweep_bf16_deviation_on_cpu():
+    from gpuscope.measure.cases import TINY_LLAMA
+    from gpuscope.measure.device import Device
+    from gpuscope.measure.tune import precision_sweep
+    from gpuscope.report.doctor_view import precision_markdown
+
+    r = precision_sweep("infer", TINY_LLAMA, Device("cpu"), batch=2, seq=16, modes=("fp32", "bf16", "fp8"))
+    rows = {x["mode"]: x for x in r["rows"]}
+    assert rows["fp32"]["deviation"]["max_rel"] == 0.0
+    d = rows["bf16"]["deviation"]
+    assert 0 < d["mean_rel"] < 0.05 and 0 < d["max_rel"] < 0.1 and d["top1_agreement"] > 0.8
+    assert rows["bf16"]["weights_bytes"] * 2 == rows["fp32"]["weights_bytes"]
+    assert rows["fp8"]["status"] == "unsupported" and "8.9" in rows["fp8"]["reason"]
+    assert r["recommendation"]["mode"] in ("fp32", "bf16") and r["recommendation"]["text"]
+    assert "| bf16 | ok |" in precision_markdown(r)
+    t = precision_sweep("train", TINY_LLAMA, Device("cpu"), batch=2, seq=16, modes=("fp32", "fp16"), steps=2)
+    fp16 = {x["mode"]: x for x in t["rows"]}["fp16"]
+    assert fp16["loss_scaling"] and 0 < fp16["deviation"]["loss_rel_max"] < 0.02
+
+
+# --- OOM tiers -----------------------------------------------------------------------------------------------------
+def test_oom_tiers_ranked_and_each_lever_saves_memory():
+    from gpuscope.explain.oom_tiers import oom_tiers
+    from gpuscope.specs.hardware import load_hardware
+    from gpuscope.specs.models import load_model
+
+    r = oom_tiers(load_model("llama-3.1-8b"), load_hardware("h100"), micro_batch=4, seq=4096)
+    assert not r["base"]["fits"]
+    tiers = r["tiers"]
+    assert {t.tier for t in tiers} == {1, 2, 3, 4}
+    for t in tiers:
+        assert t.peak_bytes < r["base"]["peak_bytes"] and t.saved_bytes > 0, t.lever
+        assert t.slowdown > 0
+    assert [t.rank for t in tiers] == list(range(1, len(tiers) + 1))
+    fits = [t for t in tiers if t.fits]
+    assert fits and tiers[: len(fits)] == fits  # levers that fit come first ...
+    assert [t.slowdown for t in fits] == sorted(t.slowdown for t in fits)  # ... least slowdown first
+    rest = tiers[len(fits):]
+    assert [t.saved_bytes for t in rest] == sorted((t.saved_bytes for t in rest), reverse=True)
+    assert r["best"] is fits[0]
+    recompute = next(t for t in tiers if t.lever.startswith("activation recompute"))
+    assert recompute.slowdown > 1.2  # one extra forward
+
+
+def test_doctor_plan_only_oom_markdown():
+    from gpuscope.cli.doctor import build_report
+    from gpuscope.measure.cases import train_case
+    from gpuscope.report.doctor_view import doctor_markdown
+
+    case = train_case("llama-3.1-8b", 4, 4096)
+    rep = build_report({"kind": "train", "name": "train llama-3.1-8b"}, None, case, "h100", True)
+    assert rep["status"] == "planned" and rep["oom"]["tiers"]
+    md = doctor_markdown(rep)
+    assert "## Out of memory: levers ranked" in md and "ZeRO-3" in md and "tensor parallel" in md
