@@ -50,10 +50,11 @@ def render(est: Estimate, console, show_ops: bool = False) -> None:
         perf.add_row("end to end", _ms(est.time["e2e_s"]))
     else:
         perf.add_row("step", _ms(est.time["step_s"]))
-        perf.add_row("  forward / backward / optimizer",
-                     f"{_ms(est.time['forward_s'])} / {_ms(est.time['backward_s'])} / {_ms(est.time['optimizer_s'])}")
+        for k, v in est.time.items():  # the parts this plan has (one GPU: phases; many: pipeline and comms)
+            if k != "step_s" and v:
+                perf.add_row(f"  {k.removesuffix('_s').replace('_', ' ')}", _ms(v))
         perf.add_row("tokens/s (all GPUs)", f"{est.throughput['tokens_per_s']:,.0f}")
-        perf.add_row("MFU / HFU", f"{est.mfu:.1%} / {est.hfu:.1%}")
+        perf.add_row("MFU / HFU", f"{est.mfu:.1%} / {est.hfu:.1%}" if est.hfu is not None else f"{est.mfu:.1%}")
     for k, v in est.limits.items():
         perf.add_row(k.replace("_", " ") + " that fits", "none" if v is None else f"{v:,}")
     console.print(perf)
