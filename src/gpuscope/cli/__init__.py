@@ -18,7 +18,7 @@ app = typer.Typer(
 
 
 # Sub-command modules, each exposing `register(app)`; a module not written yet is skipped.
-_MODULES = ("plan", "models", "hardware", "compare", "advise", "bench", "results", "tune", "doctor")
+_MODULES = ("plan", "models", "hardware", "compare", "advise", "bench", "results", "tune", "doctor", "slurm")
 _registered = False
 
 

@@ -418,4 +418,11 @@ def register(app: typer.Typer) -> None:
 
         guarded(s, go)
 
+    try:  # distributed benchmarks (collectives, DDP/FSDP training, gradient compression) live in their own modules
+        from gpuscope.cli.bench_dist import register_distributed
+    except ModuleNotFoundError as exc:
+        if exc.name != "gpuscope.cli.bench_dist":
+            raise
+    else:
+        register_distributed(bench)
     app.add_typer(bench)
