@@ -128,3 +128,16 @@ def test_plan_train_search_ranks_fitting_layouts():
 def test_plan_train_bad_layouts(args, needle):
     r = run("plan", "train", "--model", "llama-3.1-8b", "--gpu", "h100", *args)
     assert r.returncode == 2 and r.stdout == "" and needle in r.stderr, r.stderr
+
+
+def test_plan_train_hf_fsdp_and_ddp():
+    base = ("plan", "train", "--model", "llama-3.1-8b", "--gpu", "h200", "--micro-batch", "1", "--seq", "2048",
+            "--recompute", "full", "--json")
+    fsdp = json.loads(run(*base, "--num-gpus", "2", "--fsdp").stdout)
+    ddp = json.loads(run(*base, "--num-gpus", "2").stdout)
+    assert fsdp["inputs"]["strategy"] == "fsdp" and ddp["inputs"]["strategy"] == "ddp"
+    assert fsdp["memory"]["peak_bytes_per_gpu"] < ddp["memory"]["peak_bytes_per_gpu"]
+    assert "ddp_buckets" in ddp["memory"]["breakdown_bytes"]
+    r = run("plan", "train", "--model", "llama-3.1-8b", "--gpu", "h200", "--num-gpus", "8", "--tp", "2",
+            "--framework", "hf")
+    assert r.returncode == 2 and "megatron" in r.stderr

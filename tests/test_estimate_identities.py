@@ -125,3 +125,27 @@ def test_fp32_training_keeps_the_s2_attention_term():
 def test_unsupported_precision_on_v100_is_a_user_error():
     with pytest.raises(UserError, match="bf16"):
         estimate_train(load_model("gpt2"), load_hardware("v100"), micro_batch=1, seq=128, precision="amp-bf16")
+
+
+def test_ddp_adds_gradient_buckets_and_fsdp_shards_states():
+    m = load_model("llama-3.1-8b")
+    kw = dict(micro_batch=1, seq=2048, recompute="full")
+    one = estimate_train(m, H200, **kw)
+    ddp = estimate_train(m, H200, num_gpus=2, strategy="ddp", **kw)
+    P = count_params(m).total
+    # DDP's flat buckets: one more copy of the fp32 gradients in every phase
+    for phase in ("forward", "backward", "optimizer"):
+        assert ddp.phases_bytes[phase] - one.phases_bytes[phase] == pytest.approx(4 * P)
+    f2 = estimate_train(m, H200, num_gpus=2, strategy="fsdp", **kw)
+    f8 = estimate_train(m, H200, num_gpus=8, strategy="fsdp", **kw)
+    assert f8.peak_bytes_per_gpu < f2.peak_bytes_per_gpu < one.peak_bytes_per_gpu
+    # at the optimizer step FSDP holds sharded fp32 params + grads + AdamW (16 B/param / N) + the bf16 root
+    root = (count_params(m).embedding + count_params(m).lm_head + count_params(m).norms) * 2
+    assert f8.phases_bytes["optimizer"] - TRAIN_WORKSPACE_BYTES - root == pytest.approx(16 * P / 8)
+    assert f2.time["exposed_comm_s"] >= 0 and f2.throughput["tokens_per_s"] > one.throughput["tokens_per_s"]
+
+
+def test_fsdp_limits_are_user_errors():
+    with pytest.raises(UserError, match="fsdp"):
+        estimate_train(load_model("gpt2"), H100, micro_batch=1, seq=128, num_gpus=2, strategy="fsdp",
+                       precision="fp32")

@@ -60,6 +60,8 @@ def register(app: typer.Typer) -> None:
         dp: int = typer.Option(None, "--dp", help="Data-parallel degree (default: num-gpus / (tp x pp))."),
         zero: int = typer.Option(0, "--zero", help="ZeRO stage 0-3 over the data-parallel group."),
         fsdp: bool = typer.Option(False, "--fsdp", help="FSDP full shard (= ZeRO-3)."),
+        framework: str = typer.Option(None, "--framework", help="hf (PyTorch DDP / FSDP2 of a transformers model, "
+                                      "the default for pure data parallelism) or megatron (TP/PP/ZeRO layouts)."),
         sp: bool = typer.Option(False, "--sp", help="Sequence parallelism with tensor parallelism."),
         virtual: int = typer.Option(1, "--virtual", help="Interleaved pipeline: model chunks per GPU."),
         global_batch: int = typer.Option(None, "--global-batch", help="Sequences per step (default: "
@@ -84,6 +86,19 @@ def register(app: typer.Typer) -> None:
                                  optimizer=optimizer, recompute=recompute, grad_accum=grad_accum, offload=offload,
                                  fused=fused, num_gpus=num_gpus, with_ops=ops)
             typer.echo(to_json_text(est)) if as_json else render(est, _console(), show_ops=ops)
+            return
+        if framework not in (None, "hf", "megatron"):
+            raise UserError(f"--framework must be hf or megatron, got '{framework}'.")
+        pure_dp = tp == 1 and pp == 1 and zero == 0 and not search and (dp is None or dp == num_gpus)
+        if framework == "hf" or (framework is None and pure_dp):
+            if tp > 1 or pp > 1 or zero:
+                raise UserError("--framework hf plans DDP or FSDP (--fsdp) over --num-gpus; TP/PP/ZeRO layouts "
+                                "need --framework megatron.")
+            est = estimate_train(m, hw, micro_batch=micro_batch, seq=seq, precision=precision,
+                                 optimizer=optimizer, recompute=recompute, grad_accum=grad_accum, offload=offload,
+                                 fused=fused, num_gpus=num_gpus, strategy="fsdp" if fsdp else "ddp",
+                                 gpus_per_node=gpus_per_node)
+            typer.echo(to_json_text(est)) if as_json else render(est, _console())
             return
         if precision not in ("amp-bf16", "bf16"):
             raise UserError("--precision: multi-GPU plans model Megatron-style bf16 mixed precision; use amp-bf16.")

@@ -149,3 +149,61 @@ def train_memory(m: ModelSpec, pc: ParamCounts, *, micro_batch: int, seq: int, p
     if at == "backward":
         breakdown["backward_working_set"] = peak - sum(breakdown.values())
     return TrainMemory(phases=phases, breakdown=breakdown, host_bytes=host)
+
+
+def ddp_bucket_bytes(pc: ParamCounts, precision: str, bucket_view: bool = False) -> float:
+    """DistributedDataParallel's flat gradient buckets (torch/csrc/distributed/c10d/reducer.cpp): one buffer the
+    size of all gradients, in the parameters' dtype, allocated when DDP wraps the model and kept for its life.
+    With gradient_as_bucket_view=True the gradients are views into it and cost nothing more."""
+    return 0.0 if bucket_view else pc.total * precision_bytes(precision)[0]
+
+
+def fsdp_train_memory(m: ModelSpec, pc: ParamCounts, *, num_gpus: int, micro_batch: int, seq: int,
+                      optimizer: str, recompute: str) -> TrainMemory:
+    """FSDP2 (torch.distributed.fsdp.fully_shard on every decoder layer and the root) with
+    MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32), as `gpuscope bench train-dist --strategy fsdp` runs.
+
+    - sharded fp32 parameters, gradients and AdamW states: (4 + 4 + 8) P / N;
+    - the root (embedding, final norm, LM head) is gathered at the start of the forward and kept (bf16);
+    - a decoder layer's bf16 parameters are all-gathered before it runs and freed after (reshard_after_forward):
+      the running layer and the prefetched next one are unsharded at a time;
+    - the layers compute in bf16 (the policy casts the parameters), so activations are those of pure bf16
+      training (activations.py with precision "bf16"); no autocast weight cache;
+    - backward: a layer's bf16 gradient is cast to fp32 for the reduce-scatter (reduce_dtype) and its 1/N shard kept.
+    """
+    N = num_gpus
+    P = pc.total
+    T = micro_batch * seq
+    V, h = m.vocab_size, m.hidden_size
+    layer_p = [layer_params(m, i) for i in range(m.num_layers)]
+    biggest = max(lp.total for lp in layer_p)
+    root = (pc.embedding + pc.lm_head + pc.norms) * 2.0
+    sharded = P * 4.0 / N
+    opt_states = optimizer_state_bytes(P, optimizer, 4.0) / N
+    rest = sharded + opt_states + root + TRAIN_WORKSPACE_BYTES
+    in_flight = 2 * biggest * 2.0
+    moe_set = set(m.moe_layers)
+    saved = [sum(hf_layer_saved_bytes(m, micro_batch, seq, "bf16", i in moe_set).values())
+             for i in range(m.num_layers)]
+    full = recompute == "full"
+    kept = [T * h * 2.0 if full else s for s in saved]
+    head_saved = T * h * 6.0 + 4.0 * T * V
+    forward = rest + in_flight + sum(kept) + head_saved + (2.0 + 4.0) * T * V + (max(saved) if full else 0.0)
+    width = max(m.intermediate_size, (m.moe.expert_intermediate_size * m.moe.experts_per_token) if m.moe else 0)
+    bwd_work = 2 * T * h * 2.0 + 3 * T * width * 2.0 + biggest * (2.0 + 4.0)  # grad of the stream, MLP, reduce
+    g_done = 4.0 * V * h / N
+    walk = [rest + sum(kept) + head_saved + 8.0 * T * V + in_flight]
+    for i in range(m.num_layers - 1, -1, -1):
+        walk.append(rest + sum(kept[: i + 1]) + (saved[i] if full else 0.0) + in_flight + g_done + bwd_work)
+        g_done += layer_p[i].total * 4.0 / N
+    backward = max(walk + [rest + sharded])
+    optimizer_peak = rest + sharded
+    phases = {"forward": forward, "backward": backward, "optimizer": optimizer_peak}
+    breakdown = {"weights_sharded": sharded, "optimizer_states": opt_states, "root_unsharded_bf16": root,
+                 "layers_unsharded_bf16": in_flight, "activations": sum(kept),
+                 "workspace": TRAIN_WORKSPACE_BYTES}
+    at = max(phases, key=phases.get)
+    if at == "forward":
+        breakdown["logits_and_loss"] = head_saved + 6.0 * T * V
+    breakdown["other_at_peak"] = phases[at] - sum(breakdown.values())
+    return TrainMemory(phases=phases, breakdown=breakdown, host_bytes=0.0)

@@ -13,9 +13,13 @@ HFU adds the recomputed forward (and counts the same attention convention).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from gpuscope.errors import UserError
 from gpuscope.estimate import ops as opsmod
-from gpuscope.estimate.memory_train import OFFLOAD, OPTIMIZERS, PRECISIONS, RECOMPUTE, precision_bytes, train_memory
+from gpuscope.estimate.comm import collective_time, topology_for
+from gpuscope.estimate.memory_train import (OFFLOAD, OPTIMIZERS, PRECISIONS, RECOMPUTE, ddp_bucket_bytes,
+                                            fsdp_train_memory, precision_bytes, train_memory)
 from gpuscope.estimate.params import count_params
 from gpuscope.estimate.result import Estimate
 from gpuscope.estimate.roofline import ENGINES, forward_time, sm_count
@@ -43,6 +47,29 @@ def host_link_gbs(hw) -> float:
     return PCIE_GBS["gen4"]
 
 
+STRATEGIES = ("ddp", "fsdp")
+DDP_BUCKET_BYTES = 25 * 2**20  # DistributedDataParallel's default bucket_cap_mb
+
+
+def _data_parallel_comm_s(pc, hw, n: int, strategy: str, precision: str, backward_s: float, compute_s: float,
+                          gpus_per_node: int | None) -> float:
+    """Communication the step waits for.
+
+    DDP: gradients (parameter dtype) all-reduced bucket by bucket while backward runs; what exceeds the backward,
+    and the last bucket, are exposed. FSDP2: bf16 parameters all-gathered before each layer's forward and backward
+    and fp32 gradients reduce-scattered, prefetched one layer ahead: exposed where the traffic outlasts compute."""
+    topo = topology_for(hw, n, gpus_per_node=gpus_per_node)
+    P = pc.total
+    if strategy == "fsdp":
+        gathers = 2 * collective_time("all_gather", 2.0 * P, n, topo)
+        scatter = collective_time("reduce_scatter", 4.0 * P, n, topo)
+        return max(0.0, gathers + scatter - compute_s) + collective_time("all_gather", 2.0 * P / 32, n, topo)
+    grad_bytes = P * precision_bytes(precision)[0]
+    total = collective_time("all_reduce", grad_bytes, n, topo)
+    last = collective_time("all_reduce", min(DDP_BUCKET_BYTES, grad_bytes), n, topo)
+    return max(total - backward_s, 0.0) + last
+
+
 def _check(name: str, value, allowed) -> str:
     if value not in allowed:
         raise UserError(f"--{name} must be one of {', '.join(allowed)}, got '{value}'.")
@@ -51,7 +78,11 @@ def _check(name: str, value, allowed) -> str:
 
 def estimate_train(m: ModelSpec, hw, *, micro_batch: int, seq: int, precision: str = "amp-bf16",
                    optimizer: str = "adamw", recompute: str = "none", grad_accum: int = 1, offload: str = "none",
-                   fused: bool = True, num_gpus: int = 1, with_ops: bool = False) -> Estimate:
+                   fused: bool = True, num_gpus: int = 1, strategy: str = "ddp", with_ops: bool = False,
+                   gpus_per_node: int | None = None) -> Estimate:
+    """One GPU, or `num_gpus` data-parallel replicas as PyTorch runs them: ``ddp`` (DistributedDataParallel,
+    full replicas + gradient buckets, bucketed all-reduce overlapped with backward) or ``fsdp`` (FSDP2 full shard
+    with a bf16 mixed-precision policy; memory_train.fsdp_train_memory)."""
     for name, v in (("micro-batch", micro_batch), ("seq", seq), ("grad-accum", grad_accum), ("num-gpus", num_gpus)):
         if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
             raise UserError(f"--{name} must be a positive integer, got {v!r}.")
@@ -59,6 +90,11 @@ def estimate_train(m: ModelSpec, hw, *, micro_batch: int, seq: int, precision: s
     _check("optimizer", optimizer, OPTIMIZERS)
     _check("recompute", recompute, RECOMPUTE)
     _check("offload", offload, OFFLOAD)
+    _check("strategy", strategy, STRATEGIES)
+    fsdp = strategy == "fsdp" and num_gpus > 1
+    if fsdp and (precision != "amp-bf16" or offload != "none" or grad_accum != 1):
+        raise UserError("--strategy fsdp is planned for --precision amp-bf16, no offload and --grad-accum 1 "
+                        "(FSDP2 with a bf16 mixed-precision policy).")
     w_b, act_b, cdt = precision_bytes(precision)
     if not hw.supports(cdt):
         raise UserError(f"--precision {precision} needs {cdt} compute, which {hw.name} does not support.")
@@ -68,14 +104,23 @@ def estimate_train(m: ModelSpec, hw, *, micro_batch: int, seq: int, precision: s
     T = micro_batch * seq
     V, h = m.vocab_size, m.hidden_size
 
-    mem = train_memory(m, pc, micro_batch=micro_batch, seq=seq, precision=precision, optimizer=optimizer,
-                       recompute=recompute, grad_accum=grad_accum, offload=offload, fused=fused)
+    if fsdp:
+        mem = fsdp_train_memory(m, pc, num_gpus=num_gpus, micro_batch=micro_batch, seq=seq, optimizer=optimizer,
+                                recompute=recompute)
+    else:
+        mem = train_memory(m, pc, micro_batch=micro_batch, seq=seq, precision=precision, optimizer=optimizer,
+                           recompute=recompute, grad_accum=grad_accum, offload=offload, fused=fused)
+        if num_gpus > 1:  # DDP's gradient buckets live beside everything, in every phase
+            buckets = ddp_bucket_bytes(pc, precision)
+            mem = replace(mem, phases={k: v + buckets for k, v in mem.phases.items()},
+                          breakdown={**mem.breakdown, "ddp_buckets": buckets})
     phases, breakdown = mem.phases, mem.breakdown
     peak = max(phases.values())
     overheads = runtime_overheads(peak)
     fits = peak + sum(overheads.values()) <= hw.device_total_bytes
     full = recompute == "full"
-    stream_b = 4.0 if (amp or precision == "fp32") else 2.0
+    # the residual stream's dtype: fp32 under autocast; FSDP's bf16 policy runs the layers in bf16
+    stream_b = 4.0 if ((amp and not fsdp) or precision == "fp32") else 2.0
 
     # ---- time --------------------------------------------------------------------------------------------------
     tflops = hw.achievable_tflops(cdt)
@@ -110,7 +155,13 @@ def estimate_train(m: ModelSpec, hw, *, micro_batch: int, seq: int, precision: s
         if offload == "params":  # weights stream up for forward and backward (and the recompute), overlapped
             passes = 3 if full else 2
             micro_s = max(micro_s, passes * 2.0 * P / link)
+    if fsdp:  # parameters arrive in bf16 from the all-gathers: no autocast casts; the optimizer works on shards
+        cast_bytes = 0.0
+        opt_s /= num_gpus
     step_s = grad_accum * (micro_s + cast_bytes / (bw * 1e9)) + opt_s + offload_s
+    comm_s = _data_parallel_comm_s(pc, hw, num_gpus, strategy, precision, b_gpu * grad_accum, micro_s,
+                                   gpus_per_node) if num_gpus > 1 else 0.0
+    step_s += comm_s
     tokens_per_step = grad_accum * T
     attn_width = (m.num_heads * (m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim + m.mla.v_head_dim) / 2
                   if m.mla else m.q_dim)
@@ -121,13 +172,15 @@ def estimate_train(m: ModelSpec, hw, *, micro_batch: int, seq: int, precision: s
     mfu = model_flops_token * tokens_per_step / step_s / peak_tf
     hfu = hw_flops_token * tokens_per_step / step_s / peak_tf
     time = {"step_s": step_s, "forward_s": f_wall * grad_accum, "backward_s": b_wall * grad_accum,
-            "recompute_s": (f_gpu if full else 0.0) * grad_accum, "optimizer_s": opt_s, "offload_s": offload_s}
+            "recompute_s": (f_gpu if full else 0.0) * grad_accum, "optimizer_s": opt_s, "offload_s": offload_s,
+            "exposed_comm_s": comm_s}
     throughput = {"tokens_per_s": tokens_per_step * num_gpus / step_s,
                   "tokens_per_s_per_gpu": tokens_per_step / step_s}
     est = Estimate(
         kind="train", model=m.name, hardware=hw.key,
         inputs=dict(micro_batch=micro_batch, seq=seq, precision=precision, optimizer=optimizer, fused=fused,
-                    recompute=recompute, grad_accum=grad_accum, offload=offload, num_gpus=num_gpus),
+                    recompute=recompute, grad_accum=grad_accum, offload=offload, num_gpus=num_gpus,
+                    strategy=strategy if num_gpus > 1 else "single"),
         fits=fits, peak_bytes_per_gpu=peak, breakdown_bytes=breakdown, device_total_bytes=hw.device_total_bytes,
         runtime_overhead_bytes=overheads, phases_bytes=phases, time=time, throughput=throughput,
         mfu=mfu, hfu=hfu,
