@@ -9,7 +9,9 @@ Tiers (cheapest first, as the article orders them):
 How each is computed:
 - recompute, grad accumulation, offload and dtypes: ``estimate_train`` with that lever (validated on an H200,
   phase by phase).
-- ZeRO-3/FSDP over N: the single-GPU estimate's breakdown at its peak with weights, gradients, optimizer states
+- ZeRO-3/FSDP over N: ``estimate_train(strategy="fsdp")`` (FSDP2 full shard with a bf16 policy: sharded states,
+  two gathered layers, prefetched collectives over the node topology) where that model applies (amp-bf16, no
+  offload, no accumulation); otherwise the single-GPU estimate's breakdown at its peak with weights, gradients, optimizer states
   and autocast's 16-bit weight copies divided by N, plus two gathered layers in 16 bit (the one running and the
   prefetched next). Time: 3 x 2P bytes of all-gather/reduce-scatter traffic per step x (N-1)/N over one direction of
   the device's link (half its bidirectional rate; the host link where the catalog has none), assumed overlapped
@@ -90,6 +92,17 @@ def _zero3(m, hw, est, n: int, tier=2, lever_prefix="") -> Tier:
                       "assumed overlapped by prefetch"])
 
 
+def _fsdp_tier(e, base, n: int, prefix: str = "") -> Tier:
+    """FSDP2 over n GPUs from estimate_train(strategy="fsdp"): per-GPU memory and step of n data-parallel ranks;
+    GPU-time per token relative to the base = step ratio (n GPUs process n times the tokens)."""
+    t = _tier_from_est(2, f"{prefix}ZeRO-3 / FSDP over {n} GPUs", {"zero": 3, "num_gpus": n}, e, base,
+                       [f"{e.time.get('exposed_comm_s', 0.0) * 1e3:.1f} ms of exposed all-gather/reduce-scatter "
+                        "per step (planner's FSDP2 model)"])
+    t.num_gpus = n
+    t.method = "estimate_train(strategy='fsdp')"
+    return t
+
+
 def _tp(m, hw, est, n: int, micro_batch: int, seq: int, act_b: float) -> Tier | None:
     if m.num_heads % n or m.num_kv_heads % n and n % m.num_kv_heads:
         return None
@@ -145,9 +158,13 @@ def oom_tiers(m, hw, *, micro_batch: int, seq: int, precision: str = "amp-bf16",
         if recompute != "full":
             ch2 = dict(ch, recompute="full")
             tiers.append(_tier_from_est(1, "recompute + gradient accumulation", ch2, est(**ch2), base))
-    # tier 2
+    # tier 2: FSDP2 full shard through the planner's FSDP model where it applies, else the analytic ZeRO-3
     for n in SHARD_SIZES:
-        tiers.append(_zero3(m, hw, base, n))
+        e = est(num_gpus=n, strategy="fsdp")
+        if e is not None:
+            tiers.append(_fsdp_tier(e, base, n))
+        else:
+            tiers.append(_zero3(m, hw, base, n))
     for off in ("optimizer", "params"):
         if off != offload:
             e = est(offload=off)
@@ -175,6 +192,12 @@ def oom_tiers(m, hw, *, micro_batch: int, seq: int, precision: str = "amp-bf16",
     if recompute != "full":
         rc = est(recompute="full")
         for n in SHARD_SIZES:
+            e = est(recompute="full", num_gpus=n, strategy="fsdp")
+            if e is not None:
+                t = _fsdp_tier(e, base, n, "recompute + ")
+                t.changes = dict(t.changes, recompute="full")
+                tiers.append(t)
+                continue
             t = _zero3(m, hw, rc, n, lever_prefix="recompute + ")
             t.saved_bytes = base.peak_bytes_per_gpu - t.peak_bytes
             t.step_s = max(rc.time["step_s"], t.step_s)
