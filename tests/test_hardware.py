@@ -24,8 +24,8 @@ from gpuscope.specs.hardware import (
     HardwareSpec,
     list_hardware,
     load_hardware,
-    template_toml,
 )
+from gpuscope.specs.hardware_template import template_toml
 
 REPO = Path(__file__).resolve().parents[1]
 FACTS = REPO.parent / "shared" / "reference" / "hardware_facts.toml"

@@ -69,7 +69,7 @@ def register(app: typer.Typer) -> None:
         name: str = typer.Argument(..., help="Catalog name or alias to start from."),
     ) -> None:
         """Print an editable hardware TOML: base = NAME plus a commented-out table of measured ceilings."""
-        from gpuscope.specs.hardware import template_toml
+        from gpuscope.specs.hardware_template import template_toml
 
         typer.echo(template_toml(name), nl=False)
 

@@ -24,27 +24,22 @@ from gpuscope.estimate.params import count_params
 from gpuscope.estimate.result import Estimate
 from gpuscope.estimate.roofline import ENGINES, forward_time, sm_count
 from gpuscope.estimate.runtime import runtime_overheads
+from gpuscope.specs.hardware_template import typical_h2d_gbs
 from gpuscope.specs.model import ModelSpec
 
 TRAIN_ENGINE = ENGINES["eager"]
 # DeepSpeed's CPU-Adam updates about 4 billion parameters per second on a two-socket server (ZeRO-Offload,
 # Ren et al. 2021: 0.2-0.3 s per step for 1B parameters). Rough: host CPUs differ widely.
 CPU_ADAM_PARAMS_PER_S = 4e9
-# Achievable pinned host-to-device copy by PCIe generation (x16): Gen5 ~55 GB/s (nvbandwidth-style public
-# figures, shared/reference/published_results.md), Gen4 ~25, Gen3 ~12 (about 80% of the link's per-direction rate).
-PCIE_GBS = {"gen5": 55.0, "gen4": 25.0, "gen3": 12.0}
 
 
 def host_link_gbs(hw) -> float:
-    """Measured host-to-device bandwidth if the hardware TOML has one, else the PCIe generation's typical rate."""
+    """Measured host-to-device bandwidth if the hardware TOML has one, else the PCIe generation's typical rate
+    (specs/hardware_template.typical_h2d_gbs: Gen5 x16 ~55 GB/s, Gen4 ~25, Gen3 ~12)."""
     measured = (getattr(hw, "measured", None) or {}).get("h2d_gbs")
     if measured:
         return float(measured)
-    text = (getattr(hw, "host_interface", "") or "").lower().replace(" ", "")
-    for gen, gbs in PCIE_GBS.items():
-        if gen in text:
-            return gbs
-    return PCIE_GBS["gen4"]
+    return typical_h2d_gbs(getattr(hw, "host_interface", "") or "")
 
 
 STRATEGIES = ("ddp", "fsdp")

@@ -38,16 +38,12 @@ else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
 from gpuscope.errors import UserError, nearest
+from gpuscope.specs.hardware_fields import (  # noqa: F401  (re-exported: DTYPES, normalize_dtype)
+    _KNOWN_KEYS, DTYPES, _check_keys, _efficiency, _measured, _norm, _num, _peaks, _str, _strs, normalize_dtype,
+)
 
-DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "int4", "fp4")
 CATALOG_PATH = Path(__file__).parent / "data" / "hardware.toml"
 GIB = 2**30
-
-# Spellings accepted for a dtype (normalised to the names in DTYPES).
-_DTYPE_ALIASES = {
-    "float32": "fp32", "float": "fp32", "tensorfloat32": "tf32", "bfloat16": "bf16", "float16": "fp16",
-    "half": "fp16", "float8": "fp8", "fp8e4m3": "fp8", "fp8e5m2": "fp8", "nvfp4": "fp4", "mxfp4": "fp4",
-}
 
 # Default efficiencies for a user-defined device with none given (same as the catalog's "other" default).
 DEFAULT_MATMUL_EFFICIENCY = 0.70
@@ -57,26 +53,6 @@ _DEFAULT_EFFICIENCY_SOURCE = "matmul 0.70 and bandwidth 0.80: default, not measu
 _REQUIRED = ("name", "vendor", "memory_gb", "memory_bw_gbs")
 # Fields that are not passed from a base entry to the entry built on it.
 _NOT_INHERITED = ("aliases", "key")
-# Keys a hardware entry may carry besides per-dtype peaks (catalog informational fields included).
-_KNOWN_KEYS = {
-    "base", "key", "name", "vendor", "form_factor", "release_year", "memory_gb", "memory_gb_options",
-    "memory_type", "memory_bw_gbs", "interconnect_name", "interconnect_gbs_bidir", "host_interface", "tdp_w",
-    "tdp_range_w", "launch_price_usd", "not_supported", "halved_from_sparse", "unconfirmed", "source", "notes",
-    "aliases", "matmul_efficiency", "memory_bw_efficiency", "matmul_efficiency_by_dtype", "efficiency_source",
-    "device_total_bytes", "measured", "peak_tflops",
-}
-_PEAK_KEY = re.compile(r"^[a-z0-9]+(_[a-z0-9]+)*_(tflops|tops)(_dense)?$")
-_MEASURED_NUMBERS = ("memory_bw_gbs", "h2d_gbs", "d2h_gbs")
-
-
-def _norm(name: str) -> str:
-    """Lookup form of a name: lower case, with '_', '-' and spaces dropped ('H100-SXM' == 'h100 sxm')."""
-    return re.sub(r"[\s_\-]+", "", name.strip().lower())
-
-
-def normalize_dtype(dtype: str) -> str:
-    d = _norm(str(dtype))
-    return _DTYPE_ALIASES.get(d, d)
 
 
 @dataclass(frozen=True)
@@ -353,107 +329,6 @@ def _resolve_base(key: str, entry: dict, raw: dict[str, dict], where: str) -> di
 
 
 # --- validation ------------------------------------------------------------------------------------
-def _num(entry: dict, field_name: str, where: str, *, allow_zero: bool = False, required: bool = False):
-    if field_name not in entry:
-        if required:
-            raise UserError(f"field '{field_name}' is missing in {where}.")
-        return None
-    value = entry[field_name]
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise UserError(f"field '{field_name}' in {where} must be a number, not {value!r}.")
-    if value < 0 or (value == 0 and not allow_zero):
-        allowed = "zero or positive" if allow_zero else "positive"
-        raise UserError(f"field '{field_name}' in {where} must be {allowed}, not {value!r}.")
-    return value
-
-
-def _str(entry: dict, field_name: str, where: str, default: str | None = None) -> str:
-    value = entry.get(field_name, default)
-    if value is None:
-        raise UserError(f"field '{field_name}' is missing in {where}.")
-    if not isinstance(value, str):
-        raise UserError(f"field '{field_name}' in {where} must be a string, not {value!r}.")
-    return value
-
-
-def _strs(entry: dict, field_name: str, where: str) -> tuple[str, ...]:
-    value = entry.get(field_name, [])
-    if isinstance(value, str):
-        value = [value]
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise UserError(f"field '{field_name}' in {where} must be a list of strings.")
-    return tuple(value)
-
-
-def _efficiency(entry: dict, field_name: str, where: str, default: float) -> float:
-    value = entry.get(field_name, default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
-        raise UserError(f"field '{field_name}' in {where} must be a fraction in (0, 1], not {value!r}.")
-    return float(value)
-
-
-def _peaks(entry: dict, where: str) -> dict[str, float]:
-    """Dense peaks per dtype from `<d>_tflops_dense` / `<d>_tops_dense` / fp32 keys / a [peak_tflops] table."""
-    peaks: dict[str, float] = {}
-    for d in DTYPES:
-        for k in (f"{d}_tflops_dense", f"{d}_tops_dense"):
-            if k in entry:
-                peaks[d] = float(_num(entry, k, where))
-    if "fp32" not in peaks:
-        for k in ("fp32_matrix_tflops", "fp32_tflops"):  # matrix-core FP32 (AMD) is the matmul rate
-            if k in entry:
-                peaks["fp32"] = float(_num(entry, k, where))
-                break
-    table = entry.get("peak_tflops", {})
-    if not isinstance(table, dict):
-        raise UserError(f"field 'peak_tflops' in {where} must be a table of dtype = dense TFLOPS.")
-    for d, v in table.items():
-        nd = normalize_dtype(d)
-        if nd not in DTYPES:
-            raise UserError(f"field 'peak_tflops.{d}' in {where} is not a dtype; allowed: {', '.join(DTYPES)}.")
-        peaks[nd] = float(_num(table, d, f"{where} [peak_tflops]"))
-    return {d: peaks[d] for d in DTYPES if d in peaks}
-
-
-def _measured(entry: dict, where: str, peaks: dict[str, float]) -> dict:
-    m = entry.get("measured", {})
-    if not isinstance(m, dict):
-        raise UserError(f"field 'measured' in {where} must be a table.")
-    out = dict(m)
-    for k in _MEASURED_NUMBERS:
-        if k in m:
-            out[k] = float(_num(m, k, f"{where} [measured]"))
-    mm = m.get("matmul_tflops", {})
-    if not isinstance(mm, dict):
-        raise UserError(f"field 'measured.matmul_tflops' in {where} must be a table of dtype = TFLOPS.")
-    clean = {}
-    for d, v in mm.items():
-        nd = normalize_dtype(d)
-        if nd not in DTYPES:
-            raise UserError(
-                f"field 'measured.matmul_tflops.{d}' in {where} is not a dtype; allowed: {', '.join(DTYPES)}."
-            )
-        if nd not in peaks:
-            raise UserError(
-                f"field 'measured.matmul_tflops.{d}' in {where} names a dtype the device has no dense peak for; "
-                f"add `{nd}_tflops_dense` or remove it."
-            )
-        clean[nd] = float(_num(mm, d, f"{where} [measured.matmul_tflops]"))
-    if clean or "matmul_tflops" in m:
-        out["matmul_tflops"] = clean
-    return out
-
-
-def _check_keys(entry: dict, where: str) -> None:
-    for k in entry:
-        if k in {f"{d}_tflops" for d in DTYPES if d != "fp32"} | {f"{d}_tops" for d in ("int8", "int4")}:
-            raise UserError(
-                f"field '{k}' in {where} is ambiguous; write '{k}_dense' with the dense peak (without sparsity)."
-            )
-        if k not in _KNOWN_KEYS and not _PEAK_KEY.match(k):
-            raise UserError(f"field '{k}' in {where} is not a hardware field." + nearest(k, sorted(_KNOWN_KEYS)))
-
-
 def _build(key: str, entry: dict, origin: str) -> HardwareSpec:
     where = "the hardware catalog entry " + key if origin == "catalog" else origin
     _check_keys(entry, where)
@@ -497,42 +372,3 @@ def _build(key: str, entry: dict, origin: str) -> HardwareSpec:
         matmul_efficiency_by_dtype=by_dtype,
         halved_from_sparse=_strs(entry, "halved_from_sparse", where),
     )
-
-
-def template_toml(arg: str) -> str:
-    """An editable TOML for `gpuscope hardware template NAME`: base = key plus a commented [measured] table."""
-    spec = load_hardware(arg)
-    base = spec.key if spec.origin == "catalog" else None
-    lines = [
-        f"# gpuscope hardware file for {spec.name}.",
-        "# Use it with `--gpu path/to/this.toml`. Any catalog field may be overridden here, e.g.",
-        f"# memory_bw_gbs = {spec.memory_bw_gbs:g} or matmul_efficiency = {spec.matmul_efficiency:g}.",
-        "# Datasheet peaks are DENSE (no 2:4 sparsity), in TFLOPS (TOPS for int8/int4).",
-    ]
-    if base:
-        lines += [f'base = "{base}"', f'name = "{spec.name} (my machine)"']
-    else:
-        lines += [f'name = "{spec.name}"', f'vendor = "{spec.vendor}"', f"memory_gb = {spec.memory_bytes / GIB:g}",
-                  f"memory_bw_gbs = {spec.memory_bw_gbs:g}"]
-        lines += [f"{d}_tflops_dense = {v:g}" for d, v in spec.peak_tflops.items()]
-    lines += [
-        "",
-        "# Measured ceilings: uncomment and replace with your measurements (e.g. mamf-finder for matmul,",
-        "# a device-to-device copy counting read + write bytes for memory). Where present, estimates use them",
-        "# instead of datasheet peak x efficiency. The values below are the current defaults.",
-        "#[measured]",
-        f"#memory_bw_gbs = {spec.achievable_bw_gbs():.1f}",
-        f"#h2d_gbs = {_typical_h2d_gbs(spec.host_interface):.1f}      # typical for {spec.host_interface}",
-        "#[measured.matmul_tflops]",
-    ]
-    lines += [f"#{d} = {spec.achievable_tflops(d):.1f}" for d in DTYPES if d in spec.peak_tflops]
-    return "\n".join(lines) + "\n"
-
-
-def _typical_h2d_gbs(host_interface: str) -> float:
-    """Rough pinned host-to-device copy rate for a PCIe generation (Gen5 x16 ~55 GB/s measured publicly)."""
-    h = host_interface.lower().replace(" ", "")
-    for gen, gbs in (("gen5", 55.0), ("5.0", 55.0), ("gen4", 25.0), ("4.0", 25.0), ("gen3", 12.0), ("3.0", 12.0)):
-        if gen in h:
-            return gbs
-    return 25.0

@@ -1,0 +1,136 @@
+"""Validation of one hardware entry's fields (catalog or user TOML): one sentence per bad field, exit code 2."""
+
+from __future__ import annotations
+
+import re
+
+from gpuscope.errors import UserError, nearest
+
+DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "int4", "fp4")
+# Spellings accepted for a dtype (normalised to the names in DTYPES).
+_DTYPE_ALIASES = {
+    "float32": "fp32", "float": "fp32", "tensorfloat32": "tf32", "bfloat16": "bf16", "float16": "fp16",
+    "half": "fp16", "float8": "fp8", "fp8e4m3": "fp8", "fp8e5m2": "fp8", "nvfp4": "fp4", "mxfp4": "fp4",
+}
+
+# Keys a hardware entry may carry besides per-dtype peaks (catalog informational fields included).
+_KNOWN_KEYS = {
+    "base", "key", "name", "vendor", "form_factor", "release_year", "memory_gb", "memory_gb_options",
+    "memory_type", "memory_bw_gbs", "interconnect_name", "interconnect_gbs_bidir", "host_interface", "tdp_w",
+    "tdp_range_w", "launch_price_usd", "not_supported", "halved_from_sparse", "unconfirmed", "source", "notes",
+    "aliases", "matmul_efficiency", "memory_bw_efficiency", "matmul_efficiency_by_dtype", "efficiency_source",
+    "device_total_bytes", "measured", "peak_tflops",
+}
+_PEAK_KEY = re.compile(r"^[a-z0-9]+(_[a-z0-9]+)*_(tflops|tops)(_dense)?$")
+_MEASURED_NUMBERS = ("memory_bw_gbs", "h2d_gbs", "d2h_gbs")
+
+
+def _norm(name: str) -> str:
+    """Lookup form of a name: lower case, with '_', '-' and spaces dropped ('H100-SXM' == 'h100 sxm')."""
+    return re.sub(r"[\s_\-]+", "", name.strip().lower())
+
+
+def normalize_dtype(dtype: str) -> str:
+    d = _norm(str(dtype))
+    return _DTYPE_ALIASES.get(d, d)
+
+
+def _num(entry: dict, field_name: str, where: str, *, allow_zero: bool = False, required: bool = False):
+    if field_name not in entry:
+        if required:
+            raise UserError(f"field '{field_name}' is missing in {where}.")
+        return None
+    value = entry[field_name]
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise UserError(f"field '{field_name}' in {where} must be a number, not {value!r}.")
+    if value < 0 or (value == 0 and not allow_zero):
+        allowed = "zero or positive" if allow_zero else "positive"
+        raise UserError(f"field '{field_name}' in {where} must be {allowed}, not {value!r}.")
+    return value
+
+
+def _str(entry: dict, field_name: str, where: str, default: str | None = None) -> str:
+    value = entry.get(field_name, default)
+    if value is None:
+        raise UserError(f"field '{field_name}' is missing in {where}.")
+    if not isinstance(value, str):
+        raise UserError(f"field '{field_name}' in {where} must be a string, not {value!r}.")
+    return value
+
+
+def _strs(entry: dict, field_name: str, where: str) -> tuple[str, ...]:
+    value = entry.get(field_name, [])
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise UserError(f"field '{field_name}' in {where} must be a list of strings.")
+    return tuple(value)
+
+
+def _efficiency(entry: dict, field_name: str, where: str, default: float) -> float:
+    value = entry.get(field_name, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise UserError(f"field '{field_name}' in {where} must be a fraction in (0, 1], not {value!r}.")
+    return float(value)
+
+
+def _peaks(entry: dict, where: str) -> dict[str, float]:
+    """Dense peaks per dtype from `<d>_tflops_dense` / `<d>_tops_dense` / fp32 keys / a [peak_tflops] table."""
+    peaks: dict[str, float] = {}
+    for d in DTYPES:
+        for k in (f"{d}_tflops_dense", f"{d}_tops_dense"):
+            if k in entry:
+                peaks[d] = float(_num(entry, k, where))
+    if "fp32" not in peaks:
+        for k in ("fp32_matrix_tflops", "fp32_tflops"):  # matrix-core FP32 (AMD) is the matmul rate
+            if k in entry:
+                peaks["fp32"] = float(_num(entry, k, where))
+                break
+    table = entry.get("peak_tflops", {})
+    if not isinstance(table, dict):
+        raise UserError(f"field 'peak_tflops' in {where} must be a table of dtype = dense TFLOPS.")
+    for d, v in table.items():
+        nd = normalize_dtype(d)
+        if nd not in DTYPES:
+            raise UserError(f"field 'peak_tflops.{d}' in {where} is not a dtype; allowed: {', '.join(DTYPES)}.")
+        peaks[nd] = float(_num(table, d, f"{where} [peak_tflops]"))
+    return {d: peaks[d] for d in DTYPES if d in peaks}
+
+
+def _measured(entry: dict, where: str, peaks: dict[str, float]) -> dict:
+    m = entry.get("measured", {})
+    if not isinstance(m, dict):
+        raise UserError(f"field 'measured' in {where} must be a table.")
+    out = dict(m)
+    for k in _MEASURED_NUMBERS:
+        if k in m:
+            out[k] = float(_num(m, k, f"{where} [measured]"))
+    mm = m.get("matmul_tflops", {})
+    if not isinstance(mm, dict):
+        raise UserError(f"field 'measured.matmul_tflops' in {where} must be a table of dtype = TFLOPS.")
+    clean = {}
+    for d, v in mm.items():
+        nd = normalize_dtype(d)
+        if nd not in DTYPES:
+            raise UserError(
+                f"field 'measured.matmul_tflops.{d}' in {where} is not a dtype; allowed: {', '.join(DTYPES)}."
+            )
+        if nd not in peaks:
+            raise UserError(
+                f"field 'measured.matmul_tflops.{d}' in {where} names a dtype the device has no dense peak for; "
+                f"add `{nd}_tflops_dense` or remove it."
+            )
+        clean[nd] = float(_num(mm, d, f"{where} [measured.matmul_tflops]"))
+    if clean or "matmul_tflops" in m:
+        out["matmul_tflops"] = clean
+    return out
+
+
+def _check_keys(entry: dict, where: str) -> None:
+    for k in entry:
+        if k in {f"{d}_tflops" for d in DTYPES if d != "fp32"} | {f"{d}_tops" for d in ("int8", "int4")}:
+            raise UserError(
+                f"field '{k}' in {where} is ambiguous; write '{k}_dense' with the dense peak (without sparsity)."
+            )
+        if k not in _KNOWN_KEYS and not _PEAK_KEY.match(k):
+            raise UserError(f"field '{k}' in {where} is not a hardware field." + nearest(k, sorted(_KNOWN_KEYS)))
