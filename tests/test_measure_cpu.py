@@ -37,8 +37,9 @@ MEMORY_KEYS_TRAIN = ("mem_rest_bytes", "peak_forward_bytes", "peak_backward_byte
 
 
 def _infer_case(**kw):
-    c = {"kind": "infer", "model": "tiny-llama", "config": TINY_LLAMA, "batch": 2, "prompt": 16, "gen": 5,
-         "dtype": "fp32", "repeats": 2, "decode_iters": 3, "device": "cpu"}
+    # gen 24 and 3 repeats: (E2E - TTFT) must stay well above run-to-run noise on a loaded 2-core machine
+    c = {"kind": "infer", "model": "tiny-llama", "config": TINY_LLAMA, "batch": 2, "prompt": 16, "gen": 24,
+         "dtype": "fp32", "repeats": 3, "decode_iters": 3, "device": "cpu"}
     c.update(kw)
     return c
 
