@@ -141,3 +141,20 @@ def test_plan_train_hf_fsdp_and_ddp():
     r = run("plan", "train", "--model", "llama-3.1-8b", "--gpu", "h200", "--num-gpus", "8", "--tp", "2",
             "--framework", "hf")
     assert r.returncode == 2 and "megatron" in r.stderr
+
+
+def test_plan_calibrated_uses_the_saved_ceilings(tmp_path):
+    import os
+
+    env = dict(os.environ, GPUSCOPE_HOME=str(tmp_path))
+    args = [sys.executable, "-m", "gpuscope", "plan", "infer", "--model", "llama-3.1-8b", "--gpu", "h200",
+            "--batch", "64", "--prompt", "2048", "--gen", "64", "--json"]
+    missing = subprocess.run(args + ["--calibrated"], capture_output=True, text=True, env=env)
+    assert missing.returncode == 2 and "hardware calibrate --save" in missing.stderr and missing.stdout == ""
+    cal = tmp_path / "calibrated" / "nvidia_h200_sxm.toml"
+    cal.parent.mkdir(parents=True)
+    cal.write_text('base = "nvidia_h200_sxm"\n[measured]\nmemory_bw_gbs = 2000.0\n[measured.matmul_tflops]\nbf16 = 400.0\n')
+    plain = json.loads(subprocess.run(args, capture_output=True, text=True, env=env).stdout)
+    calib = json.loads(subprocess.run(args + ["--calibrated"], capture_output=True, text=True, env=env).stdout)
+    assert calib["calibrated"] and not plain["calibrated"]
+    assert calib["time"]["prefill_s"] > 1.5 * plain["time"]["prefill_s"]  # 400 vs 737 TFLOP/s

@@ -14,6 +14,8 @@ def register_calibrate(hw: typer.Typer) -> None:
     @hw.command("calibrate")
     def calibrate_cmd(
         out: str = typer.Option(None, "--out", help="Write the TOML here (default: print it)."),
+        save: bool = typer.Option(False, "--save", help="Also save it where `gpuscope plan ... --calibrated` "
+                                  "finds it (the data directory, one file per catalog device)."),
         quick: bool = typer.Option(False, "--quick/--thorough", help="A few shapes, or the full sweep (default)."),
         dtype: list[str] = typer.Option(None, "--dtype", help="Matmul dtypes (default: all the device runs)."),
         device: str = typer.Option(None, "--device", help=DEVICE_HELP),
@@ -43,11 +45,26 @@ def register_calibrate(hw: typer.Typer) -> None:
         dev = Device(pick_device(device))
         text = calibration_toml(dev.device_name(), dev.type, ceilings(holder["results"]), dev.total_memory(),
                                 f"Mode: {'quick' if quick else 'sweep'}.")
+        if save:
+            import tomllib
+
+            from gpuscope.specs.calibration import calibrated_path
+
+            key = tomllib.loads(text).get("base") or dev.device_name()
+            path = calibrated_path(key)
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(text)
+            except OSError as exc:
+                raise UserError(f"--save: '{path}' cannot be written ({exc.strerror}).") from None
+            use = (f"`gpuscope plan ... --gpu {key} --calibrated`" if tomllib.loads(text).get("base")
+                   else f"`gpuscope plan ... --gpu {path}` (this device is not in the catalog)")
+            typer.echo(f"saved {path}; {use} uses it", err=True)
         if out:
             try:
                 Path(out).expanduser().write_text(text)
             except OSError as exc:
                 raise UserError(f"--out '{out}' cannot be written ({exc.strerror}).") from None
             typer.echo(f"wrote {out}", err=True)
-        else:
+        elif not save:
             typer.echo(text, nl=False)

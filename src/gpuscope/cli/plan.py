@@ -5,6 +5,14 @@ from __future__ import annotations
 import typer
 
 JSON_HELP = "Print JSON (schema gpuscope.estimate/1)."
+CALIBRATED_HELP = "Use the ceilings `gpuscope hardware calibrate --save` measured for this GPU."
+
+
+def _hardware(gpu: str, calibrated: bool):
+    from gpuscope.specs.calibration import load_calibrated
+    from gpuscope.specs.hardware import load_hardware
+
+    return load_calibrated(gpu) if calibrated else load_hardware(gpu)
 
 
 def _console():
@@ -30,15 +38,15 @@ def register(app: typer.Typer) -> None:
         num_gpus: int = typer.Option(1, "--num-gpus"),
         tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree."),
         ops: bool = typer.Option(False, "--ops", help="Show the per-operation breakdown."),
+        calibrated: bool = typer.Option(False, "--calibrated", help=CALIBRATED_HELP),
         as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
     ) -> None:
         """Inference: weights, KV cache and activations at the peak; TTFT, TPOT, tokens/s."""
         from gpuscope.estimate.infer import estimate_infer
         from gpuscope.report.estimate_view import render, to_json_text
-        from gpuscope.specs.hardware import load_hardware
         from gpuscope.specs.models import load_model
 
-        est = estimate_infer(load_model(model), load_hardware(gpu), batch=batch, prompt=prompt, gen=gen,
+        est = estimate_infer(load_model(model), _hardware(gpu, calibrated), batch=batch, prompt=prompt, gen=gen,
                              dtype=dtype, kv_dtype=kv_dtype, engine=engine, num_gpus=num_gpus, tp=tp, with_ops=ops)
         typer.echo(to_json_text(est)) if as_json else render(est, _console(), show_ops=ops)
 
@@ -69,6 +77,7 @@ def register(app: typer.Typer) -> None:
         gpus_per_node: int = typer.Option(None, "--gpus-per-node"),
         search: bool = typer.Option(False, "--search", help="Rank every layout of --num-gpus by tokens/s."),
         ops: bool = typer.Option(False, "--ops", help="Show the per-operation breakdown (one GPU)."),
+        calibrated: bool = typer.Option(False, "--calibrated", help=CALIBRATED_HELP),
         as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
     ) -> None:
         """Training: one GPU (HF eager: memory per phase, step time, MFU), or a multi-GPU layout (Megatron-style
@@ -76,10 +85,9 @@ def register(app: typer.Typer) -> None:
         from gpuscope.errors import UserError
         from gpuscope.estimate.train import estimate_train
         from gpuscope.report.estimate_view import render, to_json_text
-        from gpuscope.specs.hardware import load_hardware
         from gpuscope.specs.models import load_model
 
-        m, hw = load_model(model), load_hardware(gpu)
+        m, hw = load_model(model), _hardware(gpu, calibrated)
         multi = num_gpus > 1 or search or tp > 1 or pp > 1 or (dp or 1) > 1
         if not multi:
             est = estimate_train(m, hw, micro_batch=micro_batch, seq=seq, precision=precision,
