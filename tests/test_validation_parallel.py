@@ -76,6 +76,19 @@ def test_llama3_405b_mfu(gpus, dp, batch_per_dp, mfu):
     assert est.mfu == pytest.approx(mfu, rel=TOL)
 
 
+def test_llama3_405b_context_parallel_row_is_a_known_miss():
+    """Table 4 row 3: 16,384 GPUs, TP 8, CP 16, PP 16, DP 8, seq 131,072, 16 sequences per DP rank, 38% MFU.
+    With the interleaving degree of rows 1-2 (2) we estimate 48%: +27%. Not yet explained: the all-gather CP's
+    exposed time and flash attention's rate at 128K context are the candidates (neither measured). The bound
+    keeps the miss from growing unnoticed; an improvement past 15% means this test must become a plain check."""
+    lay = Layout(tp=8, pp=16, dp=8, cp=16, micro_batch=1, global_batch=128, zero=1, sp=True, virtual=2,
+                 recompute="none")
+    est = estimate_parallel(load_model("llama-3.1-405b"), H100, lay, seq=131072, inter_gbs=50.0)
+    assert lay.num_gpus == 16384
+    err = est.mfu / 0.38 - 1
+    assert TOL < abs(err) <= 0.30, err
+
+
 # ZeRO (Rajbhandari et al. 2020) section 3.1 / Figure 1: 7.5B parameters, 64-way data parallel, model states per GPU.
 @pytest.mark.parametrize("stage,published_gb", [(0, 120.0), (1, 31.4), (2, 16.6), (3, 1.9)])
 def test_zero_7_5b_model_states_per_gpu(stage, published_gb):

@@ -65,7 +65,8 @@ def register(app: typer.Typer) -> None:
         num_gpus: int = typer.Option(1, "--num-gpus"),
         tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree (multi-GPU)."),
         pp: int = typer.Option(1, "--pp", help="Pipeline-parallel degree (multi-GPU)."),
-        dp: int = typer.Option(None, "--dp", help="Data-parallel degree (default: num-gpus / (tp x pp))."),
+        dp: int = typer.Option(None, "--dp", help="Data-parallel degree (default: num-gpus / (tp x pp x cp))."),
+        cp: int = typer.Option(1, "--cp", help="Context-parallel degree (long sequences; Megatron-style plans)."),
         zero: int = typer.Option(0, "--zero", help="ZeRO stage 0-3 over the data-parallel group."),
         fsdp: bool = typer.Option(False, "--fsdp", help="FSDP full shard (= ZeRO-3)."),
         framework: str = typer.Option(None, "--framework", help="hf (PyTorch DDP / FSDP2 of a transformers model, "
@@ -97,7 +98,7 @@ def register(app: typer.Typer) -> None:
             return
         if framework not in (None, "hf", "megatron"):
             raise UserError(f"--framework must be hf or megatron, got '{framework}'.")
-        pure_dp = tp == 1 and pp == 1 and zero == 0 and not search and (dp is None or dp == num_gpus)
+        pure_dp = tp == 1 and pp == 1 and cp == 1 and zero == 0 and not search and (dp is None or dp == num_gpus)
         if framework == "hf" or (framework is None and pure_dp):
             if tp > 1 or pp > 1 or zero:
                 raise UserError("--framework hf plans DDP or FSDP (--fsdp) over --num-gpus; TP/PP/ZeRO layouts "
@@ -112,20 +113,23 @@ def register(app: typer.Typer) -> None:
             raise UserError("--precision: multi-GPU plans model Megatron-style bf16 mixed precision; use amp-bf16.")
         if num_gpus <= 0:
             raise UserError(f"--num-gpus must be a positive integer, got {num_gpus}.")
+        if cp <= 0:
+            raise UserError(f"--cp must be a positive integer, got {cp}.")
         if dp is None:
-            if num_gpus % (tp * pp):
-                raise UserError(f"--tp x --pp ({tp} x {pp}) must divide --num-gpus ({num_gpus}).")
-            dp = num_gpus // (tp * pp)
-        if tp * pp * dp != num_gpus:
-            raise UserError(f"--tp x --pp x --dp ({tp} x {pp} x {dp}) must equal --num-gpus ({num_gpus}).")
+            if num_gpus % (tp * pp * cp):
+                raise UserError(f"--tp x --pp x --cp ({tp} x {pp} x {cp}) must divide --num-gpus ({num_gpus}).")
+            dp = num_gpus // (tp * pp * cp)
+        if tp * pp * dp * cp != num_gpus:
+            raise UserError(f"--tp x --pp x --dp x --cp ({tp} x {pp} x {dp} x {cp}) must equal --num-gpus "
+                            f"({num_gpus}).")
         gb = global_batch or micro_batch * grad_accum * dp
         if search:
             _search(m, hw, num_gpus, gb, seq, gpus_per_node, as_json)
             return
         from gpuscope.estimate.parallel import Layout, estimate_parallel, to_estimate
 
-        lay = Layout(tp=tp, pp=pp, dp=dp, micro_batch=micro_batch, global_batch=gb, zero=3 if fsdp else zero,
-                     sp=sp, virtual=virtual, recompute=recompute)
+        lay = Layout(tp=tp, pp=pp, dp=dp, cp=cp, micro_batch=micro_batch, global_batch=gb,
+                     zero=3 if fsdp else zero, sp=sp, virtual=virtual, recompute=recompute)
         pe = estimate_parallel(m, hw, lay, seq=seq, gpus_per_node=gpus_per_node)
         est = to_estimate(pe, m, hw, seq)
         typer.echo(to_json_text(est)) if as_json else render(est, _console())

@@ -64,10 +64,11 @@ class Layout:
     sp: bool = False  # sequence parallelism with tensor parallelism (Korthikanti et al. 2022)
     virtual: int = 1  # interleaved pipeline: model chunks per GPU
     recompute: str = "full"  # "none", "selective", "full"
+    cp: int = 1  # context parallelism: each rank holds s/cp tokens of every sequence (Llama 3 section 3.3.2)
 
     @property
     def num_gpus(self) -> int:
-        return self.tp * self.pp * self.dp
+        return self.tp * self.pp * self.dp * self.cp
 
     @property
     def micro_batches(self) -> int:
@@ -76,7 +77,7 @@ class Layout:
 
 
 def check_layout(m: ModelSpec, lay: Layout) -> None:
-    for name in ("tp", "pp", "dp", "micro_batch", "global_batch", "virtual"):
+    for name in ("tp", "pp", "dp", "cp", "micro_batch", "global_batch", "virtual"):
         v = getattr(lay, name)
         if not isinstance(v, int) or v <= 0:
             raise UserError(f"--{name.replace('_', '-')} must be a positive integer, got {v!r}.")
@@ -87,6 +88,8 @@ def check_layout(m: ModelSpec, lay: Layout) -> None:
     if lay.global_batch % (lay.dp * lay.micro_batch):
         raise UserError(f"the global batch ({lay.global_batch}) must be a multiple of dp x micro-batch "
                         f"({lay.dp} x {lay.micro_batch}).")
+    if m.max_position_embeddings % (2 * lay.cp) and lay.cp > 1:
+        raise UserError(f"--cp ({lay.cp}): the sequence ({m.max_position_embeddings}) must split into 2 x cp chunks.")
     if lay.zero not in (0, 1, 2, 3):
         raise UserError(f"--zero must be 0, 1, 2 or 3, got {lay.zero}.")
     if lay.recompute not in ("none", "selective", "full"):
@@ -121,14 +124,17 @@ def parallel_memory(m: ModelSpec, lay: Layout, states: str = "megatron", flash: 
                     p_stage: float | None = None) -> dict[str, float]:
     p_stage = _stage_params(m, lay) if p_stage is None else p_stage
     b = STATE_BYTES[states]
-    dp = lay.dp
+    dp = lay.dp * lay.cp  # ZeRO shards over every rank holding the same parameters
     model_states = {
         "parameters": p_stage * b["param"] / (dp if lay.zero >= 3 else 1),
         "gradients": p_stage * b["grad"] / (dp if lay.zero >= 2 else 1),
         "optimizer_states": p_stage * b["optimizer"] / (dp if lay.zero >= 1 else 1),
     }
-    s, h, a = m.max_position_embeddings, m.hidden_size, m.num_heads
-    return model_states | _activation_memory(m, lay, s, h, a, flash)
+    s, h, a = m.max_position_embeddings // lay.cp, m.hidden_size, m.num_heads
+    out = model_states | _activation_memory(m, lay, s, h, a, flash)
+    if lay.cp > 1:  # the all-gathered K and V of the full sequence for the layer being computed
+        out["cp_gathered_kv"] = 2 * lay.micro_batch * m.max_position_embeddings * m.kv_dim / lay.tp * 2.0
+    return out
 
 
 def _activation_memory(m: ModelSpec, lay: Layout, s: int, h: int, a: int, flash: bool) -> dict[str, float]:
@@ -189,12 +195,15 @@ class Planner:
             self._stage[(tp, pp)] = _stage_params(self.m, Layout(tp=tp, pp=pp))
         return self._stage[(tp, pp)]
 
-    def layer_costs(self, t: int, b: int, sp: bool) -> tuple[float, float, float, float]:
-        """(forward seconds of one layer, its attention core, one TP all-reduce, LM head fwd+bwd) per micro-batch."""
-        key = (t, b, sp)
+    def layer_costs(self, t: int, b: int, sp: bool, cp: int = 1) -> tuple[float, float, float, float, float]:
+        """(forward seconds of one layer, its attention core, one TP all-reduce, LM head fwd+bwd, one CP K/V
+        all-gather) per micro-batch. With context parallelism each rank holds s/cp tokens (load-balanced causal
+        chunks) and its queries attend the whole gathered sequence: 1/cp of the attention work."""
+        key = (t, b, sp, cp)
         if key in self._layer:
             return self._layer[key]
-        m, s = self.m, self.s
+        m, s_full = self.m, self.s
+        s = s_full // cp
         h, a, V = m.hidden_size, m.num_heads, m.vocab_size
         ffn = m.intermediate_size
         tok = b * s
@@ -206,7 +215,7 @@ class Planner:
         rep = (1.0 / t) if sp else 1.0
         if self.attention == "flash":
             # causal flash attention: half the pairs, no s^2 tensor in memory (Dao 2022), at the SDPA rate
-            attn = 2.0 * b * s * s * m.q_dim / t / (tflops * 1e12 * ATTN_GEMM_EFFICIENCY)
+            attn = 2.0 * b * s * s_full * m.q_dim / t / (tflops * 1e12 * ATTN_GEMM_EFFICIENCY)
         else:
             # Megatron 2021-22: QK^T and PV as batched GEMMs over all s^2 pairs, then scaled-masked softmax and
             # dropout over b x (a/t) x s^2 (read 2, write 2, mask 1, dropout output 2 bytes)
@@ -217,7 +226,9 @@ class Planner:
         fwd_layer = gemm + attn + ew_bytes / (bw * FUSED_BW_FRACTION)
         allreduce = self.coll("all_reduce", tok * h * 2.0, t) if t > 1 else 0.0
         head = 3.0 * _gemm_s(tok, V // t, h, tflops, sms) + 3 * 4.0 * tok * V / t * 2 / (bw * FUSED_BW_FRACTION)
-        self._layer[key] = (fwd_layer, attn, allreduce, head)
+        # CP (all-gather based, as Llama 3 runs it): K and V of the full sequence gathered before attention
+        kv_gather = self.coll("all_gather", 2 * b * s_full * m.kv_dim / t * 2.0, cp) if cp > 1 else 0.0
+        self._layer[key] = (fwd_layer, attn, allreduce, head, kv_gather)
         return self._layer[key]
 
     def estimate(self, lay: Layout, check: bool = True) -> ParallelEstimate:
@@ -226,30 +237,34 @@ class Planner:
         m, s = self.m, self.s
         h, L = m.hidden_size, m.num_layers
         t, p, b = lay.tp, lay.pp, lay.micro_batch
-        fwd_layer, attn_core, allreduce, head_mb = self.layer_costs(t, b, lay.sp)
+        fwd_layer, attn_core, allreduce, head_mb, kv_gather = self.layer_costs(t, b, lay.sp, lay.cp)
         # TP: 2 all-reduces forward and 2 backward (with SP: all-gather + reduce-scatter, the same bytes), 2 more
         # when the forward is recomputed. Recompute: full = the forward again; selective = the attention core.
         full = lay.recompute == "full"
         tp_comm = allreduce * (6 if full else 4)
+        # CP: the K/V all-gather forward (again if recomputed) and the matching reduce-scatter of their gradients
+        tp_comm += kv_gather * (3 if full else 2)
         recomputed = fwd_layer if full else (attn_core if lay.recompute == "selective" else 0.0)
         layers_per_stage = -(-L // p)  # the busiest stage when p does not divide L (Llama 3 405B: 126 over 16)
         slot = layers_per_stage * (3.0 * fwd_layer + recomputed + tp_comm) + head_mb  # the last stage has the head
-        p2p = self.coll("send_recv", b * s * h * 2.0, 2, 1) if p > 1 else 0.0
+        p2p = self.coll("send_recv", b * s // lay.cp * h * 2.0, 2, 1) if p > 1 else 0.0
         mbs = lay.micro_batches
         slots = mbs + (p - 1) / lay.virtual
         pipeline = slots * (slot + 2 * p2p)
         # ---- data parallel gradient reduction and ZeRO parameter gathers ----
         p_stage = self.stage_params(t, p)
         dp_comm = 0.0
-        if lay.dp > 1:
+        replicas = lay.dp * lay.cp  # context-parallel ranks hold the same parameters: gradients reduce over both
+        if replicas > 1:
             per_node = _dp_per_node(lay, self.topo)
-            dp_comm = self.coll("all_reduce" if lay.zero < 2 else "reduce_scatter", p_stage * 2.0, lay.dp, per_node)
+            op = "all_reduce" if lay.zero < 2 else "reduce_scatter"
+            dp_comm = self.coll(op, p_stage * 2.0, replicas, per_node)
             if lay.zero >= 1:  # updated parameters gathered back after the sharded optimizer step
-                dp_comm += self.coll("all_gather", p_stage * 2.0, lay.dp, per_node)
+                dp_comm += self.coll("all_gather", p_stage * 2.0, replicas, per_node)
             if lay.zero == 3:  # gathered before every micro-batch's forward and backward
-                dp_comm += 2 * mbs * self.coll("all_gather", p_stage * 2.0, lay.dp, per_node)
+                dp_comm += 2 * mbs * self.coll("all_gather", p_stage * 2.0, replicas, per_node)
         # optimizer: read 18 and write 16 bytes per (sharded) parameter
-        optimizer = p_stage * (18 + 16) / (lay.dp if lay.zero >= 1 else 1) / self.bw
+        optimizer = p_stage * (18 + 16) / (replicas if lay.zero >= 1 else 1) / self.bw
         step = pipeline + dp_comm + optimizer
         mem = parallel_memory(m, lay, states=self.states, flash=self.attention == "flash", p_stage=p_stage)
         peak = sum(mem.values())
@@ -279,7 +294,7 @@ def estimate_parallel(m: ModelSpec, hw, lay: Layout, seq: int | None = None, gpu
 def _dp_per_node(lay: Layout, topo) -> int:
     """Data-parallel ranks sharing a node: TP (and PP) groups are packed into nodes first (Megatron's rank order)."""
     inner = lay.tp * lay.pp
-    return max(1, min(lay.dp, topo.gpus_per_node // inner)) if inner < topo.gpus_per_node else 1
+    return max(1, min(lay.dp * lay.cp, topo.gpus_per_node // inner)) if inner < topo.gpus_per_node else 1
 
 
 def megatron_table1_flops(B: int, s: int, L: int, h: int, V: int) -> float:
@@ -295,7 +310,7 @@ def to_estimate(pe: ParallelEstimate, m: ModelSpec, hw, seq: int) -> Estimate:
     overheads = runtime_overheads(pe.peak_bytes)
     est = Estimate(
         kind="train", model=m.name, hardware=hw.key,
-        inputs=dict(num_gpus=lay.num_gpus, tp=lay.tp, pp=lay.pp, dp=lay.dp, zero=lay.zero, sp=lay.sp,
+        inputs=dict(num_gpus=lay.num_gpus, tp=lay.tp, pp=lay.pp, dp=lay.dp, cp=lay.cp, zero=lay.zero, sp=lay.sp,
                     virtual=lay.virtual, micro_batch=lay.micro_batch, global_batch=lay.global_batch, seq=seq,
                     recompute=lay.recompute, micro_batches_per_step=lay.micro_batches, framework="megatron"),
         fits=pe.fits, peak_bytes_per_gpu=pe.peak_bytes, breakdown_bytes=dict(pe.memory_bytes),
