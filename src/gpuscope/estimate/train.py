@@ -97,7 +97,7 @@ def estimate_train(m: ModelSpec, hw, *, micro_batch: int, seq: int, precision: s
     pc = count_params(m)
     P = pc.total
     T = micro_batch * seq
-    V, h = m.vocab_size, m.hidden_size
+    V = m.vocab_size
 
     if fsdp:
         mem = fsdp_train_memory(m, pc, num_gpus=num_gpus, micro_batch=micro_batch, seq=seq, optimizer=optimizer,
