@@ -93,7 +93,7 @@ def launch_bound(s: dict, t: dict = THRESHOLDS) -> Finding | None:
         {"idle_fraction": idle, "kernel_count": n, "kernel_mean_us": kmean * 1e6, "gap_mean_us": gap * 1e6,
          "host_us_per_kernel": host_per_kernel * 1e6, "busy_s": s["busy_s"], "wall_s": s["wall_s"]},
         "Remove the per-kernel host cost: capture the step in CUDA graphs (torch.compile(mode='reduce-overhead'); "
-        "for HF generate a static KV cache, cache_implementation='static', i.e. --engine hf-graph), and/or raise "
+        "for HF generate a static KV cache, cache_implementation='static', i.e. --engine hf-graph, or gpuscope's gs-graph loop), and/or raise "
         "the batch so each kernel does more work for the same launch cost.",
         f"the step can fall towards the GPU's busy time: up to {speedup:.1f}x faster "
         f"({s['wall_s'] * 1e3:.1f} -> {s['busy_s'] * 1e3:.1f} ms); a larger batch raises tokens/s at nearly the "
