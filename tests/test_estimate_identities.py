@@ -149,3 +149,13 @@ def test_fsdp_limits_are_user_errors():
     with pytest.raises(UserError, match="fsdp"):
         estimate_train(load_model("gpt2"), H100, micro_batch=1, seq=128, num_gpus=2, strategy="fsdp",
                        precision="fp32")
+
+
+def test_gemma2_eager_attention_keeps_the_s2_scores():
+    """Gemma-2's soft-capping has no SDPA path in transformers: prefill materialises b x heads x s^2 scores."""
+    g = load_model("gemma-2-9b")
+    assert g.eager_attention and not load_model("llama-3.1-8b").eager_attention
+    short = estimate_infer(g, H100, batch=1, prompt=2048, gen=8).breakdown_bytes["activations"]
+    long_ = estimate_infer(g, H100, batch=1, prompt=8192, gen=8).breakdown_bytes["activations"]
+    scores = 16 * 8192 * 8192 * (2 * 2 + 4 + 2)  # heads x s^2 x (scores, soft-capped, fp32 softmax, probs)
+    assert long_ >= scores and long_ > 10 * short

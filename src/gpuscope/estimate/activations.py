@@ -108,6 +108,8 @@ def hf_layer_saved_bytes(m: ModelSpec, batch: int, seq: int, precision: str, moe
             attn += tokens * 3 * q_dim * act_b  # c_attn output, split into strided views copied by SDPA
     if precision == "fp32":  # SDPA math path: softmax probabilities saved (b x heads x s x s fp32)
         attn += batch * m.num_heads * seq * seq * 4.0
+    elif m.eager_attention:  # eager attention: tanh soft-cap output (16 bit), fp32 softmax output, 16-bit probs
+        attn += batch * m.num_heads * seq * seq * (2.0 + 4.0 + 2.0)
     if moe and m.moe:
         e = m.moe
         routed = tokens * e.experts_per_token

@@ -85,6 +85,8 @@ def prefill_activation_bytes(m: ModelSpec, batch: int, prompt: int, act_b: float
     n_mlp = 3 if m.gated_mlp else 2
     mlp = t * (2 * h + n_mlp * mlp_width) * act_b
     attn = t * (2 * h + 6 * q) * act_b
+    if m.eager_attention:  # scores, soft-capped scores, fp32 softmax and 16-bit probabilities of one layer
+        attn += batch * m.num_heads / tp * prompt * prompt * (2 * act_b + 4 + act_b)
     norm = t * h * (act_b + 3 * 4)
     return {"mlp": mlp, "attention": attn, "norm": norm}
 

@@ -96,7 +96,15 @@ def layer_ops(m: ModelSpec, tokens: int, ctx: int, new: int, act_b: float, w_b: 
     pairs = batch * (new * past + new * (new + 1) / 2)  # (query, key) pairs
     attn_flops = 2.0 * pairs * m.num_heads * ((k_dim + v_dim) / max(1, m.num_kv_heads if not m.mla else m.num_heads))
     attn_bytes = (tokens * q_dim + batch * ctx * (k_dim + v_dim) + tokens * q_dim) * act_b
-    ops.append(Op("attention", "attention", attn_flops, attn_bytes, 1, count))
+    if m.eager_attention:
+        # eager attention computes every (query, key) pair as two batched GEMMs and runs the soft-cap, mask,
+        # fp32 softmax and cast over b x heads x new x ctx scores: ~24 bytes of traffic per score, 9 kernels
+        scores = batch * m.num_heads * new * ctx
+        attn_flops = 2.0 * scores * ((k_dim + v_dim) / max(1, m.num_kv_heads))
+        ops.append(Op("attention_scores_eager", "elementwise", 0.0, 24.0 * scores, 9, count))
+        ops.append(Op("attention", "matmul", attn_flops, attn_bytes, 2, count))
+    else:
+        ops.append(Op("attention", "attention", attn_flops, attn_bytes, 1, count))
     ops.append(_ew("attn_out_transpose", tokens * q_dim if not m.mla else tokens * v_dim, 2 * act_b, 1, count))
     ops.append(_mm("o_proj", tokens, h, v_dim if m.mla else q_dim, act_b, w_b, count))
     ops.append(_ew("residual_add", tokens * h, 2 * stream_b + act_b, 1, count))

@@ -118,6 +118,9 @@ def spec_from_config(cfg: dict, name: str = "", source: str = "") -> ModelSpec:
         kw["qkv_bias"] = bool(cfg.get("qkv_bias", True))  # Qwen2MoeAttention reads config.qkv_bias; o_proj none
     if family == "gemma2":
         kw["norms_per_layer"] = 4  # input, post_attention, pre_feedforward, post_feedforward
+        # attention logit soft-capping has no SDPA kernel: transformers runs eager attention (q k^T, tanh
+        # soft-cap, fp32 softmax, p v), materialising b x heads x s^2 scores
+        kw["eager_attention"] = True
     if family in ("gemma", "gemma2"):
         kw["activation"] = str(cfg.get("hidden_activation") or cfg.get("hidden_act") or "gelu_pytorch_tanh")
 

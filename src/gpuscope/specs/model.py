@@ -57,6 +57,7 @@ class ModelSpec:
     parallel_residual: bool = False  # GPT-NeoX, GPT-J: attention and MLP read the same input
     sliding_window: int | None = None
     sliding_window_layers: int = 0  # how many layers use the window (0 when sliding_window is None)
+    eager_attention: bool = False  # transformers has no SDPA path (Gemma-2's logit soft-capping): s^2 scores in memory
     moe: MoESpec | None = None
     moe_layers: tuple[int, ...] = ()  # indices of layers whose MLP is MoE
     mla: MLASpec | None = None
