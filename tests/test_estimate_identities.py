@@ -159,3 +159,19 @@ def test_gemma2_eager_attention_keeps_the_s2_scores():
     long_ = estimate_infer(g, H100, batch=1, prompt=8192, gen=8).breakdown_bytes["activations"]
     scores = 16 * 8192 * 8192 * (2 * 2 + 4 + 2)  # heads x s^2 x (scores, soft-capped, fp32 softmax, probs)
     assert long_ >= scores and long_ > 10 * short
+
+
+def test_recommend_train_ranks_fitting_configurations():
+    from gpuscope.explain.recommend import recommend_train
+
+    m = load_model("llama-3.1-8b")
+    choices = recommend_train(m, H200, seq=2048)
+    assert choices and all(c.required_bytes <= H200.device_total_bytes for c in choices)
+    speeds = [c.tokens_per_s for c in choices]
+    assert max(speeds) == pytest.approx(speeds[0], rel=0.02)  # first is the fastest, up to the 2% tie band
+    for c in choices:
+        est = estimate_train(m, H200, micro_batch=c.micro_batch, seq=2048, precision=c.precision,
+                             optimizer=c.optimizer, recompute=c.recompute, grad_accum=c.grad_accum)
+        assert est.fits and est.throughput["tokens_per_s"] == pytest.approx(c.tokens_per_s)
+    with pytest.raises(UserError):
+        recommend_train(load_model("llama-3.1-405b"), H100, seq=8192)

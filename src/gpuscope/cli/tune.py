@@ -163,4 +163,40 @@ def register(app: typer.Typer) -> None:
         res["model"] = name
         _emit(res, as_json, markdown, precision_markdown, render_precision)
 
+    @tune.command("plan")
+    def plan_cmd(
+        model: str = typer.Option(..., "--model", help="Preset name, config.json, or a directory holding one."),
+        gpu: str = typer.Option(..., "--gpu", help="Catalog name or alias, or a hardware TOML."),
+        seq: int = typer.Option(2048, "--seq"),
+        tokens_per_step: int = typer.Option(None, "--tokens-per-step", help="Tokens per optimizer step to keep "
+                                            "(gradient accumulation fills it; default seq x max micro-batch)."),
+        max_micro_batch: int = typer.Option(64, "--max-micro-batch"),
+        as_json: bool = typer.Option(False, "--json"),
+    ) -> None:
+        """Planner-only: the single-GPU training configurations that fit, fastest first (no GPU needed)."""
+        import json
+
+        from rich.console import Console
+        from rich.table import Table
+
+        from gpuscope.explain.recommend import recommend_train
+        from gpuscope.specs.hardware import load_hardware
+        from gpuscope.specs.models import load_model
+
+        m, hw = load_model(model), load_hardware(gpu)
+        choices = recommend_train(m, hw, seq=seq, tokens_per_step=tokens_per_step, max_micro_batch=max_micro_batch)
+        if as_json:
+            typer.echo(json.dumps({"schema": "gpuscope.recommend/1", "model": m.name, "hardware": hw.key, "seq": seq,
+                                   "ranked": [c.to_json() for c in choices]}, indent=2))
+            return
+        t = Table(title=f"{m.name} on {hw.name}, seq {seq}: configurations that fit, fastest first",
+                  header_style="bold")
+        for c in ("#", "precision", "optimizer", "recompute", "micro-batch", "accum", "tok/s", "MFU", "GiB"):
+            t.add_column(c, justify="right")
+        for i, c in enumerate(choices, 1):
+            t.add_row(str(i), c.precision, c.optimizer, c.recompute, str(c.micro_batch), str(c.grad_accum),
+                      f"{c.tokens_per_s:,.0f}", f"{c.mfu:.1%}", f"{c.required_bytes / 2**30:.1f}")
+        console = Console()
+        (console if console.is_terminal else Console(width=160)).print(t)
+
     app.add_typer(tune)

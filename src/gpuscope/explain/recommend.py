@@ -1,0 +1,69 @@
+"""Recommend a single-GPU training configuration from the planner: every combination of precision, optimizer,
+activation recomputation and micro-batch that fits, ranked by tokens per second (ties: AMP before pure bf16 for its
+fp32 master weights, fused AdamW before 8-bit, when within 2%). Gradient accumulation keeps the requested tokens
+per step.
+
+The planner models Hugging Face eager training (estimate/train.py, validated on an H200); the recommendation is
+what that runtime can do without code changes. torch.compile and fused kernels (Liger, FlashAttention-3) would
+change the time ranking, not the memory feasibility, and are left to `gpuscope tune` measurements.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpuscope.errors import UserError
+from gpuscope.estimate.train import estimate_train
+
+PRECISIONS = ("amp-bf16", "bf16")
+OPTIMIZERS = ("adamw", "adamw-8bit")
+RECOMPUTE = ("none", "full")
+
+
+@dataclass(frozen=True)
+class Choice:
+    precision: str
+    optimizer: str
+    recompute: str
+    micro_batch: int
+    grad_accum: int
+    tokens_per_s: float
+    step_s: float
+    mfu: float
+    peak_bytes: float
+    required_bytes: float
+
+    def to_json(self) -> dict:
+        return dict(self.__dict__)
+
+
+def recommend_train(m, hw, *, seq: int, tokens_per_step: int | None = None, max_micro_batch: int = 64,
+                    top: int = 10) -> list[Choice]:
+    if seq <= 0 or max_micro_batch <= 0:
+        raise UserError("--seq and --max-micro-batch must be positive integers.")
+    mbs = [b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256) if b <= max_micro_batch]
+    target = tokens_per_step or seq * max(mbs)
+    out: list[Choice] = []
+    for precision in PRECISIONS:
+        if not hw.supports("bf16"):
+            break
+        for optimizer in OPTIMIZERS:
+            for recompute in RECOMPUTE:
+                for mb in mbs:
+                    accum = max(1, target // (mb * seq))
+                    est = estimate_train(m, hw, micro_batch=mb, seq=seq, precision=precision, optimizer=optimizer,
+                                         recompute=recompute, grad_accum=accum)
+                    if not est.fits:
+                        break  # a larger micro-batch needs more memory still
+                    out.append(Choice(precision, optimizer, recompute, mb, accum,
+                                      est.throughput["tokens_per_s"], est.time["step_s"], est.mfu,
+                                      est.peak_bytes_per_gpu, est.required_bytes))
+    if not out:
+        raise UserError(f"no single-GPU configuration of {m.name} at --seq {seq} fits {hw.name}; see "
+                        "`gpuscope doctor train ... --plan-only` for multi-GPU levers.")
+    prefer = {("amp-bf16", "adamw"): 0, ("amp-bf16", "adamw-8bit"): 1, ("bf16", "adamw"): 2, ("bf16", "adamw-8bit"): 3}
+    best = max(c.tokens_per_s for c in out)
+    # within 2% of each other counts as a tie: then the simpler, safer setup first
+    out.sort(key=lambda c: (-int(c.tokens_per_s / best * 50), prefer[(c.precision, c.optimizer)],
+                            c.recompute != "none", -c.tokens_per_s))
+    return out[:top]
