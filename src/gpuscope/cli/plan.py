@@ -77,6 +77,8 @@ def register(app: typer.Typer) -> None:
                                          "micro-batch x grad-accum x dp)."),
         gpus_per_node: int = typer.Option(None, "--gpus-per-node"),
         search: bool = typer.Option(False, "--search", help="Rank every layout of --num-gpus by tokens/s."),
+        db: str = typer.Option(None, "--db", help="Results database whose `bench collectives` rows (this GPU) "
+                               "replace the datasheet link bandwidths of multi-GPU plans."),
         ops: bool = typer.Option(False, "--ops", help="Show the per-operation breakdown (one GPU)."),
         calibrated: bool = typer.Option(False, "--calibrated", help=CALIBRATED_HELP),
         as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
@@ -96,6 +98,10 @@ def register(app: typer.Typer) -> None:
                                  fused=fused, num_gpus=num_gpus, with_ops=ops)
             typer.echo(to_json_text(est)) if as_json else render(est, _console(), show_ops=ops)
             return
+        if db:
+            from gpuscope.explain.measured_links import with_measured_links
+
+            hw, _links = with_measured_links(hw, db)
         if framework not in (None, "hf", "megatron"):
             raise UserError(f"--framework must be hf or megatron, got '{framework}'.")
         pure_dp = tp == 1 and pp == 1 and cp == 1 and zero == 0 and not search and (dp is None or dp == num_gpus)
