@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from gpuscope.errors import UserError
 from gpuscope.estimate import ops as opsmod
+from gpuscope.estimate.comm import collective_time, topology_for
 from gpuscope.estimate.dtypes import check_dtype, compute_dtype, nbytes, quantized_weight_bytes_per_param
 from gpuscope.estimate.params import count_params
 from gpuscope.estimate.result import Estimate
@@ -217,13 +218,12 @@ def _memory(m: ModelSpec, batch: int, prompt: int, gen: int, dtype: str, kv_dtyp
 
 
 def _tp_comm_s(m: ModelSpec, hw, tp: int, tokens: int, act_b: float) -> float:
-    """Two all-reduces of the hidden state per layer (Megatron TP): ring time 2(n-1)/n x bytes / link + latency."""
+    """Two all-reduces of the hidden state per layer (Megatron-style TP), timed by the collective model over the
+    device's topology (comm.py: nccl-tests ring bus bandwidth, per-step latency; measured links where given)."""
     if tp == 1:
         return 0.0
-    link = (hw.interconnect_gbs_bidir or 64.0) / 2 * 1e9 * 0.8  # one direction, 80% achievable (nccl-tests busbw)
-    nbytes_ = tokens * m.hidden_size * act_b
-    per = 2 * (tp - 1) / tp * nbytes_ / link + 10e-6
-    return 2 * m.num_layers * per
+    topo = topology_for(hw, tp)
+    return 2 * m.num_layers * collective_time("all_reduce", tokens * m.hidden_size * act_b, tp, topo)
 
 
 def max_fit(m: ModelSpec, hw, batch: int, prompt: int, gen: int, dtype: str, kv_dtype: str, act_b: float,
