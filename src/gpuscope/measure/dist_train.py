@@ -51,7 +51,7 @@ import torch.distributed as dist
 from gpuscope.measure.device import Device, is_oom, summarize
 from gpuscope.measure.dist_case import STRATEGIES, check_case, parse_case, read_case  # noqa: F401  (re-exported)
 from gpuscope.measure.llm_infer import _release, build_model, case_config, model_bytes, vocab_size
-from gpuscope.measure.llm_train import (PRECISIONS, _enable_recompute, _grad_bytes, _state_bytes,
+from gpuscope.measure.llm_train import (PRECISIONS, _enable_recompute, step_functions,
                                         matmul_settings)
 
 SCHEMA = "gpuscope.dist/1"
@@ -221,29 +221,8 @@ def train_dist(case: dict, dev: Device, state: dict) -> tuple[dict, dict]:
     shared.update({"optimizer": "adamw", "optimizer_fused": fused, "grad_scaler": scaler is not None})
     batches = iter(make_batches(vocab_size(config), B, S, warmup + 1 + steps, seed, rank, dev))
 
-    def autocast():
-        return torch.autocast(device_type=dev.type, dtype=ac_dtype) if ac_dtype else contextlib.nullcontext()
-
     stage = ["warmup"]
-
-    def forward():
-        state["phase"] = f"{stage[0]}/forward"
-        ids = next(batches)
-        with autocast():
-            return wrapped(input_ids=ids, labels=ids, use_cache=False).loss
-
-    def backward(loss):
-        state["phase"] = f"{stage[0]}/backward"
-        (scaler.scale(loss) if scaler else loss).backward()
-
-    def opt_step():
-        state["phase"] = f"{stage[0]}/optimizer"
-        if scaler:
-            scaler.step(opt)
-            scaler.update()
-        else:
-            opt.step()
-        opt.zero_grad(set_to_none=True)
+    forward, backward, opt_step = step_functions(wrapped, opt, scaler, ac_dtype, dev, batches, state, stage)
 
     for _ in range(warmup):
         loss = forward()

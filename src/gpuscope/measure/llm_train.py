@@ -85,6 +85,44 @@ def matmul_settings() -> dict:
     }
 
 
+class _Autocast:
+    """torch.autocast for the device, or nothing for full-precision runs."""
+
+    def __init__(self, dev: Device, dtype):
+        self.dev, self.dtype = dev, dtype
+
+    def __call__(self):
+        return torch.autocast(device_type=self.dev.type, dtype=self.dtype) if self.dtype else contextlib.nullcontext()
+
+
+def step_functions(model, opt, scaler, ac_dtype, dev: Device, batches, state: dict, stage: list):
+    """(forward, backward, optimizer step) of one training step, shared by the single-GPU and distributed
+    workloads. Each records its phase in ``state`` (for OOM results) as "<stage>/<phase>"; the forward drops the
+    model output (its logits) and returns only the loss."""
+    autocast = _Autocast(dev, ac_dtype)
+
+    def forward():
+        state["phase"] = f"{stage[0]}/forward"
+        ids = next(batches)
+        with autocast():
+            return model(input_ids=ids, labels=ids, use_cache=False).loss
+
+    def backward(loss):
+        state["phase"] = f"{stage[0]}/backward"
+        (scaler.scale(loss) if scaler else loss).backward()
+
+    def opt_step():
+        state["phase"] = f"{stage[0]}/optimizer"
+        if scaler:
+            scaler.step(opt)
+            scaler.update()
+        else:
+            opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return forward, backward, opt_step
+
+
 def run_train(case: dict) -> dict:
     dev = Device(pick_device(case.get("device")))
     state = {"phase": "setup"}
@@ -139,29 +177,8 @@ def _run_train(case: dict, dev: Device, state: dict) -> dict:
     batches = iter([torch.randint(0, vocab_size(config), (B, S), device=dev.torch_device)
                     for _ in range(warmup + 1 + steps)])
 
-    def autocast():
-        return torch.autocast(device_type=dev.type, dtype=ac_dtype) if ac_dtype else contextlib.nullcontext()
-
     stage = ["warmup"]  # phase names for OOM results: "<warmup|measure|timed>/<forward|backward|optimizer>"
-
-    def forward():
-        state["phase"] = f"{stage[0]}/forward"
-        ids = next(batches)
-        with autocast():
-            return model(input_ids=ids, labels=ids, use_cache=False).loss  # the output (logits) is dropped here
-
-    def backward(loss):
-        state["phase"] = f"{stage[0]}/backward"
-        (scaler.scale(loss) if scaler else loss).backward()
-
-    def opt_step():
-        state["phase"] = f"{stage[0]}/optimizer"
-        if scaler:
-            scaler.step(opt)
-            scaler.update()
-        else:
-            opt.step()
-        opt.zero_grad(set_to_none=True)
+    forward, backward, opt_step = step_functions(model, opt, scaler, ac_dtype, dev, batches, state, stage)
 
     for _ in range(warmup):
         loss = forward()
