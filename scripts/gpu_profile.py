@@ -11,7 +11,6 @@ Run on the GPU machine: PYTHONPATH=src python3 scripts/gpu_profile.py --out $OUT
 """
 
 import argparse
-import contextlib
 import json
 import statistics
 import time

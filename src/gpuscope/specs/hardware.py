@@ -25,7 +25,6 @@ Either may carry::
 from __future__ import annotations
 
 import copy
-import re
 import sys
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
