@@ -241,3 +241,28 @@ def test_doctor_plan_only_oom_markdown():
     assert rep["status"] == "planned" and rep["oom"]["tiers"]
     md = doctor_markdown(rep)
     assert "## Out of memory: levers ranked" in md and "ZeRO-3" in md and "tensor parallel" in md
+
+
+def test_doctor_callback_profiles_a_window_of_steps(tmp_path):
+    """The Trainer callback profiles steps [start, start + steps) of any loop and runs the doctor's rules."""
+    import json as _json
+
+    import torch
+
+    from gpuscope.explain.trainer_callback import DoctorCallback
+
+    cb = DoctorCallback(start_step=2, steps=3, device="cpu", report=str(tmp_path / "doctor.json"))
+    w = torch.randn(256, 256, requires_grad=True)
+    for _ in range(8):
+        cb.on_step_begin()
+        (torch.randn(64, 256) @ w).square().mean().backward()
+        cb.on_step_end()
+    cb.on_train_end()
+    assert cb.summary is not None and cb.summary["wall_s"] > 0
+    assert isinstance(cb.findings, list)
+    doc = _json.loads((tmp_path / "doctor.json").read_text())
+    assert doc["schema"] == "gpuscope.doctor/1" and doc["status"] == "ok"
+    from gpuscope.report.doctor_view import doctor_markdown
+
+    md = doctor_markdown(cb.report_dict())
+    assert md.startswith("# gpuscope doctor: trainer-callback - status ok") and "| steps | 3 " in md
