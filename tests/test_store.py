@@ -135,3 +135,30 @@ def test_migrations_run_in_order(tmp_path, monkeypatch):
     with Store.open(p) as st:
         assert st.schema_version == SCHEMA_VERSION + 1
         assert st.conn.execute("SELECT count(*), max(note) FROM measurements").fetchone()[:] == (1, None)
+
+
+def test_results_compare_puts_the_planner_beside_stored_h200_runs(tmp_path):
+    """Real H200 measurements (results/2026-11-29-h200) stored, then compared with the planner through the CLI."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from gpuscope.explain.compare import compare_record, hardware_for, read_records
+    from gpuscope.store.db import Store
+
+    recs = read_records(Path(__file__).resolve().parents[1] / "results" / "2026-11-29-h200" / "measurements.jsonl")
+    picked = [r for r in recs if r["case"]["kind"] == "train"][:1] + [r for r in recs if r["case"]["kind"] == "infer"][:1]
+    db = tmp_path / "r.sqlite"
+    with Store.open(db) as st:
+        for i, r in enumerate(picked):
+            st.put("run", f"k{i}", r["case"]["kind"], r["case_id"].split("#")[0], r["case"], r["result"],
+                   {"device_name": r["result"]["device_name"], "hostname": "h200"})
+    out = subprocess.run([sys.executable, "-m", "gpuscope", "results", "compare", "--db", str(db), "--json"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    rows = json.loads(out.stdout)["rows"]
+    expected = [row for r in picked for row in compare_record(r, hardware_for(r["result"]["device_name"]))]
+    assert len(rows) == len(expected) > 0
+    for got, exp in zip(sorted(rows, key=lambda x: (x["case"], x["metric"])),
+                        sorted(expected, key=lambda x: (x.case, x.metric))):
+        assert got["metric"] == exp.metric and got["error"] == pytest.approx(exp.error)

@@ -22,7 +22,8 @@ def _store(db: str | None):
 
 
 def register(app: typer.Typer) -> None:
-    res = typer.Typer(name="results", help="Stored measurements: list, show one, export CSV or JSON.",
+    res = typer.Typer(name="results", help="Stored measurements: list, show one, export CSV or JSON, compare with "
+                      "the planner.",
                       no_args_is_help=True)
 
     @res.command("list")
@@ -84,5 +85,58 @@ def register(app: typer.Typer) -> None:
                 raise UserError(f"--out '{out}' cannot be written ({exc.strerror}).") from None
         else:
             typer.echo(text, nl=False)
+
+    @res.command("compare")
+    def compare_cmd(
+        gpu: str = typer.Option(None, "--gpu", help="Hardware to plan for (default: each row's own device)."),
+        calibrated: bool = typer.Option(False, "--calibrated", help="Use `hardware calibrate --save` ceilings."),
+        as_json: bool = typer.Option(False, "--json"),
+        db: str = typer.Option(None, "--db", help=DB_HELP),
+    ) -> None:
+        """The planner beside every stored inference and training measurement: peak memory and time, with the
+        error of each (closing the loop between `gpuscope plan` and `gpuscope bench`)."""
+        from gpuscope.errors import UserError
+        from gpuscope.explain.compare import compare_record, hardware_for
+
+        with _store(db) as st:
+            rows = [r for r in st.list() if r["kind"] in ("infer", "train") and r.get("status") == "ok"]
+            full = [st.get(r["id"]) for r in rows]
+        out, skipped = [], []
+        for rec in full:
+            try:
+                if gpu:
+                    from gpuscope.specs.calibration import load_calibrated
+                    from gpuscope.specs.hardware import load_hardware
+
+                    hw = load_calibrated(gpu) if calibrated else load_hardware(gpu)
+                else:
+                    hw = hardware_for(rec.get("device_name") or "")
+                for row in compare_record({"case": rec["config"], "result": rec["result"],
+                                           "case_id": rec["name"]}, hw):
+                    out.append({"id": rec["id"], "case": row.case, "metric": row.metric,
+                                "estimated": row.estimated, "measured": row.measured, "error": row.error})
+            except UserError as exc:
+                skipped.append({"id": rec["id"], "why": str(exc)})
+        if as_json:
+            typer.echo(json.dumps({"schema": "gpuscope.results-compare/1", "rows": out, "skipped": skipped},
+                                  indent=1))
+            return
+        if not out and not skipped:
+            typer.echo("no inference or training measurements in the database yet; run `gpuscope bench infer|train`.")
+            return
+        from rich.console import Console
+        from rich.table import Table
+
+        t = Table(title="planner vs measured", header_style="bold")
+        for c in ("id", "case", "metric", "estimated", "measured", "error"):
+            t.add_column(c, justify="right" if c in ("id", "estimated", "measured", "error") else "left")
+        for r in out:
+            scale, unit = (2**30, " GiB") if r["metric"].endswith("bytes") else (1e-3, " ms")
+            t.add_row(str(r["id"]), r["case"], r["metric"], f"{r['estimated'] / scale:,.2f}{unit}",
+                      f"{r['measured'] / scale:,.2f}{unit}", f"{r['error']:+.1%}")
+        console = Console()
+        (console if console.is_terminal else Console(width=160)).print(t)
+        for sk in skipped:
+            typer.echo(f"skipped measurement {sk['id']}: {sk['why']}", err=True)
 
     app.add_typer(res)
