@@ -274,3 +274,10 @@ def test_nvml_sampler_without_nvml(monkeypatch):
         pass
     r = s.result()
     assert "pynvml" in r["unavailable"] and r["samples"] == [] and r["throttled"] is None
+
+
+def test_host_costs_on_this_machine():
+    from gpuscope.measure.calibrate import host_costs
+
+    c = host_costs("cpu")
+    assert 0 < c["host_launch_s"] < 1e-3 and c["host_forward_s"] >= 0 and c["host_step_s"] >= 0

@@ -175,3 +175,19 @@ def test_recommend_train_ranks_fitting_configurations():
         assert est.fits and est.throughput["tokens_per_s"] == pytest.approx(c.tokens_per_s)
     with pytest.raises(UserError):
         recommend_train(load_model("llama-3.1-405b"), H100, seq=8192)
+
+
+def test_measured_host_costs_drive_the_eager_engine(tmp_path):
+    from gpuscope.specs.hardware import load_hardware as load
+
+    toml = tmp_path / "fast_host.toml"
+    toml.write_text('base = "h200"\n[measured]\nhost_launch_s = 2e-6\nhost_forward_s = 1e-4\nhost_step_s = 1e-4\n')
+    m = load_model("llama-3.1-8b")
+    slow = estimate_infer(m, H200, batch=1, prompt=512, gen=32)
+    fast = estimate_infer(m, load(str(toml)), batch=1, prompt=512, gen=32)
+    assert fast.time["decode_host_s"] < slow.time["decode_host_s"] / 5
+    assert any("this machine" in a for a in fast.assumptions)
+    bad = tmp_path / "bad.toml"
+    bad.write_text('base = "h200"\n[measured]\nhost_launch_s = -1\n')
+    with pytest.raises(UserError, match="host_launch_s"):
+        load(str(bad))

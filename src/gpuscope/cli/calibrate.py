@@ -17,6 +17,8 @@ def register_calibrate(hw: typer.Typer) -> None:
         save: bool = typer.Option(False, "--save", help="Also save it where `gpuscope plan ... --calibrated` "
                                   "finds it (the data directory, one file per catalog device)."),
         quick: bool = typer.Option(False, "--quick/--thorough", help="A few shapes, or the full sweep (default)."),
+        host: bool = typer.Option(True, "--host/--no-host", help="Also measure this machine's eager host costs "
+                                  "(tiny models; the planner's launch-bound decode model uses them)."),
         dtype: list[str] = typer.Option(None, "--dtype", help="Matmul dtypes (default: all the device runs)."),
         device: str = typer.Option(None, "--device", help=DEVICE_HELP),
         db: str = typer.Option(None, "--db", help=DB_HELP),
@@ -43,7 +45,15 @@ def register_calibrate(hw: typer.Typer) -> None:
         from gpuscope.measure.micro import ceilings
 
         dev = Device(pick_device(device))
-        text = calibration_toml(dev.device_name(), dev.type, ceilings(holder["results"]), dev.total_memory(),
+        measured = ceilings(holder["results"])
+        if host:
+            from gpuscope.measure.calibrate import host_costs
+
+            costs = host_costs(device)
+            measured.update({k: v for k, v in costs.items() if k.startswith("host_") and k != "host_detail"})
+            typer.echo(f"host: {costs['host_launch_s'] * 1e6:.1f} us per kernel, {costs['host_step_s'] * 1e3:.2f} ms "
+                       "per generated token outside the model", err=True)
+        text = calibration_toml(dev.device_name(), dev.type, measured, dev.total_memory(),
                                 f"Mode: {'quick' if quick else 'sweep'}.")
         if save:
             import tomllib

@@ -28,7 +28,7 @@ from gpuscope.estimate.comm import collective_time, topology_for
 from gpuscope.estimate.dtypes import check_dtype, compute_dtype, nbytes, quantized_weight_bytes_per_param
 from gpuscope.estimate.params import count_params
 from gpuscope.estimate.result import Estimate
-from gpuscope.estimate.roofline import ENGINES, forward_time, sm_count
+from gpuscope.estimate.roofline import ENGINES, engine_for, forward_time, sm_count
 from gpuscope.estimate.runtime import CUBLAS_WORKSPACE_BYTES, runtime_overheads
 from gpuscope.specs.model import ModelSpec
 
@@ -119,7 +119,7 @@ def estimate_infer(m: ModelSpec, hw, *, batch: int, prompt: int, gen: int, dtype
     fits = peak + sum(overheads.values()) <= hw.device_total_bytes
 
     # ---- time ----------------------------------------------------------------------------------------------
-    eng = ENGINES[engine]
+    eng = engine_for(engine, hw)
     graph = engine == "graph"
     w_b = (quantized_weight_bytes_per_param(dtype, m.hidden_size) if dtype in ("int8", "int4") else nbytes(dtype))
     kv_b = nbytes(kv_dtype)
@@ -130,7 +130,7 @@ def estimate_infer(m: ModelSpec, hw, *, batch: int, prompt: int, gen: int, dtype
     pre_ops = opsmod.forward_ops(m, batch, prompt, 0, act_b, w_b, act_b, head_tokens=batch,
                                  hf_cache_cat=not graph, head_w_b=act_b)
     # transformers compiles only the decode step (static cache); the prefill forward runs eagerly in both engines.
-    pre_wall, pre_gpu, pre_host, pre_times = forward_time(pre_ops, tflops, bw, ENGINES["eager"], sms, False,
+    pre_wall, pre_gpu, pre_host, pre_times = forward_time(pre_ops, tflops, bw, engine_for("eager", hw), sms, False,
                                                           m.head_dim)
     mid_past = prompt + (gen - 1) / 2.0
     dec_ops = opsmod.forward_ops(m, batch, 1, int(round(mid_past)), act_b, w_b, act_b, head_tokens=batch,
@@ -174,7 +174,8 @@ def estimate_infer(m: ModelSpec, hw, *, batch: int, prompt: int, gen: int, dtype
     )
     est.assumptions = [
         f"engine {engine}: host {eng.launch_s * 1e6:.1f} us/kernel, {eng.step_s * 1e3:.1f} ms/token outside the model"
-        " (measured on the lent H200's host; a faster or slower CPU scales them)",
+        + (" (this machine's, from the hardware TOML)" if (getattr(hw, "measured", None) or {}).get("host_launch_s")
+           else " (the lent H200 host's; `gpuscope hardware calibrate` measures yours)"),
         f"achievable {tflops / tp:.0f} TFLOP/s ({cdt}) and {bw / tp:.0f} GB/s per GPU",
         f"decode is {bound}-bound: GPU {dec_gpu * 1e3:.2f} ms vs host {(dec_host + eng.step_s) * 1e3:.2f} ms per step",
         f"weights read per decode step: {weights_read / 1e9:.2f} GB",

@@ -82,6 +82,21 @@ ENGINES = {
 }
 
 
+def engine_for(name: str, hw) -> EngineModel:
+    """The engine's host costs, with this machine's measured ones (`gpuscope hardware calibrate`: host_launch_s,
+    host_forward_s, host_step_s, host_setup_s in the hardware TOML's [measured] table) where present."""
+    from dataclasses import replace
+
+    eng = ENGINES[name]
+    m = getattr(hw, "measured", None) or {}
+    over = {}
+    if name == "eager":
+        over = {f: float(m[k]) for f, k in (("launch_s", "host_launch_s"), ("forward_s", "host_forward_s"))
+                if m.get(k)}
+    over |= {f: float(m[k]) for f, k in (("step_s", "host_step_s"), ("setup_s", "host_setup_s")) if m.get(k)}
+    return replace(eng, **over) if over else eng
+
+
 def sm_count(hw_key: str) -> int | None:
     k = hw_key.lower()
     for name, n in SM_COUNT.items():

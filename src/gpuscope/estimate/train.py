@@ -22,12 +22,11 @@ from gpuscope.estimate.memory_train import (OFFLOAD, OPTIMIZERS, PRECISIONS, REC
                                             fsdp_train_memory, precision_bytes, train_memory)
 from gpuscope.estimate.params import count_params
 from gpuscope.estimate.result import Estimate
-from gpuscope.estimate.roofline import ENGINES, forward_time, sm_count
+from gpuscope.estimate.roofline import engine_for, forward_time, sm_count
 from gpuscope.estimate.runtime import runtime_overheads
 from gpuscope.specs.hardware_template import typical_h2d_gbs
 from gpuscope.specs.model import ModelSpec
 
-TRAIN_ENGINE = ENGINES["eager"]
 # DeepSpeed's CPU-Adam updates about 4 billion parameters per second on a two-socket server (ZeRO-Offload,
 # Ren et al. 2021: 0.2-0.3 s per step for 1B parameters). Rough: host CPUs differ widely.
 CPU_ADAM_PARAMS_PER_S = 4e9
@@ -120,13 +119,14 @@ def estimate_train(m: ModelSpec, hw, *, micro_batch: int, seq: int, precision: s
     # ---- time --------------------------------------------------------------------------------------------------
     tflops = hw.achievable_tflops(cdt)
     bw = hw.achievable_bw_gbs()
+    train_engine = engine_for("eager", hw)
     sms = sm_count(hw.key)
     fwd_ops = opsmod.forward_ops(m, micro_batch, seq, 0, act_b, act_b, stream_b, head_tokens=T, hf_cache_cat=False)
     fwd_ops.append(opsmod.Op("loss_log_softmax", "elementwise", 0.0, 20.0 * T * V, 6))
-    f_wall, f_gpu, f_host, f_times = forward_time(fwd_ops, tflops, bw, TRAIN_ENGINE, sms, False, m.head_dim)
+    f_wall, f_gpu, f_host, f_times = forward_time(fwd_ops, tflops, bw, train_engine, sms, False, m.head_dim)
     bwd_ops = [opsmod.Op(o.name + "_bwd", o.kind, o.flops * (2.5 if o.kind == "attention" else 2.0),
                          o.bytes * 2.0, o.kernels * 2, o.count, o.matmul_shape) for o in fwd_ops]
-    b_wall, b_gpu, b_host, b_times = forward_time(bwd_ops, tflops, bw, TRAIN_ENGINE, sms, False, m.head_dim)
+    b_wall, b_gpu, b_host, b_times = forward_time(bwd_ops, tflops, bw, train_engine, sms, False, m.head_dim)
     micro_gpu = f_gpu + b_gpu + (f_gpu if full else 0.0)
     micro_host = f_host + b_host + (f_host if full else 0.0)
     micro_s = max(micro_gpu, micro_host)
@@ -137,7 +137,7 @@ def estimate_train(m: ModelSpec, hw, *, micro_batch: int, seq: int, precision: s
     else:
         opt_bytes = {"adamw": 7, "adam": 7, "sgd": 5}[optimizer] * P * w_b
     cast_bytes = 12.0 * (P - pc.embedding) if (amp and offload == "none") else 0.0
-    foreach_launch_s = 0.0 if fused else 12 * m.num_layers * 12 * TRAIN_ENGINE.launch_s  # ~12 lists x 12 tensors
+    foreach_launch_s = 0.0 if fused else 12 * m.num_layers * 12 * train_engine.launch_s  # ~12 lists x 12 tensors
     opt_s = opt_bytes / (bw * 1e9) + foreach_launch_s
     offload_s = 0.0
     if offload != "none":

@@ -87,7 +87,8 @@ def calibration_toml(device_name: str, device_type: str, measured: dict, total_m
         lines += [f"source = {_s('not in the catalog: every peak and the bandwidth are the rates measured by gpuscope hardware calibrate at ' + when + ', not datasheet figures')}",
                   'efficiency_source = "1.0: the peaks are measured rates"']
     lines += ["", "[measured]"]
-    for k in ("memory_bw_gbs", "h2d_gbs", "d2h_gbs"):
+    for k in ("memory_bw_gbs", "h2d_gbs", "d2h_gbs", "host_launch_s", "host_forward_s", "host_step_s",
+              "host_setup_s"):
         if measured.get(k):
             lines.append(f"{k} = {_f(measured[k])}")
     if mm:
@@ -110,3 +111,26 @@ def calibrate(dev_name: str | None = None, mode: str = "quick", dtypes=None, on_
             on_result(c, r)
     text = calibration_toml(dev.device_name(), dev.type, ceilings(results), dev.total_memory(), f"Mode: {mode}.")
     return text, results
+
+
+def host_costs(device: str | None = None) -> dict:
+    """This machine's eager host costs for the planner's engine model (estimate/roofline.EngineModel), measured on
+    tiny Llama models whose GPU work is negligible (measure/host_overhead.py): the host time of one decoder layer
+    divided by the kernels the planner counts in it gives host_launch_s; the per-forward intercept less its
+    kernels gives host_forward_s; generate's per-token extra gives host_step_s."""
+    from gpuscope.estimate import ops as opsmod
+    from gpuscope.measure.device import Device, pick_device
+    from gpuscope.measure.host_overhead import TINY, measure_family
+    from gpuscope.specs.hf_config import spec_from_config
+
+    dev = Device(pick_device(device))
+    r = measure_family("llama", dev, layers=(2, 4, 8), iters=30)
+    spec1 = spec_from_config(dict(TINY["llama"], num_hidden_layers=1))
+    spec2 = spec_from_config(dict(TINY["llama"], num_hidden_layers=2))
+    k1 = sum(o.kernels * o.count for o in opsmod.forward_ops(spec1, 1, 1, 16, 2.0, 2.0, 2.0, head_tokens=1))
+    k2 = sum(o.kernels * o.count for o in opsmod.forward_ops(spec2, 1, 1, 16, 2.0, 2.0, 2.0, head_tokens=1))
+    per_layer_kernels = k2 - k1
+    other_kernels = k1 - per_layer_kernels
+    launch = max(r["layer_s"], 0.0) / per_layer_kernels
+    return {"host_launch_s": launch, "host_forward_s": max(0.0, r["forward_s"] - other_kernels * launch),
+            "host_step_s": max(0.0, r["generate_step_s"]), "host_detail": r}

@@ -22,7 +22,11 @@ _KNOWN_KEYS = {
     "device_total_bytes", "measured", "peak_tflops",
 }
 _PEAK_KEY = re.compile(r"^[a-z0-9]+(_[a-z0-9]+)*_(tflops|tops)(_dense)?$")
-_MEASURED_NUMBERS = ("memory_bw_gbs", "h2d_gbs", "d2h_gbs")
+_MEASURED_NUMBERS = (
+    "memory_bw_gbs", "h2d_gbs", "d2h_gbs",  # ceilings (gpuscope hardware calibrate)
+    "intra_gbs", "inter_gbs", "allreduce_busbw_gbs", "intra_latency_s", "inter_latency_s",  # links (comm.py)
+    "host_launch_s", "host_forward_s", "host_step_s", "host_setup_s",  # eager host costs (roofline.EngineModel)
+)
 
 
 def _norm(name: str) -> str:
