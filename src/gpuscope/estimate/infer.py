@@ -178,8 +178,16 @@ def estimate_infer(m: ModelSpec, hw, *, batch: int, prompt: int, gen: int, dtype
            else " (the lent H200 host's; `gpuscope hardware calibrate` measures yours)"),
         f"achievable {tflops / tp:.0f} TFLOP/s ({cdt}) and {bw / tp:.0f} GB/s per GPU",
         f"decode is {bound}-bound: GPU {dec_gpu * 1e3:.2f} ms vs host {(dec_host + eng.step_s) * 1e3:.2f} ms per step",
-        f"weights read per decode step: {weights_read / 1e9:.2f} GB",
+        f"weights per GPU: {weights_read / 1e9:.2f} GB"
+        + (" (a MoE decode step reads only the experts its tokens are routed to)" if m.is_moe else
+           " (all read once per decode step)"),
     ] + ([note_ctx] if note_ctx else [])
+    if m.mla:
+        a = m.mla
+        latent = (a.kv_lora_rank + a.qk_rope_head_dim) / (m.kv_cache_elems_per_token() / m.num_layers)
+        est.assumptions.append(
+            f"KV cache as transformers keeps MLA: per-head K and V; engines that cache the {a.kv_lora_rank}+"
+            f"{a.qk_rope_head_dim} latent (vLLM, SGLang, FlashMLA) need {latent:.1%} of it")
     est.limits = max_fit(m, hw, batch, prompt, gen, dtype, kv_dtype, act_b, tp, engine == "graph")
     est.verdict, est.suggestions = verdict_infer(est, m, hw, dtype, tp)
     if with_ops:
