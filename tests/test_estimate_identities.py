@@ -191,3 +191,16 @@ def test_measured_host_costs_drive_the_eager_engine(tmp_path):
     bad.write_text('base = "h200"\n[measured]\nhost_launch_s = -1\n')
     with pytest.raises(UserError, match="host_launch_s"):
         load(str(bad))
+
+
+def test_mla_latent_cache_is_kv_lora_plus_rope_per_token():
+    """DeepSeek-V2 section 2.1: MLA caches (d_c + d_h^R) elements per token per layer: 512 + 64 for V3."""
+    m = load_model("deepseek-v3")
+    full = estimate_infer(m, H200, batch=8, prompt=4096, gen=64, num_gpus=8, tp=8, dtype="fp8")
+    lat = estimate_infer(m, H200, batch=8, prompt=4096, gen=64, num_gpus=8, tp=8, dtype="fp8", mla_cache="latent")
+    tokens = 8 * 4096
+    assert lat.breakdown_bytes["kv_cache"] == pytest.approx(tokens * (512 + 64) * 61 * 1)  # fp8, replicated per rank
+    assert full.breakdown_bytes["kv_cache"] == pytest.approx(tokens * 128 * (192 + 128) * 61 / 8)
+    assert lat.limits["max_batch"] > full.limits["max_batch"]
+    with pytest.raises(UserError, match="MLA"):
+        estimate_infer(load_model("llama-3.1-8b"), H200, batch=1, prompt=16, gen=4, mla_cache="latent")

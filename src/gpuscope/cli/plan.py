@@ -37,6 +37,8 @@ def register(app: typer.Typer) -> None:
         engine: str = typer.Option("eager", "--engine", help="eager (plain HF generate) | graph (CUDA graphs)."),
         num_gpus: int = typer.Option(1, "--num-gpus"),
         tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree."),
+        mla_cache: str = typer.Option("full", "--mla-cache", help="MLA models: full (per-head K/V, as transformers "
+                                      "caches) or latent (vLLM/SGLang/FlashMLA: the compressed latent)."),
         ops: bool = typer.Option(False, "--ops", help="Show the per-operation breakdown."),
         calibrated: bool = typer.Option(False, "--calibrated", help=CALIBRATED_HELP),
         as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
@@ -47,7 +49,8 @@ def register(app: typer.Typer) -> None:
         from gpuscope.specs.models import load_model
 
         est = estimate_infer(load_model(model), _hardware(gpu, calibrated), batch=batch, prompt=prompt, gen=gen,
-                             dtype=dtype, kv_dtype=kv_dtype, engine=engine, num_gpus=num_gpus, tp=tp, with_ops=ops)
+                             dtype=dtype, kv_dtype=kv_dtype, engine=engine, num_gpus=num_gpus, tp=tp, with_ops=ops,
+                             mla_cache=mla_cache)
         typer.echo(to_json_text(est)) if as_json else render(est, _console(), show_ops=ops)
 
     @plan.command("train")

@@ -63,7 +63,10 @@ def weight_bytes(m: ModelSpec, dtype: str, tp: int = 1) -> dict[str, float]:
 
 def kv_cache_bytes(m: ModelSpec, batch: int, tokens: int, kv_dtype: str, tp: int = 1) -> float:
     per_layer_full = m.kv_cache_elems_per_token() / m.num_layers
-    kv_shard = max(1, min(tp, m.num_kv_heads)) if not m.mla else tp
+    if m.mla_latent_cache:
+        kv_shard = 1  # the shared latent is replicated on every tensor-parallel rank
+    else:
+        kv_shard = max(1, min(tp, m.num_kv_heads)) if not m.mla else tp
     full_layers = m.num_layers - m.sliding_window_layers
     window_tokens = min(tokens, m.sliding_window) if m.sliding_window else tokens
     elems = per_layer_full * (full_layers * tokens + m.sliding_window_layers * window_tokens)
@@ -94,7 +97,7 @@ def prefill_activation_bytes(m: ModelSpec, batch: int, prompt: int, act_b: float
 
 def estimate_infer(m: ModelSpec, hw, *, batch: int, prompt: int, gen: int, dtype: str = "bf16",
                    kv_dtype: str | None = None, engine: str = "eager", num_gpus: int = 1, tp: int = 1,
-                   with_ops: bool = False) -> Estimate:
+                   with_ops: bool = False, mla_cache: str = "full") -> Estimate:
     _positive("batch", batch)
     _positive("prompt", prompt)
     _positive("gen", gen)
@@ -103,6 +106,14 @@ def estimate_infer(m: ModelSpec, hw, *, batch: int, prompt: int, gen: int, dtype
     if engine not in ENGINES:
         raise UserError(f"--engine must be one of {', '.join(ENGINES)}, got '{engine}'.")
     check_tp(m, tp, num_gpus)
+    if mla_cache not in ("full", "latent"):
+        raise UserError(f"--mla-cache must be full or latent, got '{mla_cache}'.")
+    if mla_cache == "latent":
+        if not m.mla:
+            raise UserError(f"--mla-cache latent applies to MLA models (DeepSeek-V2/V3); {m.name} has none.")
+        from dataclasses import replace as _replace
+
+        m = _replace(m, mla_latent_cache=True)
     cdt = compute_dtype(dtype)
     if not hw.supports(cdt):
         raise UserError(f"--dtype {dtype} needs {cdt} compute, which {hw.name} does not support.")
@@ -182,7 +193,7 @@ def estimate_infer(m: ModelSpec, hw, *, batch: int, prompt: int, gen: int, dtype
         + (" (a MoE decode step reads only the experts its tokens are routed to)" if m.is_moe else
            " (all read once per decode step)"),
     ] + ([note_ctx] if note_ctx else [])
-    if m.mla:
+    if m.mla and not m.mla_latent_cache:
         a = m.mla
         latent = (a.kv_lora_rank + a.qk_rope_head_dim) / (m.kv_cache_elems_per_token() / m.num_layers)
         est.assumptions.append(

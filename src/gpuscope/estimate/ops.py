@@ -72,6 +72,11 @@ def layer_ops(m: ModelSpec, tokens: int, ctx: int, new: int, act_b: float, w_b: 
                     act_b, w_b, count),
                 _ew("mla_split_rope_cat", tokens * m.num_heads * (2 * qk), 4 * act_b, 14, count)]
         q_dim, k_dim, v_dim = m.num_heads * qk, m.num_heads * qk, m.num_heads * a.v_head_dim
+        if m.mla_latent_cache:
+            # absorbed MLA (DeepSeek-V2 section 2.1.2): W_UK folds into the query and W_UV into the output, so
+            # attention reads the shared latent (kv_lora + rope per token, one "head") and every head's scores
+            # run over kv_lora + rope dims and its values over kv_lora dims
+            k_dim, v_dim = a.kv_lora_rank + a.qk_rope_head_dim, 0
     else:
         q_dim, k_dim, v_dim = m.q_dim, m.kv_dim, m.kv_dim
         if cast:
@@ -95,6 +100,8 @@ def layer_ops(m: ModelSpec, tokens: int, ctx: int, new: int, act_b: float, w_b: 
     past = ctx - new
     pairs = batch * (new * past + new * (new + 1) / 2)  # (query, key) pairs
     attn_flops = 2.0 * pairs * m.num_heads * ((k_dim + v_dim) / max(1, m.num_kv_heads if not m.mla else m.num_heads))
+    if m.mla and m.mla_latent_cache:
+        attn_flops = 2.0 * pairs * m.num_heads * (2 * m.mla.kv_lora_rank + m.mla.qk_rope_head_dim)
     attn_bytes = (tokens * q_dim + batch * ctx * (k_dim + v_dim) + tokens * q_dim) * act_b
     if m.eager_attention:
         # eager attention computes every (query, key) pair as two batched GEMMs and runs the soft-cap, mask,

@@ -58,6 +58,7 @@ class ModelSpec:
     sliding_window: int | None = None
     sliding_window_layers: int = 0  # how many layers use the window (0 when sliding_window is None)
     eager_attention: bool = False  # transformers has no SDPA path (Gemma-2's logit soft-capping): s^2 scores in memory
+    mla_latent_cache: bool = False  # MLA served as vLLM/SGLang/FlashMLA do: cache the latent, absorb W_UK/W_UV
     moe: MoESpec | None = None
     moe_layers: tuple[int, ...] = ()  # indices of layers whose MLP is MoE
     mla: MLASpec | None = None
@@ -95,6 +96,8 @@ class ModelSpec:
         """
         if self.mla:
             m = self.mla
+            if self.mla_latent_cache:  # one shared latent + decoupled rope key per token (DeepSeek-V2 sec. 2.1)
+                return (m.kv_lora_rank + m.qk_rope_head_dim) * self.num_layers
             per_layer = self.num_heads * (m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim)
             return per_layer * self.num_layers
         return 2 * self.num_kv_heads * self.head_dim * self.num_layers
