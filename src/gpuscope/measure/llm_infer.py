@@ -171,17 +171,23 @@ METRIC_FORMULAS = {
 }
 
 
-def run_infer(case: dict) -> dict:
+def run_as_result(body, case: dict) -> dict:
+    """Run ``body(case, dev, state)`` on the case's device; an out-of-memory error becomes a result recording the
+    phase it happened in (``state["phase"]``) and the peak reached; anything else propagates."""
     dev = Device(pick_device(case.get("device")))
     state = {"phase": "setup"}
     try:
-        return _run_infer(case, dev, state)
-    except Exception as e:  # OOM is a result, anything else propagates
+        return body(case, dev, state)
+    except Exception as e:
         if not is_oom(e):
             raise
         res = oom_result(dev, state["phase"], e)
     _release(dev)
     return res
+
+
+def run_infer(case: dict) -> dict:
+    return run_as_result(_run_infer, case)
 
 
 def _cache_kwarg(model) -> str:

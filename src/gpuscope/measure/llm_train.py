@@ -24,8 +24,8 @@ import warnings
 
 import torch
 
-from gpuscope.measure.device import Device, is_oom, oom_result, pick_device, summarize
-from gpuscope.measure.llm_infer import _release, build_model, case_config, model_bytes, vocab_size
+from gpuscope.measure.device import Device, summarize
+from gpuscope.measure.llm_infer import _release, build_model, case_config, model_bytes, run_as_result, vocab_size
 
 PRECISIONS = {  # name -> (parameter dtype, autocast dtype or None)
     "amp-bf16": (torch.float32, torch.bfloat16),
@@ -124,16 +124,7 @@ def step_functions(model, opt, scaler, ac_dtype, dev: Device, batches, state: di
 
 
 def run_train(case: dict) -> dict:
-    dev = Device(pick_device(case.get("device")))
-    state = {"phase": "setup"}
-    try:
-        return _run_train(case, dev, state)
-    except Exception as e:  # OOM is a result, anything else propagates
-        if not is_oom(e):
-            raise
-        res = oom_result(dev, state["phase"], e)
-    _release(dev)
-    return res
+    return run_as_result(_run_train, case)
 
 
 def _run_train(case: dict, dev: Device, state: dict) -> dict:
