@@ -6,10 +6,9 @@ from typing import List, Optional
 
 import typer
 
-from gpuscope.cli.compare import (DB_HELP, GPU_HELP, MEASURED_HELP, MODEL_HELP, NO_DB_HELP, PRICES_HELP, econ_from,
-                                  emit, gather_measured, gpus_from)
-from gpuscope.estimate.cost import (DEFAULT_HOURS_PER_YEAR, DEFAULT_PUE, DEFAULT_USD_PER_KWH, DEFAULT_UTILISATION,
-                                    DEFAULT_YEARS, IDLE_FRACTION)
+from gpuscope.cli.compare import (GPU_HELP, MODEL_HELP, OPT_DB, OPT_ELECTRICITY, OPT_HOURS_PER_YEAR,
+                                  OPT_IDLE_FRACTION, OPT_MARKDOWN, OPT_MEASURED, OPT_NO_DB, OPT_PRICES, OPT_PUE,
+                                  OPT_UTILISATION, OPT_YEARS, econ_from, emit, gather_measured, gpus_from)
 
 
 def _constraints(budget, max_power_w, max_ttft_ms, max_tpot_ms, min_tokens_per_s, stack, min_memory_gb, objective,
@@ -69,18 +68,18 @@ def register(app: typer.Typer) -> None:
         min_memory_gb: Optional[float] = typer.Option(None, "--min-memory-gb", help="Minimum memory per card."),
         objective: str = typer.Option("cost", "--objective", help="cost | speed | efficiency"),
         pricing: str = typer.Option("own", "--pricing", help="own (purchase + energy) | cloud ($/GPU-hour)"),
-        electricity: float = typer.Option(DEFAULT_USD_PER_KWH, "--electricity", help="USD per kWh."),
-        pue: float = typer.Option(DEFAULT_PUE, "--pue"),
-        hours_per_year: float = typer.Option(DEFAULT_HOURS_PER_YEAR, "--hours-per-year"),
-        years: float = typer.Option(DEFAULT_YEARS, "--years"),
-        utilisation: float = typer.Option(DEFAULT_UTILISATION, "--utilisation"),
-        idle_fraction: float = typer.Option(IDLE_FRACTION, "--idle-fraction"),
-        prices: Optional[str] = typer.Option(None, "--prices", help=PRICES_HELP),
-        measured: Optional[str] = typer.Option(None, "--measured", help=MEASURED_HELP),
-        db: Optional[str] = typer.Option(None, "--db", help=DB_HELP),
-        no_db: bool = typer.Option(False, "--no-db", help=NO_DB_HELP),
+        electricity: float = OPT_ELECTRICITY,
+        pue: float = OPT_PUE,
+        hours_per_year: float = OPT_HOURS_PER_YEAR,
+        years: float = OPT_YEARS,
+        utilisation: float = OPT_UTILISATION,
+        idle_fraction: float = OPT_IDLE_FRACTION,
+        prices: Optional[str] = OPT_PRICES,
+        measured: Optional[str] = OPT_MEASURED,
+        db: Optional[str] = OPT_DB,
+        no_db: bool = OPT_NO_DB,
         as_json: bool = typer.Option(False, "--json", help="Print JSON (schema gpuscope.advise/1)."),
-        as_md: bool = typer.Option(False, "--markdown", help="Print Markdown."),
+        as_md: bool = OPT_MARKDOWN,
     ) -> None:
         """Inference: which hardware, with what dtype and how many cards, and why."""
         from gpuscope.explain.compare_hw import InferWorkload
@@ -111,18 +110,18 @@ def register(app: typer.Typer) -> None:
         min_memory_gb: Optional[float] = typer.Option(None, "--min-memory-gb"),
         objective: str = typer.Option("cost", "--objective", help="cost | speed | efficiency"),
         pricing: str = typer.Option("own", "--pricing", help="own | cloud"),
-        electricity: float = typer.Option(DEFAULT_USD_PER_KWH, "--electricity"),
-        pue: float = typer.Option(DEFAULT_PUE, "--pue"),
-        hours_per_year: float = typer.Option(DEFAULT_HOURS_PER_YEAR, "--hours-per-year"),
-        years: float = typer.Option(DEFAULT_YEARS, "--years"),
-        utilisation: float = typer.Option(DEFAULT_UTILISATION, "--utilisation"),
-        idle_fraction: float = typer.Option(IDLE_FRACTION, "--idle-fraction"),
-        prices: Optional[str] = typer.Option(None, "--prices", help=PRICES_HELP),
-        measured: Optional[str] = typer.Option(None, "--measured", help=MEASURED_HELP),
-        db: Optional[str] = typer.Option(None, "--db", help=DB_HELP),
-        no_db: bool = typer.Option(False, "--no-db", help=NO_DB_HELP),
+        electricity: float = OPT_ELECTRICITY,
+        pue: float = OPT_PUE,
+        hours_per_year: float = OPT_HOURS_PER_YEAR,
+        years: float = OPT_YEARS,
+        utilisation: float = OPT_UTILISATION,
+        idle_fraction: float = OPT_IDLE_FRACTION,
+        prices: Optional[str] = OPT_PRICES,
+        measured: Optional[str] = OPT_MEASURED,
+        db: Optional[str] = OPT_DB,
+        no_db: bool = OPT_NO_DB,
         as_json: bool = typer.Option(False, "--json", help="Print JSON (schema gpuscope.advise/1)."),
-        as_md: bool = typer.Option(False, "--markdown", help="Print Markdown."),
+        as_md: bool = OPT_MARKDOWN,
     ) -> None:
         """Training on one card: which hardware fits and trains cheapest, fastest or most efficiently."""
         from gpuscope.explain.compare_hw import TrainWorkload

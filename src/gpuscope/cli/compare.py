@@ -18,6 +18,20 @@ DB_HELP = ("Results database to take measured numbers from (rows of the same wor
            "the store's default path ($GPUSCOPE_DB, else $XDG_DATA_HOME/gpuscope/results.sqlite) if that file exists.")
 NO_DB_HELP = "Do not read measured numbers from any results database."
 
+# Options every compare/advise command shares (one definition of their defaults and help).
+OPT_ELECTRICITY = typer.Option(DEFAULT_USD_PER_KWH, "--electricity", help="USD per kWh.")
+OPT_PUE = typer.Option(DEFAULT_PUE, "--pue", help="Power usage effectiveness (1.2-1.5 typical).")
+OPT_HOURS_PER_YEAR = typer.Option(DEFAULT_HOURS_PER_YEAR, "--hours-per-year")
+OPT_YEARS = typer.Option(DEFAULT_YEARS, "--years", help="TCO horizon and amortisation period.")
+OPT_UTILISATION = typer.Option(DEFAULT_UTILISATION, "--utilisation", help="Busy fraction of the hours.")
+OPT_IDLE_FRACTION = typer.Option(IDLE_FRACTION, "--idle-fraction", help="Idle power / TDP.")
+OPT_PRICES = typer.Option(None, "--prices", help=PRICES_HELP)
+OPT_MEASURED = typer.Option(None, "--measured", help=MEASURED_HELP)
+OPT_DB = typer.Option(None, "--db", help=DB_HELP)
+OPT_NO_DB = typer.Option(False, "--no-db", help=NO_DB_HELP)
+OPT_MARKDOWN = typer.Option(False, "--markdown", help="Print Markdown.")
+
+
 
 def _console():
     from rich.console import Console
@@ -167,18 +181,18 @@ def register(app: typer.Typer) -> None:
         kv_dtype: Optional[str] = typer.Option(None, "--kv-dtype"),
         engine: str = typer.Option("graph", "--engine", help="graph (default here: hardware-bound decode) | eager"),
         max_gpus: int = typer.Option(8, "--max-gpus", help="Most cards (tensor parallel) to try for a fit."),
-        electricity: float = typer.Option(DEFAULT_USD_PER_KWH, "--electricity", help="USD per kWh."),
-        pue: float = typer.Option(DEFAULT_PUE, "--pue", help="Power usage effectiveness (1.2-1.5 typical)."),
-        hours_per_year: float = typer.Option(DEFAULT_HOURS_PER_YEAR, "--hours-per-year"),
-        years: float = typer.Option(DEFAULT_YEARS, "--years", help="TCO horizon and amortisation period."),
-        utilisation: float = typer.Option(DEFAULT_UTILISATION, "--utilisation", help="Busy fraction of the hours."),
-        idle_fraction: float = typer.Option(IDLE_FRACTION, "--idle-fraction", help="Idle power / TDP."),
-        prices: Optional[str] = typer.Option(None, "--prices", help=PRICES_HELP),
-        measured: Optional[str] = typer.Option(None, "--measured", help=MEASURED_HELP),
-        db: Optional[str] = typer.Option(None, "--db", help=DB_HELP),
-        no_db: bool = typer.Option(False, "--no-db", help=NO_DB_HELP),
+        electricity: float = OPT_ELECTRICITY,
+        pue: float = OPT_PUE,
+        hours_per_year: float = OPT_HOURS_PER_YEAR,
+        years: float = OPT_YEARS,
+        utilisation: float = OPT_UTILISATION,
+        idle_fraction: float = OPT_IDLE_FRACTION,
+        prices: Optional[str] = OPT_PRICES,
+        measured: Optional[str] = OPT_MEASURED,
+        db: Optional[str] = OPT_DB,
+        no_db: bool = OPT_NO_DB,
         as_json: bool = typer.Option(False, "--json", help="Print JSON (schema gpuscope.compare/1)."),
-        as_md: bool = typer.Option(False, "--markdown", help="Print Markdown."),
+        as_md: bool = OPT_MARKDOWN,
     ) -> None:
         """Inference: fewest cards per dtype, TTFT, tokens/s, tokens/J, $ per 1M tokens, TCO."""
         from gpuscope.explain.compare_hw import InferWorkload, compare
@@ -208,18 +222,18 @@ def register(app: typer.Typer) -> None:
         offload: str = typer.Option("none", "--offload"),
         tokens: float = typer.Option(1e9, "--tokens", help="Token budget D for the 6ND cost (e.g. 1e9)."),
         num_gpus: int = typer.Option(1, "--num-gpus", help="Cards the budget runs on (data parallel)."),
-        electricity: float = typer.Option(DEFAULT_USD_PER_KWH, "--electricity", help="USD per kWh."),
-        pue: float = typer.Option(DEFAULT_PUE, "--pue"),
-        hours_per_year: float = typer.Option(DEFAULT_HOURS_PER_YEAR, "--hours-per-year"),
-        years: float = typer.Option(DEFAULT_YEARS, "--years"),
-        utilisation: float = typer.Option(DEFAULT_UTILISATION, "--utilisation"),
-        idle_fraction: float = typer.Option(IDLE_FRACTION, "--idle-fraction"),
-        prices: Optional[str] = typer.Option(None, "--prices", help=PRICES_HELP),
-        measured: Optional[str] = typer.Option(None, "--measured", help=MEASURED_HELP),
-        db: Optional[str] = typer.Option(None, "--db", help=DB_HELP),
-        no_db: bool = typer.Option(False, "--no-db", help=NO_DB_HELP),
+        electricity: float = OPT_ELECTRICITY,
+        pue: float = OPT_PUE,
+        hours_per_year: float = OPT_HOURS_PER_YEAR,
+        years: float = OPT_YEARS,
+        utilisation: float = OPT_UTILISATION,
+        idle_fraction: float = OPT_IDLE_FRACTION,
+        prices: Optional[str] = OPT_PRICES,
+        measured: Optional[str] = OPT_MEASURED,
+        db: Optional[str] = OPT_DB,
+        no_db: bool = OPT_NO_DB,
         as_json: bool = typer.Option(False, "--json", help="Print JSON (schema gpuscope.compare/1)."),
-        as_md: bool = typer.Option(False, "--markdown", help="Print Markdown."),
+        as_md: bool = OPT_MARKDOWN,
     ) -> None:
         """Training on one card: fit, tokens/s, MFU, energy, cost, and a 6ND token budget on N cards."""
         from gpuscope.explain.compare_hw import TrainWorkload, compare
