@@ -36,6 +36,7 @@ def main(argv=None) -> int:
                     help="start no case after this many seconds (default 540; run again to resume)")
     ap.add_argument("--resume-from", help="an earlier results file whose cases are copied into --out and skipped")
     ap.add_argument("--only", action="append", default=[], help="run only cases whose name contains this (repeatable)")
+    ap.add_argument("--skip", action="append", default=[], help="leave out cases whose name contains this (repeatable)")
     ap.add_argument("--retry-failed", action="store_true", help="run again cases recorded as error or timeout")
     ap.add_argument("--list", action="store_true", help="print the case ids and exit")
     a = ap.parse_args(argv)
@@ -43,6 +44,8 @@ def main(argv=None) -> int:
     cases = CASE_SETS[a.set]()
     if a.only:
         cases = [c for c in cases if any(s in case_name(c) for s in a.only)]
+    if a.skip:
+        cases = [c for c in cases if not any(s in case_name(c) for s in a.skip)]
     if a.list:
         for c in cases:
             print(case_id(c), json.dumps(c) if a.set != "smoke" else "")

@@ -19,7 +19,7 @@ import typer
 from gpuscope.errors import UserError
 
 BENCH_SCHEMA = "gpuscope.bench/1"
-ENGINES = ("hf-eager", "hf-graph", "gs-graph")
+ENGINES = ("hf-eager", "hf-graph", "gs-graph", "gs-compile")
 INFER_DTYPES = ("bf16", "fp16", "fp32")
 PRECISIONS = ("amp-bf16", "amp-fp16", "bf16", "fp32")
 RECOMPUTE = ("none", "full")
@@ -334,7 +334,7 @@ def register(app: typer.Typer) -> None:
         prompt: int = typer.Option(512, "--prompt", help="Prompt tokens per sequence."),
         gen: int = typer.Option(128, "--gen", help="Generated tokens per sequence (EOS disabled)."),
         dtype: str = typer.Option("bf16", "--dtype", help="bf16|fp16|fp32."),
-        engine: str = typer.Option("hf-eager", "--engine", help="hf-eager | hf-graph (static cache, compiled) | gs-graph (static cache, one CUDA graph per step)."),
+        engine: str = typer.Option("hf-eager", "--engine", help="hf-eager | hf-graph (static cache, compiled) | gs-graph (static cache, one CUDA graph per step) | gs-compile (gs-graph with the step compiled by torch.compile first)."),
         repeats: int = typer.Option(3, "--repeats", help="Timed generate calls (median)."),
         gpu: str = typer.Option(None, "--gpu", help=GPU_HELP),
         timeout: float = typer.Option(600, "--timeout", help="Seconds before the case is stopped."),

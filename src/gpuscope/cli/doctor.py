@@ -113,7 +113,7 @@ def register(app: typer.Typer) -> None:
         prompt: int = typer.Option(512, "--prompt", help="infer: prompt tokens."),
         gen: int = typer.Option(64, "--gen", help="infer: generated tokens."),
         dtype: str = typer.Option("bf16", "--dtype", help="infer: bf16|fp16|fp32."),
-        engine: str = typer.Option("hf-eager", "--engine", help="infer: hf-eager | hf-graph | gs-graph."),
+        engine: str = typer.Option("hf-eager", "--engine", help="infer: hf-eager | hf-graph | gs-graph | gs-compile."),
         micro_batch: int = typer.Option(1, "--micro-batch", help="train: micro-batch."),
         seq: int = typer.Option(2048, "--seq", help="train: tokens per sequence."),
         precision: str = typer.Option("amp-bf16", "--precision", help="train: amp-bf16|amp-fp16|bf16|fp32."),

@@ -99,12 +99,15 @@ def compare_record(rec: dict, hw: HardwareSpec) -> list[Row]:
     return rows
 
 
-def compare_file(path: str | Path, ceilings: dict | None = None) -> list[Row]:
+def compare_file(path: str | Path, ceilings: dict | None = None, gpu: str | None = None) -> list[Row]:
+    """Rows for every ok record; hardware = ``gpu`` (catalog name or a calibrated TOML) when given, else the catalog
+    entry of the device that ran."""
     rows: list[Row] = []
+    fixed = load_hardware(gpu) if gpu else None
     for rec in read_records(path):
         if rec.get("result", {}).get("status") != "ok":
             continue
-        hw = hardware_for(rec["result"].get("device_name", ""))
+        hw = fixed or hardware_for(rec["result"].get("device_name", ""))
         if ceilings:
             hw = calibrated(hw, ceilings.get("matmul_tflops"), ceilings.get("memory_bw_gbs"))
         rows += compare_record(rec, hw)

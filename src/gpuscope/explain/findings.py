@@ -78,34 +78,42 @@ def _sev(speedup: float) -> str:
 
 # --- rules -----------------------------------------------------------------------------------------------------
 def launch_bound(s: dict, t: dict = THRESHOLDS) -> Finding | None:
+    """The GPU idles between short kernels for reasons other than waiting on the data loader (that time is the
+    dataloader_stall finding's, and is taken out here so the two effects are not counted twice)."""
     if s.get("timeline") != "device_kernels":
         return None
-    idle, n, kmean, gap = (_num(s, k) for k in ("idle_fraction", "kernel_count", "kernel_mean_s", "gap_mean_s"))
-    if None in (idle, n, kmean, gap, _num(s, "wall_s"), _num(s, "busy_s")):
+    n, kmean, gap, busy = (_num(s, k) for k in ("kernel_count", "kernel_mean_s", "gap_mean_s", "busy_s"))
+    window = _num(s, "active_s") or _num(s, "wall_s")
+    if None in (n, kmean, gap, window, busy) or n == 0:
         return None
+    dl = _num(s, "dataloader_s") or 0.0
+    host = max(window - dl, busy)  # the window without the data wait
+    idle = 1.0 - busy / host if host > 0 else 0.0
     if idle < t["launch_idle_fraction"] or n < t["launch_min_kernels"] or kmean > t["launch_max_kernel_mean_s"] \
             or gap < kmean:
         return None
-    speedup = s["wall_s"] / max(s["busy_s"], 1e-12)
-    host_per_kernel = s["wall_s"] / n
+    speedup = host / max(busy, 1e-12)
+    ev = {"idle_fraction": idle, "kernel_count": n, "kernel_mean_us": kmean * 1e6, "gap_mean_us": gap * 1e6,
+          "host_us_per_kernel": host / n * 1e6, "busy_s": busy, "active_s": window}
+    if dl:
+        ev["dataloader_s_excluded"] = dl
     return Finding(
-        "launch_bound", "CPU/launch-bound: the GPU idles between small kernels", _sev(speedup),
-        {"idle_fraction": idle, "kernel_count": n, "kernel_mean_us": kmean * 1e6, "gap_mean_us": gap * 1e6,
-         "host_us_per_kernel": host_per_kernel * 1e6, "busy_s": s["busy_s"], "wall_s": s["wall_s"]},
+        "launch_bound", "CPU/launch-bound: the GPU idles between small kernels", _sev(speedup), ev,
         "Remove the per-kernel host cost: capture the step in CUDA graphs (torch.compile(mode='reduce-overhead'); "
-        "for HF generate a static KV cache, cache_implementation='static', i.e. --engine hf-graph, or gpuscope's gs-graph loop), and/or raise "
-        "the batch so each kernel does more work for the same launch cost.",
+        "for HF generate a static KV cache, cache_implementation='static', i.e. --engine hf-graph, or gpuscope's "
+        "gs-graph loop), and/or raise the batch so each kernel does more work for the same launch cost.",
         f"the step can fall towards the GPU's busy time: up to {speedup:.1f}x faster "
-        f"({s['wall_s'] * 1e3:.1f} -> {s['busy_s'] * 1e3:.1f} ms); a larger batch raises tokens/s at nearly the "
+        f"({host * 1e3:.1f} -> {busy * 1e3:.1f} ms); a larger batch raises tokens/s at nearly the "
         "same step time while launch-bound", speedup=speedup)
 
 
 def dataloader_stall(s: dict, t: dict = THRESHOLDS) -> Finding | None:
-    f, dl, wall = _num(s, "dataloader_fraction"), _num(s, "dataloader_s"), _num(s, "wall_s")
+    f, dl = _num(s, "dataloader_fraction"), _num(s, "dataloader_s")
+    wall = _num(s, "active_s") or _num(s, "wall_s")
     if f is None or dl is None or wall is None or f < t["dataloader_fraction"]:
         return None
     speedup = 1.0 / max(1e-9, 1.0 - f)
-    ev = {"dataloader_s": dl, "dataloader_fraction": f, "calls": s.get("dataloader_calls"), "wall_s": wall}
+    ev = {"dataloader_s": dl, "dataloader_fraction": f, "calls": s.get("dataloader_calls"), "active_s": wall}
     pageable = _num(s, "h2d", "pageable_count")
     if pageable:
         ev["h2d_pageable_copies"] = pageable

@@ -102,6 +102,10 @@ def h200_second_cases() -> list[dict]:
         infer_case("llama-3.1-8b", 1, 2048, 128, engine="hf-graph", repeats=3),
         infer_case("llama-3.2-1b", 1, 512, 128, engine="gs-graph", repeats=3),
         infer_case("llama-3.1-8b", 1, 2048, 128, engine="gs-graph", repeats=3),
+        infer_case("llama-3.2-1b", 1, 512, 128, engine="gs-compile", repeats=3),
+        infer_case("llama-3.1-8b", 1, 2048, 128, engine="gs-compile", repeats=3),
+        infer_case("llama-3.2-1b", 1, 512, 128, repeats=3),  # plain generate, the pair of the graph engines
+        infer_case("llama-3.1-8b", 1, 2048, 128, repeats=3),
         infer_case("mixtral-8x7b", 1, 1024, 16, repeats=3),
         infer_case("deepseek-v2-lite", 4, 1024, 16, repeats=3),
         infer_case("gemma-2b", 8, 2048, 32),

@@ -206,17 +206,18 @@ def _out_cache(out):
     raise RuntimeError("the model output carries no cache (use_cache=True was ignored)")
 
 
-ENGINES = ("hf-eager", "hf-graph", "gs-graph")
+ENGINES = ("hf-eager", "hf-graph", "gs-graph", "gs-compile")
 
 
 def _generate(model, ids, mask, n: int, engine: str = "hf-eager"):
     """hf-eager: plain generate (DynamicCache). hf-graph: a static KV cache, with which transformers compiles the
     decode step (torch.compile, mode "reduce-overhead": CUDA graphs) on CUDA devices. gs-graph: gpuscope's greedy
-    loop over a static cache with the decode step captured once as a CUDA graph (measure/graph_decode.py)."""
-    if engine == "gs-graph":  # gpuscope's own: static cache + the decode step replayed as one CUDA graph
+    loop over a static cache with the decode step captured once as a CUDA graph (measure/graph_decode.py);
+    gs-compile: the same with the step compiled by torch.compile (Inductor) before capture."""
+    if engine in ("gs-graph", "gs-compile"):  # gpuscope's own: static cache + the step replayed as one CUDA graph
         from gpuscope.measure.graph_decode import static_greedy
 
-        return static_greedy(model, ids, n)
+        return static_greedy(model, ids, n, compile=engine == "gs-compile")
     kw = {"cache_implementation": "static"} if engine == "hf-graph" else {}
     return model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=n, min_new_tokens=n, do_sample=False,
                           **kw)

@@ -24,12 +24,13 @@ Summary keys (schema ``gpuscope.profile/1``; times in seconds, bytes in bytes; N
 counter):
 - ``wall_s``, ``steps``, ``step_s_median``: the profiled region and its step marks.
 - ``timeline``: ``device_kernels`` (CUDA/XPU kernels from the profiler's device activity) or ``cpu_ops`` (on CPU:
-  the top-level aten ops stand in for kernels). ``busy_s`` is the union of those intervals, ``idle_fraction`` =
-  1 - busy_s / wall_s, ``kernel_count``, ``kernel_mean_s``, ``gap_mean_s``/``gap_median_s`` (between consecutive
+  the top-level aten ops stand in for kernels). ``active_s``: first kernel start to last kernel end (a script's
+  set-up before its first kernel is left out); ``busy_s`` is the union of those intervals, ``idle_fraction`` =
+  1 - busy_s / active_s, ``kernel_count``, ``kernel_mean_s``, ``gap_mean_s``/``gap_median_s`` (between consecutive
   intervals of the union, positive gaps only).
 - ``top_ops``: the ten ops with the most self time (device time on GPUs, CPU time on CPU).
 - ``matmuls``: aten mm/addmm/bmm/baddbmm/linear grouped by (m, n, k, dtype), with count and self time.
-- ``dataloader_s``/``dataloader_fraction``: CPU time inside ``enumerate(DataLoader)#...__next__`` (the profiler's
+- ``dataloader_s``/``dataloader_fraction`` (of ``active_s``): CPU time inside ``enumerate(DataLoader)#...__next__`` (the profiler's
   own annotation of every DataLoader iterator), outermost calls only.
 - ``h2d``: host-to-device copies (count, seconds, bytes where known, how many from pageable memory).
 - ``comm``: collective kernels (names with nccl/rccl/ccl): seconds, and the fraction overlapped by compute kernels.
@@ -243,6 +244,9 @@ def summarize_profile(prof, dev: Device, wall_s: float, marks: list[float], mem0
     iv = [(e.time_range.start / 1e6, e.time_range.end / 1e6) for e in units]
     busy_u = _union(iv)
     busy = sum(b - a for a, b in busy_u)
+    # The active window: first kernel (op) start to last end. A script's set-up before its first kernel (imports,
+    # building the model on the CPU) is not idle GPU time the doctor can do anything about.
+    active = min(wall_s, busy_u[-1][1] - busy_u[0][0]) if busy_u else wall_s
     gaps = [b0 - a1 for (_, a1), (b0, _) in zip(busy_u, busy_u[1:]) if b0 - a1 > 0]
     durs = [b - a for a, b in iv]
 
@@ -289,7 +293,8 @@ def summarize_profile(prof, dev: Device, wall_s: float, marks: list[float], mem0
         "wall_s": wall_s,
         "steps": len(steps), "step_s_median": statistics.median(steps) if steps else None,
         "timeline": timeline,
-        "busy_s": busy, "idle_fraction": max(0.0, 1.0 - busy / wall_s) if wall_s > 0 else None,
+        "active_s": active,
+        "busy_s": busy, "idle_fraction": max(0.0, 1.0 - busy / active) if active > 0 else None,
         "kernel_count": len(units), "kernel_mean_s": statistics.fmean(durs) if durs else None,
         "gap_mean_s": statistics.fmean(gaps) if gaps else 0.0,
         "gap_median_s": statistics.median(gaps) if gaps else 0.0,
@@ -298,7 +303,7 @@ def summarize_profile(prof, dev: Device, wall_s: float, marks: list[float], mem0
         "matmuls": mms[:20],
         "matmul_s": sum(m["self_s"] for m in mms),
         "dataloader_s": dl_s, "dataloader_calls": len(dl_outer),
-        "dataloader_fraction": dl_s / wall_s if wall_s > 0 else None,
+        "dataloader_fraction": min(1.0, dl_s / active) if active > 0 else None,
         "h2d": h2d_info,
         "comm": comm_info,
         "memory": _allocator(dev, mem0),

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Issue 3/6 acceptance checks on one GPU; usage: bash scripts/gpu_session_a.sh [infer] [validate] [doctor] [loader] [train] [ceilings]
+# (run from the repo root on the GPU machine; writes under $OUT).
+# Each step is bounded by `timeout` so one failure never ends the batch; stderr of each goes to <step>.err.
+set -u
+# The device returns at most 8 files: every step writes under $W, bundled into $OUT/session_a.tgz at the end.
+W=/tmp/gs_session; mkdir -p $W
+export PYTHONPATH=src GPUSCOPE_DB=$W/gpu_a.sqlite GPUSCOPE_HOME=$W/home
+step() { local name=$1 limit=$2; shift 2; local t0=$(date +%s.%N)
+  timeout "$limit" "$@" > "$W/$name.out" 2> "$W/$name.err"; local rc=$?
+  echo "$name rc=$rc $(python3 -c "print(f'{$(date +%s.%N)-$t0:.1f}')")s" | tee -a "$W/steps.txt"
+  tar czf "$OUT/session_a.tgz" -C "$W" . ; }  # re-bundled after every step: a call stopped at its limit keeps them
+nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.sm,clocks.max.sm --format=csv > "$W/nvidia-smi.csv"
+want() { [[ " $GROUPS_WANTED " == *" $1 "* ]]; }
+GROUPS_WANTED="${*:-infer validate doctor loader train ceilings}"
+if want infer; then
+# 1. gs-graph: capture works and decodes (quick), then the validation cases (1B and 8B, b1, 128 tokens)
+step gs_smoke 150 python3 -m gpuscope bench infer --model llama-3.2-1b --batch 1 --prompt 128 --gen 32 --engine gs-graph --json
+fi
+if want validate; then
+step gs_validate 340 python3 scripts/gpu_validate.py --set h200-b --only b1-p --skip hf-graph --skip mixtral --out "$W/gs.jsonl" --timeout 200 --budget 330
+fi
+if want doctor; then
+# 2. doctor on plain generate (launch-bound) and on the fix
+step doctor_eager_1b 150 python3 -m gpuscope doctor infer --model llama-3.2-1b --batch 1 --prompt 512 --gen 128 --json
+step doctor_gs_1b 150 python3 -m gpuscope doctor infer --model llama-3.2-1b --batch 1 --prompt 512 --gen 128 --engine gs-graph --json
+fi
+if want loader; then
+step loader_slow_plain 120 python3 examples/train_slow_loader.py
+step loader_fixed_plain 120 python3 examples/train_slow_loader.py --workers 8 --pin-memory --prefetch 4
+# 3. slow data loader: diagnosed, then the fix measured
+step doctor_loader_slow 150 python3 -m gpuscope doctor --json -- python3 examples/train_slow_loader.py
+step doctor_loader_fixed 150 python3 -m gpuscope doctor --json -- python3 examples/train_slow_loader.py --workers 8 --pin-memory --prefetch 4
+fi
+if want train; then
+# 4. the recommended 7B training configuration (gpuscope tune plan --model llama-2-7b --gpu h200) and plain AMP
+step tune_plan_7b 60 python3 -m gpuscope tune plan --model llama-2-7b --gpu h200 --json
+step train_7b_bf16_mb4 240 python3 -m gpuscope bench train --model llama-2-7b --micro-batch 4 --seq 2048 --precision bf16 --steps 5 --warmup 2 --json
+step train_7b_amp_mb1 200 python3 -m gpuscope bench train --model llama-2-7b --micro-batch 1 --seq 2048 --precision amp-bf16 --steps 5 --warmup 2 --json
+fi
+if want ceilings; then
+# 5. ceilings: the quick suite timed end to end, the thorough bf16/fp8 matmul sweep, calibration, MoE/attention rates
+step bench_all_quick 400 python3 -m gpuscope bench all --json
+step micro_thorough 300 python3 -m gpuscope bench micro --thorough --dtype bf16,fp8 --json
+step calibrate 300 python3 -m gpuscope hardware calibrate --quick --host --out "$W/h200_calibrated.toml"
+step moe_attn 120 python3 scripts/gpu_moe_attn_check.py --out "$W/moe_attn.json"
+fi
+ls -la "$W"
