@@ -29,11 +29,12 @@ if want loader; then
 step loader_slow_plain 120 python3 examples/train_slow_loader.py
 step loader_fixed_plain 120 python3 examples/train_slow_loader.py --workers 8 --pin-memory --prefetch 4
 # 3. slow data loader: diagnosed, then the fix measured
-step doctor_loader_slow 150 python3 -m gpuscope doctor --json -- python3 examples/train_slow_loader.py
-step doctor_loader_fixed 150 python3 -m gpuscope doctor --json -- python3 examples/train_slow_loader.py --workers 8 --pin-memory --prefetch 4
+step doctor_loader_slow 150 python3 -m gpuscope doctor --json -- python3 examples/train_slow_loader.py --steps 15 --warmup 3
+step doctor_loader_fixed 150 python3 -m gpuscope doctor --json -- python3 examples/train_slow_loader.py --steps 15 --warmup 3 --workers 8 --pin-memory --prefetch 4
 fi
 if want train; then
 # 4. the recommended 7B training configuration (gpuscope tune plan --model llama-2-7b --gpu h200) and plain AMP
+step train_7b_bf16_mb4_ga8 240 python3 -m gpuscope bench train --model llama-2-7b --micro-batch 4 --grad-accum 8 --seq 2048 --precision bf16 --steps 3 --warmup 1 --json
 step tune_plan_7b 60 python3 -m gpuscope tune plan --model llama-2-7b --gpu h200 --json
 step train_7b_bf16_mb4 240 python3 -m gpuscope bench train --model llama-2-7b --micro-batch 4 --seq 2048 --precision bf16 --steps 5 --warmup 2 --json
 step train_7b_amp_mb1 200 python3 -m gpuscope bench train --model llama-2-7b --micro-batch 1 --seq 2048 --precision amp-bf16 --steps 5 --warmup 2 --json

@@ -183,12 +183,23 @@ def estimate_beside(rec: dict, gpu: str | None) -> dict:
         ok = isinstance(r.measured, (int, float)) and r.measured > 0
         out.append({"metric": r.metric, "estimated": r.estimated, "measured": r.measured,
                     "error": r.error if ok else None})
+    if rec["case"].get("kind") == "train" and res.get("step_s"):
+        # MFU = model FLOPs per token (6 x matmul params + 12 x layers x seq x attention width, as the planner
+        # counts them) x tokens/s / the dense peak of the step's matmul dtype; measured = the planner's MFU scaled
+        # by estimated / measured step time (same FLOPs, same peak).
+        from gpuscope.explain.compare import estimate_for
+
+        est = estimate_for(rec["case"], hw)
+        meas = est.mfu * est.time["step_s"] / res["step_s"]
+        out.append({"metric": "mfu", "estimated": est.mfu, "measured": meas, "error": (est.mfu - meas) / meas})
     return {"hardware": hw.key, "calibrated": hw.is_calibrated, "rows": out}
 
 
 def _fmt(metric: str, v) -> str:
     if not isinstance(v, (int, float)):
         return "-"
+    if metric == "mfu":
+        return f"{v:.1%}"
     if metric.endswith("bytes"):
         return f"{v / 2**30:.3f} GiB" if v >= 2**26 else f"{v / 2**20:.2f} MiB"
     return f"{v * 1e3:.3f} ms"
@@ -366,6 +377,8 @@ def register(app: typer.Typer) -> None:
         seq: int = typer.Option(2048, "--seq"),
         precision: str = typer.Option("amp-bf16", "--precision", help="amp-bf16|amp-fp16|bf16|fp32."),
         recompute: str = typer.Option("none", "--recompute", help="none|full."),
+        grad_accum: int = typer.Option(1, "--grad-accum", help="Micro-batches (forward + backward) per optimizer "
+                                       "step."),
         steps: int = typer.Option(6, "--steps", help="Timed optimizer steps (median)."),
         warmup: int = typer.Option(2, "--warmup", help="Untimed steps first."),
         gpu: str = typer.Option(None, "--gpu", help=GPU_HELP),
@@ -379,12 +392,14 @@ def register(app: typer.Typer) -> None:
         from gpuscope.measure.cases import train_case
 
         require_torch()
-        _positive(micro_batch=micro_batch, seq=seq, steps=steps, warmup=warmup + 1)
+        _positive(micro_batch=micro_batch, seq=seq, steps=steps, warmup=warmup + 1, grad_accum=grad_accum)
         _choice("precision", precision, PRECISIONS)
         _choice("recompute", recompute, RECOMPUTE)
         device = check_device(device)
         _load_model_spec(model)
         extra = {"device": device} if device else {}
+        if grad_accum > 1:  # only then in the case (ids of earlier single-micro-batch cases stay the same)
+            extra["grad_accum"] = grad_accum
         case = train_case(model, micro_batch, seq, precision, recompute, steps=steps, warmup=warmup, **extra)
         s = Session(db, "bench train", resume, as_json)
         guarded(s, lambda: run_workloads(s, [case], gpu, timeout))

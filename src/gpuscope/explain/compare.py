@@ -76,7 +76,7 @@ def estimate_for(case: dict, hw: HardwareSpec):
                               dtype=case.get("dtype", "bf16"), engine=engine)
     return estimate_train(m, hw, micro_batch=case["micro_batch"], seq=case["seq"], precision=case["precision"],
                           optimizer=case.get("optimizer", "adamw"), recompute=case.get("recompute", "none"),
-                          fused=case.get("fused", True))
+                          fused=case.get("fused", True), grad_accum=int(case.get("grad_accum", 1)))
 
 
 def compare_record(rec: dict, hw: HardwareSpec) -> list[Row]:

@@ -48,7 +48,8 @@ def case_name(case: dict) -> str:
         return (f"infer/{m}/b{case.get('batch')}-p{case.get('prompt')}-g{case.get('gen')}-{case.get('dtype', 'bf16')}"
                 f"{eng}")
     if case.get("kind") == "train":
-        return (f"train/{m}/mb{case.get('micro_batch')}-s{case.get('seq')}-{case.get('precision', 'amp-bf16')}"
+        ga = f"-ga{case['grad_accum']}" if int(case.get("grad_accum", 1)) > 1 else ""
+        return (f"train/{m}/mb{case.get('micro_batch')}{ga}-s{case.get('seq')}-{case.get('precision', 'amp-bf16')}"
                 f"-rc_{case.get('recompute', 'none')}")
     return f"{case.get('kind')}/{m}"
 

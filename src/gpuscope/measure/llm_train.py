@@ -37,8 +37,10 @@ PRECISIONS = {  # name -> (parameter dtype, autocast dtype or None)
 METRIC_FORMULAS = {
     "step_s": "median over `steps` back-to-back timed steps (device events at step boundaries) of "
               "forward + backward + optimizer.step + zero_grad(set_to_none=True)",
-    "tokens_per_s": "micro_batch * seq / step_s",
-    "mem_rest_bytes": "memory_allocated before forward (weights + optimizer states, grads set to None)",
+    "tokens_per_s": "micro_batch * seq * grad_accum / step_s (one step = grad_accum forward+backward passes, then "
+                    "the optimizer)",
+    "mem_rest_bytes": "memory_allocated before the (last micro-batch's) forward: weights + optimizer states, and "
+                      "the summed gradients when grad_accum > 1 (set to None after each optimizer step)",
     "peak_forward_bytes": "max_memory_allocated during forward (reset before)",
     "mem_after_forward_bytes": "memory_allocated right after forward (rest + saved activations + loss)",
     "activations_bytes": "mem_after_forward_bytes - mem_rest_bytes",
@@ -139,6 +141,9 @@ def _run_train(case: dict, dev: Device, state: dict) -> dict:
     if case.get("optimizer", "adamw") != "adamw":
         raise ValueError(f"optimizer: '{case.get('optimizer')}' is not supported (adamw)")
     steps = max(1, int(case.get("steps", 6)))
+    accum = int(case.get("grad_accum", 1))  # micro-batches (forward + backward) per optimizer step
+    if accum < 1:
+        raise ValueError(f"grad_accum: {accum} is not a positive integer")
     warmup = max(1, int(case.get("warmup", 2)))  # >= 1 so optimizer states exist before measuring
     attn = case.get("attn", "sdpa")
     torch.manual_seed(int(case.get("seed", 0)))
@@ -154,7 +159,7 @@ def _run_train(case: dict, dev: Device, state: dict) -> dict:
                  "model_type": config.model_type, "device": dev.name, "device_name": dev.device_name(),
                  "precision": precision, "autocast_dtype": str(ac_dtype).replace("torch.", "") if ac_dtype else None,
                  "recompute": recompute, "recompute_api": recompute_api, "micro_batch": B, "seq": S,
-                 "steps": steps, "warmup": warmup, "attn": attn}
+                 "steps": steps, "warmup": warmup, "grad_accum": accum, "attn": attn}
     res.update(model_bytes(model))
     res["mem_after_load_bytes"] = dev.allocated()
 
@@ -166,15 +171,19 @@ def _run_train(case: dict, dev: Device, state: dict) -> dict:
 
     # A fresh random batch for every step (made up front, so no kernel of it falls inside a timed step).
     batches = iter([torch.randint(0, vocab_size(config), (B, S), device=dev.torch_device)
-                    for _ in range(warmup + 1 + steps)])
+                    for _ in range(accum * (warmup + 1 + steps))])
 
     stage = ["warmup"]  # phase names for OOM results: "<warmup|measure|timed>/<forward|backward|optimizer>"
     forward, backward, opt_step = step_functions(model, opt, scaler, ac_dtype, dev, batches, state, stage)
 
+    def accumulate(n: int) -> None:  # n micro-batches' forward + backward, gradients summed in place
+        for _ in range(n):
+            loss = forward()
+            backward(loss)
+            del loss
+
     for _ in range(warmup):
-        loss = forward()
-        backward(loss)
-        del loss
+        accumulate(accum)
         opt_step()
     _release(dev)
 
@@ -182,6 +191,8 @@ def _run_train(case: dict, dev: Device, state: dict) -> dict:
     stage[0] = "measure"
     dev.synchronize()
     res["optimizer_state_bytes"] = _state_bytes(opt)
+    accumulate(accum - 1)  # the phases measured are the last micro-batch's, with the summed gradients held
+    dev.synchronize()
     res["mem_rest_bytes"] = dev.allocated()
     dev.reset_peak()
     loss = forward()
@@ -212,6 +223,7 @@ def _run_train(case: dict, dev: Device, state: dict) -> dict:
     st = dev.step_timer()
     st.start()
     for _ in range(steps):
+        accumulate(accum - 1)
         loss = forward()
         backward(loss)
         opt_step()
@@ -225,8 +237,8 @@ def _run_train(case: dict, dev: Device, state: dict) -> dict:
     s = summarize(times)
     res.update({
         "step_s": s["median"], "step_s_min": s["min"], "step_s_max": s["max"],
-        "tokens_per_s": B * S / s["median"] if s["median"] else None,
-        "tokens_per_s_wall": B * S * steps / st.wall_s if st.wall_s else None,
+        "tokens_per_s": B * S * accum / s["median"] if s["median"] else None,
+        "tokens_per_s_wall": B * S * accum * steps / st.wall_s if st.wall_s else None,
         "loss_instrumented_step": loss_warm,
         "loss_last": loss_last,
         "loss_finite": math.isfinite(loss_last),
