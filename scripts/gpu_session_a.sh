@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 3/6 acceptance checks on one GPU; usage: bash scripts/gpu_session_a.sh [infer] [validate] [doctor] [loader] [train] [accum] [ceilings]
+# Issue 3/6 acceptance checks on one GPU; usage: bash scripts/gpu_session_a.sh [infer] [validate] [doctor] [loader] [train] [accum] [benchall] [ceilings]
 # (run from the repo root on the GPU machine; writes under $OUT).
 # Each step is bounded by `timeout` so one failure never ends the batch; stderr of each goes to <step>.err.
 set -u
@@ -12,7 +12,7 @@ step() { local name=$1 limit=$2; shift 2; local t0=$(date +%s.%N)
   tar czf "$OUT/session_a.tgz" -C "$W" . ; }  # re-bundled after every step: a call stopped at its limit keeps them
 nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.sm,clocks.max.sm --format=csv > "$W/nvidia-smi.csv"
 want() { [[ " $GROUPS_WANTED " == *" $1 "* ]]; }
-GROUPS_WANTED="${*:-infer validate doctor loader train accum ceilings}"
+GROUPS_WANTED="${*:-infer validate doctor loader train accum benchall ceilings}"
 if want infer; then
 # 1. gs-graph: capture works and decodes (quick), then the validation cases (1B and 8B, b1, 128 tokens)
 step gs_smoke 150 python3 -m gpuscope bench infer --model llama-3.2-1b --batch 1 --prompt 128 --gen 32 --engine gs-graph --json
@@ -41,11 +41,13 @@ fi
 if want accum; then  # the recommended configuration with its gradient accumulation (optimizer step amortised)
 step train_7b_bf16_mb4_ga8 240 python3 -m gpuscope bench train --model llama-2-7b --micro-batch 4 --grad-accum 8 --seq 2048 --precision bf16 --steps 3 --warmup 1 --json
 fi
-if want ceilings; then
-# 5. ceilings: the quick suite timed end to end, the thorough bf16/fp8 matmul sweep, calibration, MoE/attention rates
+if want benchall; then
 step bench_all_quick 400 python3 -m gpuscope bench all --json
-step micro_thorough 300 python3 -m gpuscope bench micro --thorough --dtype bf16,fp8 --json
-step calibrate 300 python3 -m gpuscope hardware calibrate --quick --host --out "$W/h200_calibrated.toml"
+fi
+if want ceilings; then
+# 5. ceilings: the thorough bf16 matmul sweep, calibration, MoE/attention rates
+step micro_thorough 200 python3 -m gpuscope bench micro --thorough --dtype bf16 --json
+step calibrate 150 python3 -m gpuscope hardware calibrate --quick --host --dtype bf16,fp16,fp8 --out "$W/h200_calibrated.toml"
 step moe_attn 120 python3 scripts/gpu_moe_attn_check.py --out "$W/moe_attn.json"
 fi
 ls -la "$W"

@@ -158,18 +158,27 @@ def _tf32(enabled: bool):
         m.allow_tf32 = old
 
 
+def _generator(dev: Device, seed: int) -> torch.Generator:
+    try:
+        return torch.Generator(device=dev.torch_device).manual_seed(seed)
+    except (RuntimeError, TypeError):  # a backend without device generators: CPU numbers, copied over
+        return torch.Generator().manual_seed(seed)
+
+
 def _operands(dtype: str, m: int, n: int, k: int, dev: Device, gen: torch.Generator):
+    """Fresh random operands, made on the device itself (a CPU randn of two 16384^2 matrices takes seconds)."""
     d = dev.torch_device
+    g = gen if gen.device.type == d.type else None
     if dtype == "int8":
-        a = torch.randint(-128, 128, (m, k), dtype=torch.int8, generator=gen).to(d)
-        b = torch.randint(-128, 128, (k, n), dtype=torch.int8, generator=gen).to(d)
+        a = torch.randint(-128, 128, (m, k), dtype=torch.int8, generator=g, device=d)
+        b = torch.randint(-128, 128, (k, n), dtype=torch.int8, generator=g, device=d)
         return a, b
     if dtype == "fp8":
-        a = torch.randn(m, k, generator=gen).to(d).to(torch.float8_e4m3fn)
-        b = torch.randn(n, k, generator=gen).to(d).to(torch.float8_e4m3fn).t()  # column-major, as _scaled_mm wants
+        a = torch.randn(m, k, generator=g, device=d).to(torch.float8_e4m3fn)
+        b = torch.randn(n, k, generator=g, device=d).to(torch.float8_e4m3fn).t()  # column-major, as _scaled_mm wants
         return a, b
     tdt = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
-    return (torch.randn(m, k, generator=gen).to(d, tdt), torch.randn(k, n, generator=gen).to(d, tdt))
+    return (torch.randn(m, k, generator=g, device=d, dtype=tdt), torch.randn(k, n, generator=g, device=d, dtype=tdt))
 
 
 def _mm(dtype: str, dev: Device):
@@ -186,7 +195,7 @@ def matmul_bench(dev: Device, dtype: str, shapes, st: Settings, flush: L2Flusher
     why = dtype_support(dev, dtype)
     if why:
         return {"status": "unsupported", "reason": why}
-    gen = torch.Generator().manual_seed(seed)
+    gen = _generator(dev, seed)
     mm = _mm(dtype, dev)
     rows = []
     with _tf32(dtype == "tf32"):
