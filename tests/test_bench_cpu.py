@@ -281,3 +281,15 @@ def test_host_costs_on_this_machine():
 
     c = host_costs("cpu")
     assert 0 < c["host_launch_s"] < 1e-3 and c["host_forward_s"] >= 0 and c["host_step_s"] >= 0
+
+
+def test_host_costs_refuse_a_fit_that_does_not_grow_with_depth(monkeypatch):
+    """A flat fit (as one H200 calibrate run gave: 42 ms intercept, slope <= 0) must not become host costs."""
+    import gpuscope.measure.host_overhead as ho
+    from gpuscope.measure.calibrate import host_costs
+
+    monkeypatch.setattr(ho, "measure_family", lambda *a, **k: {
+        "family": "llama", "layers": [2, 4, 8], "decode_forward_s": [0.043, 0.041, 0.042], "forward_s": 0.0419,
+        "layer_s": -1e-5, "generate_step_s": 0.0})
+    c = host_costs("cpu")
+    assert "host_launch_s" not in c and "do not grow" in c["host_invalid"]

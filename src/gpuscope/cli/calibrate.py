@@ -50,9 +50,14 @@ def register_calibrate(hw: typer.Typer) -> None:
             from gpuscope.measure.calibrate import host_costs
 
             costs = host_costs(device)
-            measured.update({k: v for k, v in costs.items() if k.startswith("host_") and k != "host_detail"})
-            typer.echo(f"host: {costs['host_launch_s'] * 1e6:.1f} us per kernel, {costs['host_step_s'] * 1e3:.2f} ms "
-                       "per generated token outside the model", err=True)
+            if costs.get("host_invalid"):
+                typer.echo(f"host: not written ({costs['host_invalid']}); the catalog's host costs stay in use",
+                           err=True)
+            else:
+                measured.update({k: v for k, v in costs.items()
+                                 if k.startswith("host_") and k not in ("host_detail", "host_invalid")})
+                typer.echo(f"host: {costs['host_launch_s'] * 1e6:.1f} us per kernel, {costs['host_step_s'] * 1e3:.2f} "
+                           "ms per generated token outside the model", err=True)
         text = calibration_toml(dev.device_name(), dev.type, measured, dev.total_memory(),
                                 f"Mode: {'quick' if quick else 'sweep'}.")
         if save:

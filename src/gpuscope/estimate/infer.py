@@ -28,7 +28,7 @@ from gpuscope.estimate.comm import collective_time, topology_for
 from gpuscope.estimate.dtypes import check_dtype, compute_dtype, nbytes, quantized_weight_bytes_per_param
 from gpuscope.estimate.params import count_params
 from gpuscope.estimate.result import Estimate
-from gpuscope.estimate.roofline import ENGINES, engine_for, forward_time, sm_count
+from gpuscope.estimate.roofline import ENGINES, STATIC_CACHE_ENGINES, engine_for, forward_time, sm_count
 from gpuscope.estimate.runtime import CUBLAS_WORKSPACE_BYTES, runtime_overheads
 from gpuscope.specs.model import ModelSpec
 
@@ -124,14 +124,14 @@ def estimate_infer(m: ModelSpec, hw, *, batch: int, prompt: int, gen: int, dtype
     else:
         note_ctx = ""
 
-    memory = _memory(m, batch, prompt, gen, dtype, kv_dtype, act_b, tp, static=engine == "graph")
+    memory = _memory(m, batch, prompt, gen, dtype, kv_dtype, act_b, tp, static=engine in STATIC_CACHE_ENGINES)
     peak = max(memory["phases"].values())
     overheads = runtime_overheads(peak)
     fits = peak + sum(overheads.values()) <= hw.device_total_bytes
 
     # ---- time ----------------------------------------------------------------------------------------------
     eng = engine_for(engine, hw)
-    graph = engine == "graph"
+    graph = engine in STATIC_CACHE_ENGINES
     w_b = (quantized_weight_bytes_per_param(dtype, m.hidden_size) if dtype in ("int8", "int4") else nbytes(dtype))
     kv_b = nbytes(kv_dtype)
     tflops = hw.achievable_tflops(cdt) * tp
@@ -199,7 +199,7 @@ def estimate_infer(m: ModelSpec, hw, *, batch: int, prompt: int, gen: int, dtype
         est.assumptions.append(
             f"KV cache as transformers keeps MLA: per-head K and V; engines that cache the {a.kv_lora_rank}+"
             f"{a.qk_rope_head_dim} latent (vLLM, SGLang, FlashMLA) need {latent:.1%} of it")
-    est.limits = max_fit(m, hw, batch, prompt, gen, dtype, kv_dtype, act_b, tp, engine == "graph")
+    est.limits = max_fit(m, hw, batch, prompt, gen, dtype, kv_dtype, act_b, tp, engine in STATIC_CACHE_ENGINES)
     est.verdict, est.suggestions = verdict_infer(est, m, hw, dtype, tp)
     if with_ops:
         est.ops = [dict(phase="prefill", **t.__dict__) for t in pre_times] + \

@@ -79,7 +79,16 @@ class EngineModel:
 ENGINES = {
     "eager": EngineModel("eager"),
     "graph": EngineModel("graph", launch_s=0.0, forward_s=0.0, step_s=0.4e-3, fused=True),
+    # HF's eager kernels replayed from one CUDA graph per step (gpuscope's gs-graph loop): no host cost per kernel
+    # and no generate() bookkeeping, but no fusion either. kernel_min_s from the H200 profile of
+    # llama-3.2-1b b1 (results/2026-11-29-h200-b/doctor_gs_1b.json): 836 kernels per step, GEMVs 1.02 ms of a
+    # 2.57 ms step -> (2.57 - 1.02) ms / 723 small kernels = 2.1 us each, replay gaps included.
+    "graph-unfused": EngineModel("graph-unfused", launch_s=0.0, forward_s=0.0, step_s=0.0, setup_s=0.0,
+                                 kernel_min_s=2.1e-6),
 }
+# Which planner engine models each measured engine (measure/llm_infer.ENGINES).
+ENGINE_OF_MEASURED = {"hf-eager": "eager", "hf-graph": "graph", "gs-compile": "graph", "gs-graph": "graph-unfused"}
+STATIC_CACHE_ENGINES = ("graph", "graph-unfused")
 
 
 def engine_for(name: str, hw) -> EngineModel:

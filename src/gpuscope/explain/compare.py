@@ -71,7 +71,9 @@ def _model(case: dict):
 def estimate_for(case: dict, hw: HardwareSpec):
     m = _model(case)
     if case["kind"] == "infer":
-        engine = "graph" if case.get("engine") in ("hf-graph", "gs-graph") else "eager"
+        from gpuscope.estimate.roofline import ENGINE_OF_MEASURED
+
+        engine = ENGINE_OF_MEASURED.get(case.get("engine", "hf-eager"), "eager")
         return estimate_infer(m, hw, batch=case["batch"], prompt=case["prompt"], gen=case["gen"],
                               dtype=case.get("dtype", "bf16"), engine=engine)
     return estimate_train(m, hw, micro_batch=case["micro_batch"], seq=case["seq"], precision=case["precision"],

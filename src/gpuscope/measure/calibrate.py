@@ -131,6 +131,13 @@ def host_costs(device: str | None = None) -> dict:
     k2 = sum(o.kernels * o.count for o in opsmod.forward_ops(spec2, 1, 1, 16, 2.0, 2.0, 2.0, head_tokens=1))
     per_layer_kernels = k2 - k1
     other_kernels = k1 - per_layer_kernels
-    launch = max(r["layer_s"], 0.0) / per_layer_kernels
+    fwd = r["decode_forward_s"]
+    # A valid fit grows with the layer count (each layer adds its kernels' host time). On the H200 host a
+    # calibrate run once gave a flat/negative slope and a 42 ms intercept (the tiny forwards' times did not grow
+    # with depth): such a fit describes no engine, so no host keys are written from it.
+    if r["layer_s"] <= 0 or any(b < a for a, b in zip(fwd, fwd[1:])):
+        return {"host_detail": r, "host_invalid": "decode-forward host times do not grow with the layer count "
+                f"({', '.join(f'{t * 1e3:.2f}' for t in fwd)} ms for {r['layers']} layers)"}
+    launch = r["layer_s"] / per_layer_kernels
     return {"host_launch_s": launch, "host_forward_s": max(0.0, r["forward_s"] - other_kernels * launch),
             "host_step_s": max(0.0, r["generate_step_s"]), "host_detail": r}

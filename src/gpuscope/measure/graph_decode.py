@@ -89,8 +89,8 @@ def static_greedy(model, ids: torch.Tensor, gen: int, use_graph: bool | None = N
     if store is None:
         store = {}
         model._gpuscope_graph_steps = store
-    if key not in store:
-        store[key] = _Captured(model, batch, prompt + gen, dev, use_graph, compile)
+    if key not in store:  # gen == 1 runs no decode step: nothing to compile
+        store[key] = _Captured(model, batch, prompt + gen, dev, use_graph, compile and gen > 1)
     cap = store[key]
     if gen == 1:  # no decode step: a prefill into a cache of this length; keep no second cache for it
         store.pop(key)
