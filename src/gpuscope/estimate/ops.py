@@ -111,7 +111,11 @@ def layer_ops(m: ModelSpec, tokens: int, ctx: int, new: int, act_b: float, w_b: 
         ops.append(Op("attention_scores_eager", "elementwise", 0.0, 24.0 * scores, 9, count))
         ops.append(Op("attention", "matmul", attn_flops, attn_bytes, 2, count))
     else:
-        ops.append(Op("attention", "attention", attn_flops, attn_bytes, 1, count))
+        # A sliding-window config whose keys reach the window makes transformers hand SDPA an explicit mask
+        # (masking_utils may skip the mask only while kv_length < the window); SDPA then leaves the causal flash
+        # path for the masked one ("attention_masked": see roofline.MASKED_SDPA_FRACTION).
+        masked = bool(m.sliding_window) and ctx >= m.sliding_window
+        ops.append(Op("attention_masked" if masked else "attention", "attention", attn_flops, attn_bytes, 1, count))
     ops.append(_ew("attn_out_transpose", tokens * q_dim if not m.mla else tokens * v_dim, 2 * act_b, 1, count))
     ops.append(_mm("o_proj", tokens, h, v_dim if m.mla else q_dim, act_b, w_b, count))
     ops.append(_ew("residual_add", tokens * h, 2 * stream_b + act_b, 1, count))

@@ -41,6 +41,12 @@ ELEMENTWISE_BW_FRACTION = 0.63
 ATTENTION_EFFICIENCY = {64: 0.42, 128: 0.62}  # fraction of the GEMM rate, by head_dim (<=64, >=128 interpolated)
 
 
+# SDPA given an explicit boolean mask instead of is_causal=True: 114 against 335 TFLOP/s (causal FLOPs counted
+# the same way) at Phi-3-mini's shape (b4, 32 heads, s 2048, head_dim 96) on the H200
+# (results/2026-11-29-h200-b/moe_attn.json, scripts/gpu_moe_attn_check.py).
+MASKED_SDPA_FRACTION = 114.0 / 335.0
+
+
 def attention_efficiency(head_dim: int) -> float:
     lo, hi = ATTENTION_EFFICIENCY[64], ATTENTION_EFFICIENCY[128]
     if head_dim <= 64:
@@ -143,6 +149,8 @@ def time_ops(ops: list[Op], tflops: float, bw_gbs: float, engine: EngineModel, s
             f_rate = tflops * 1e12 * wave_efficiency(o.matmul_shape, sms)
         elif o.kind == "attention":
             f_rate = tflops * 1e12 * attention_efficiency(head_dim)
+            if o.name.startswith("attention_masked"):
+                f_rate *= MASKED_SDPA_FRACTION
         else:
             f_rate = tflops * 1e12
         t_c = o.flops / f_rate if o.flops else 0.0
