@@ -87,7 +87,8 @@ def launch_bound(s: dict, t: dict = THRESHOLDS) -> Finding | None:
     if None in (n, kmean, gap, window, busy) or n == 0:
         return None
     dl = _num(s, "dataloader_s") or 0.0
-    host = max(window - dl, busy)  # the window without the data wait
+    prof = _num(s, "profiler_overhead_s") or 0.0
+    host = max(window - dl - prof, busy)  # the window without the data wait and the profiler's own host time
     idle = 1.0 - busy / host if host > 0 else 0.0
     if idle < t["launch_idle_fraction"] or n < t["launch_min_kernels"] or kmean > t["launch_max_kernel_mean_s"] \
             or gap < kmean:
@@ -97,6 +98,8 @@ def launch_bound(s: dict, t: dict = THRESHOLDS) -> Finding | None:
           "host_us_per_kernel": host / n * 1e6, "busy_s": busy, "active_s": window}
     if dl:
         ev["dataloader_s_excluded"] = dl
+    if prof:
+        ev["profiler_overhead_s_excluded"] = prof
     return Finding(
         "launch_bound", "CPU/launch-bound: the GPU idles between small kernels", _sev(speedup), ev,
         "Remove the per-kernel host cost: capture the step in CUDA graphs (torch.compile(mode='reduce-overhead'); "

@@ -25,12 +25,13 @@ counter):
 - ``wall_s``, ``steps``, ``step_s_median``: the profiled region and its step marks.
 - ``timeline``: ``device_kernels`` (CUDA/XPU kernels from the profiler's device activity) or ``cpu_ops`` (on CPU:
   the top-level aten ops stand in for kernels). ``active_s``: first kernel start to last kernel end (a script's
-  set-up before its first kernel is left out); ``busy_s`` is the union of those intervals, ``idle_fraction`` =
+  set-up before its first kernel is left out); ``profiler_overhead_s``: the host time the profiler itself added
+  (``cpu_events`` x ``profiler_s_per_event``, measured on this host before the run); ``busy_s`` is the union of those intervals, ``idle_fraction`` =
   1 - busy_s / active_s, ``kernel_count``, ``kernel_mean_s``, ``gap_mean_s``/``gap_median_s`` (between consecutive
   intervals of the union, positive gaps only).
 - ``top_ops``: the ten ops with the most self time (device time on GPUs, CPU time on CPU).
 - ``matmuls``: aten mm/addmm/bmm/baddbmm/linear grouped by (m, n, k, dtype), with count and self time.
-- ``dataloader_s``/``dataloader_fraction`` (of ``active_s``): CPU time inside ``enumerate(DataLoader)#...__next__`` (the profiler's
+- ``dataloader_s``/``dataloader_fraction`` (of ``active_s`` less ``profiler_overhead_s``): CPU time inside ``enumerate(DataLoader)#...__next__`` (the profiler's
   own annotation of every DataLoader iterator), outermost calls only.
 - ``h2d``: host-to-device copies (count, seconds, bytes where known, how many from pageable memory).
 - ``comm``: collective kernels (names with nccl/rccl/ccl): seconds, and the fraction overlapped by compute kernels.
@@ -97,6 +98,7 @@ def profile_run(device: str | None = None, *, record_shapes: bool = True, nvml: 
     from gpuscope.measure.nvml import NvmlSampler
 
     dev = Device(pick_device(device))
+    per_event = profiler_cost_per_event(dev)
     sampler = NvmlSampler(interval_s=nvml_interval_s) if (nvml and dev.type == "cuda") else None
     mem0 = _memory_stats(dev)
     dev.reset_peak()
@@ -116,8 +118,41 @@ def profile_run(device: str | None = None, *, record_shapes: bool = True, nvml: 
         prof.__exit__(None, None, None)
         if sampler:
             sampler.stop()
-        sess.summary = summarize_profile(prof, dev, t1 - t0, sess.step_marks, mem0, sampler)
+        sess.summary = summarize_profile(prof, dev, t1 - t0, sess.step_marks, mem0, sampler, per_event)
         sess.summary.update(sess.extra)
+
+
+_PROFILER_COST: dict = {}
+
+
+def profiler_cost_per_event(dev: Device, n: int = 400) -> float:
+    """Seconds of host time the profiler adds per recorded CPU event on this host and device: ``n`` tiny in-place
+    adds timed bare and under a profiler of the same activities, divided by the CPU events that profile recorded.
+    Under torch.profiler a training script's host time per op roughly doubles (H200 run of
+    examples/train_slow_loader.py: 82 ms steps profiled against 41 ms bare), which would read as launch-bound time;
+    the doctor subtracts events x this cost. Measured once per process (~50 ms)."""
+    key = str(dev.torch_device)
+    if key in _PROFILER_COST:
+        return _PROFILER_COST[key]
+    from torch.profiler import profile
+
+    x = torch.zeros(16, device=dev.torch_device)
+
+    def run() -> float:
+        dev.synchronize()
+        t = time.perf_counter()
+        for _ in range(n):
+            x.add_(1.0)
+        dev.synchronize()
+        return time.perf_counter() - t
+
+    run()
+    bare = min(run() for _ in range(3))
+    with profile(activities=_activities(dev)) as prof:
+        t_prof = run()
+    events = sum(1 for e in (prof.events() or []) if not _is_device(e))
+    _PROFILER_COST[key] = max(0.0, t_prof - bare) / max(1, events)
+    return _PROFILER_COST[key]
 
 
 # --- reduction ------------------------------------------------------------------------------------------------
@@ -228,8 +263,10 @@ def _allocator(dev: Device, mem0: dict) -> dict:
     return out
 
 
-def summarize_profile(prof, dev: Device, wall_s: float, marks: list[float], mem0: dict, sampler=None) -> dict:
+def summarize_profile(prof, dev: Device, wall_s: float, marks: list[float], mem0: dict, sampler=None,
+                      per_event_s: float = 0.0) -> dict:
     events = list(prof.events() or [])
+    cpu_events = sum(1 for e in events if not _is_device(e))
     dev_events = [e for e in events if _is_device(e)]
     copies = [e for e in dev_events if "memcpy" in e.name.lower() or "memset" in e.name.lower()]
     copy_ids = {id(e) for e in copies}
@@ -247,6 +284,7 @@ def summarize_profile(prof, dev: Device, wall_s: float, marks: list[float], mem0
     # The active window: first kernel (op) start to last end. A script's set-up before its first kernel (imports,
     # building the model on the CPU) is not idle GPU time the doctor can do anything about.
     active = min(wall_s, busy_u[-1][1] - busy_u[0][0]) if busy_u else wall_s
+    prof_over = min(0.9 * active, cpu_events * per_event_s)
     gaps = [b0 - a1 for (_, a1), (b0, _) in zip(busy_u, busy_u[1:]) if b0 - a1 > 0]
     durs = [b - a for a, b in iv]
 
@@ -294,6 +332,8 @@ def summarize_profile(prof, dev: Device, wall_s: float, marks: list[float], mem0
         "steps": len(steps), "step_s_median": statistics.median(steps) if steps else None,
         "timeline": timeline,
         "active_s": active,
+        "cpu_events": cpu_events, "profiler_s_per_event": per_event_s,
+        "profiler_overhead_s": prof_over,
         "busy_s": busy, "idle_fraction": max(0.0, 1.0 - busy / active) if active > 0 else None,
         "kernel_count": len(units), "kernel_mean_s": statistics.fmean(durs) if durs else None,
         "gap_mean_s": statistics.fmean(gaps) if gaps else 0.0,
@@ -303,7 +343,8 @@ def summarize_profile(prof, dev: Device, wall_s: float, marks: list[float], mem0
         "matmuls": mms[:20],
         "matmul_s": sum(m["self_s"] for m in mms),
         "dataloader_s": dl_s, "dataloader_calls": len(dl_outer),
-        "dataloader_fraction": min(1.0, dl_s / active) if active > 0 else None,
+        # of the active window less the profiler's own host time (the loader's wait is not inflated by it)
+        "dataloader_fraction": min(1.0, dl_s / max(active - prof_over, dl_s)) if active > 0 else None,
         "h2d": h2d_info,
         "comm": comm_info,
         "memory": _allocator(dev, mem0),
