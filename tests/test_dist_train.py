@@ -148,3 +148,35 @@ def test_worker_bad_case_exit_2():
                         json.dumps({"strategy": "zero3", "micro_batch": 1, "seq": 8, "config": TINY_LLAMA})],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "strategy" in r.stderr and r.stdout == ""
+
+
+def test_sign_hook_survives_ddp_bucket_rebuild(tmp_path):
+    """DDP rebuilds its buckets after the first iteration: the same bucket index can come back with another size
+    (two H200s: 16.8M elements against a first-iteration residual of 1.24G). The residual restarts, no crash."""
+    import torch
+    import torch.distributed as dist
+
+    from gpuscope.measure.compression import SignState, sign_ef_hook
+
+    class Bucket:
+        def __init__(self, t):
+            self.t = t
+
+        def buffer(self):
+            return self.t
+
+        def index(self):
+            return 0
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
+    try:
+        st = SignState()
+        out = sign_ef_hook(st, Bucket(torch.ones(8))).wait()
+        assert st.error[0].numel() == 8 and torch.allclose(out, torch.ones(8))
+        g = torch.tensor([3.0, -1.0, 0.0])
+        out = sign_ef_hook(st, Bucket(g.clone())).wait()  # rebuilt layout: 3 elements under index 0
+        assert st.error[0].numel() == 3
+        scale = g.abs().mean()
+        assert torch.allclose(out, scale * torch.sign(g)) and torch.allclose(st.error[0], g - scale * torch.sign(g))
+    finally:
+        dist.destroy_process_group()

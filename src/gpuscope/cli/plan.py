@@ -72,6 +72,8 @@ def register(app: typer.Typer) -> None:
         cp: int = typer.Option(1, "--cp", help="Context-parallel degree (long sequences; Megatron-style plans)."),
         zero: int = typer.Option(0, "--zero", help="ZeRO stage 0-3 over the data-parallel group."),
         fsdp: bool = typer.Option(False, "--fsdp", help="FSDP full shard (= ZeRO-3)."),
+        bucket_view: bool = typer.Option(False, "--gradient-as-bucket-view", help="DDP: gradients are views into "
+                                         "its buckets (no separate gradient memory, never freed)."),
         framework: str = typer.Option(None, "--framework", help="hf (PyTorch DDP / FSDP2 of a transformers model, "
                                       "the default for pure data parallelism) or megatron (TP/PP/ZeRO layouts)."),
         sp: bool = typer.Option(False, "--sp", help="Sequence parallelism with tensor parallelism."),
@@ -115,7 +117,7 @@ def register(app: typer.Typer) -> None:
             est = estimate_train(m, hw, micro_batch=micro_batch, seq=seq, precision=precision,
                                  optimizer=optimizer, recompute=recompute, grad_accum=grad_accum, offload=offload,
                                  fused=fused, num_gpus=num_gpus, strategy="fsdp" if fsdp else "ddp",
-                                 gpus_per_node=gpus_per_node)
+                                 gpus_per_node=gpus_per_node, bucket_view=bucket_view)
             typer.echo(to_json_text(est)) if as_json else render(est, _console())
             return
         if precision not in ("amp-bf16", "bf16"):

@@ -151,19 +151,22 @@ def train_memory(m: ModelSpec, pc: ParamCounts, *, micro_batch: int, seq: int, p
     return TrainMemory(phases=phases, breakdown=breakdown, host_bytes=host)
 
 
-def ddp_bucket_bytes(pc: ParamCounts, precision: str, bucket_view: bool = False) -> float:
+def ddp_bucket_bytes(pc: ParamCounts, precision: str) -> float:
     """DistributedDataParallel's flat gradient buckets (torch/csrc/distributed/c10d/reducer.cpp): one buffer the
-    size of all gradients, in the parameters' dtype, allocated when DDP wraps the model and kept for its life.
-    With gradient_as_bucket_view=True the gradients are views into it and cost nothing more."""
-    return 0.0 if bucket_view else pc.total * precision_bytes(precision)[0]
+    size of all gradients, in the parameters' dtype, allocated when DDP wraps the model and kept for its life,
+    with or without gradient_as_bucket_view (measured on two H200s: Llama-2-7B fp32, 26.95 GB more right after
+    the wrap either way). With gradient_as_bucket_view=True the gradients are views into it: they cost nothing
+    more, but they are never freed either (train.py adds the buffer to the phases accordingly)."""
+    return pc.total * precision_bytes(precision)[0]
 
 
 def fsdp_train_memory(m: ModelSpec, pc: ParamCounts, *, num_gpus: int, micro_batch: int, seq: int,
-                      optimizer: str, recompute: str) -> TrainMemory:
-    """FSDP2 (torch.distributed.fsdp.fully_shard on every decoder layer and the root) with
-    MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32), as `gpuscope bench train-dist --strategy fsdp` runs.
+                      optimizer: str, recompute: str, precision: str = "amp-bf16") -> TrainMemory:
+    """FSDP2 (torch.distributed.fsdp.fully_shard on every decoder layer and the root), as `gpuscope bench
+    train-dist --strategy fsdp` runs it: ``amp-bf16`` = fp32 parameters with MixedPrecisionPolicy(param_dtype=bf16,
+    reduce_dtype=fp32); ``bf16`` = bf16 parameters, no policy (gradients reduced in bf16, bf16 AdamW states).
 
-    - sharded fp32 parameters, gradients and AdamW states: (4 + 4 + 8) P / N;
+    - sharded parameters, gradients and AdamW states: (4 + 4 + 8) P / N for amp-bf16, (2 + 2 + 4) P / N for bf16;
     - the root (embedding, final norm, LM head) is gathered at the start of the forward and kept (bf16);
     - a decoder layer's bf16 parameters are all-gathered before it runs and freed after (reshard_after_forward):
       the running layer and the prefetched next one are unsharded at a time;
@@ -178,8 +181,9 @@ def fsdp_train_memory(m: ModelSpec, pc: ParamCounts, *, num_gpus: int, micro_bat
     layer_p = [layer_params(m, i) for i in range(m.num_layers)]
     biggest = max(lp.total for lp in layer_p)
     root = (pc.embedding + pc.lm_head + pc.norms) * 2.0
-    sharded = P * 4.0 / N
-    opt_states = optimizer_state_bytes(P, optimizer, 4.0) / N
+    pb = 4.0 if precision == "amp-bf16" else 2.0  # the sharded parameters' (and gradients', states') dtype
+    sharded = P * pb / N
+    opt_states = optimizer_state_bytes(P, optimizer, pb) / N
     rest = sharded + opt_states + root + TRAIN_WORKSPACE_BYTES
     in_flight = 2 * biggest * 2.0
     moe_set = set(m.moe_layers)
@@ -190,12 +194,13 @@ def fsdp_train_memory(m: ModelSpec, pc: ParamCounts, *, num_gpus: int, micro_bat
     head_saved = T * h * 6.0 + 4.0 * T * V
     forward = rest + in_flight + sum(kept) + head_saved + (2.0 + 4.0) * T * V + (max(saved) if full else 0.0)
     width = max(m.intermediate_size, (m.moe.expert_intermediate_size * m.moe.experts_per_token) if m.moe else 0)
-    bwd_work = 2 * T * h * 2.0 + 3 * T * width * 2.0 + biggest * (2.0 + 4.0)  # grad of the stream, MLP, reduce
-    g_done = 4.0 * V * h / N
+    # grad of the stream, MLP; the layer's unsharded bf16 gradient (+ its fp32 copy for an fp32 reduce)
+    bwd_work = 2 * T * h * 2.0 + 3 * T * width * 2.0 + biggest * (2.0 + (4.0 if pb == 4.0 else 0.0))
+    g_done = pb * V * h / N
     walk = [rest + sum(kept) + head_saved + 8.0 * T * V + in_flight]
     for i in range(m.num_layers - 1, -1, -1):
         walk.append(rest + sum(kept[: i + 1]) + (saved[i] if full else 0.0) + in_flight + g_done + bwd_work)
-        g_done += layer_p[i].total * 4.0 / N
+        g_done += layer_p[i].total * pb / N
     backward = max(walk + [rest + sharded])
     optimizer_peak = rest + sharded
     phases = {"forward": forward, "backward": backward, "optimizer": optimizer_peak}

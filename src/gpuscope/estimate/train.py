@@ -13,6 +13,8 @@ HFU adds the recomputed forward (and counts the same attention convention).
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import replace
 
 from gpuscope.errors import UserError
@@ -45,23 +47,39 @@ STRATEGIES = ("ddp", "fsdp")
 DDP_BUCKET_BYTES = 25 * 2**20  # DistributedDataParallel's default bucket_cap_mb
 
 
+# Data-parallel communication on the lent two-H200 NVLink machine (results/2026-11-29-h200-x2): gradient and
+# parameter collectives were NOT free behind backward. Step time above the same job on one GPU: DDP Llama-3.2-1B
+# +15.5 ms for ~20 ms of bucketed all-reduce (AMP, fp32 grads), DDP Llama-2-7B +52.5 ms for ~110 ms, FSDP2 1B
+# +21.6 ms for ~16 ms of all-gather + reduce-scatter. NCCL's kernels take SMs and HBM bandwidth from the
+# backward they overlap. We hide DP_OVERLAP_FRACTION of the traffic that fits under the compute it overlaps
+# (0.4: DDP 1B -> +2%, DDP 7B -5%, FSDP 1B -1%, FSDP 7B -11% against the measured steps), and charge every
+# collective call a fixed cost: DP_CALL_OVERHEAD_S, the 1 KiB-1 MiB times measured there (23-36 us per call with
+# its launch; NCCL's own tuning model has a 6.6 us base per call).
+DP_OVERLAP_FRACTION = 0.4
+DP_CALL_OVERHEAD_S = 20e-6
+
+
 def _data_parallel_comm_s(pc, hw, n: int, strategy: str, precision: str, backward_s: float, compute_s: float,
-                          gpus_per_node: int | None) -> float:
+                          gpus_per_node: int | None, layers: int = 1) -> float:
     """Communication the step waits for.
 
-    DDP: gradients (parameter dtype) all-reduced bucket by bucket while backward runs; what exceeds the backward,
-    and the last bucket, are exposed. FSDP2: bf16 parameters all-gathered before each layer's forward and backward
-    and fp32 gradients reduce-scattered, prefetched one layer ahead: exposed where the traffic outlasts compute."""
+    DDP: gradients (parameter dtype) all-reduced bucket by bucket (25 MiB) while backward runs. FSDP2: bf16
+    parameters all-gathered before each layer's forward and backward and gradients reduce-scattered (fp32 under
+    the amp-bf16 policy, bf16 for pure bf16), prefetched one layer ahead. Exposed = traffic - DP_OVERLAP_FRACTION
+    x the part of it that fits under the overlapped compute, + the last bucket (DDP) or the root's gather (FSDP)."""
     topo = topology_for(hw, n, gpus_per_node=gpus_per_node)
     P = pc.total
     if strategy == "fsdp":
         gathers = 2 * collective_time("all_gather", 2.0 * P, n, topo)
-        scatter = collective_time("reduce_scatter", 4.0 * P, n, topo)
-        return max(0.0, gathers + scatter - compute_s) + collective_time("all_gather", 2.0 * P / 32, n, topo)
+        scatter = collective_time("reduce_scatter", (4.0 if precision == "amp-bf16" else 2.0) * P, n, topo)
+        traffic = gathers + scatter + 3 * layers * DP_CALL_OVERHEAD_S
+        hidden = DP_OVERLAP_FRACTION * min(traffic, compute_s)
+        return traffic - hidden + collective_time("all_gather", 2.0 * P / 32, n, topo)
     grad_bytes = P * precision_bytes(precision)[0]
-    total = collective_time("all_reduce", grad_bytes, n, topo)
+    buckets = max(1, math.ceil(grad_bytes / DDP_BUCKET_BYTES))
+    total = collective_time("all_reduce", grad_bytes, n, topo) + buckets * DP_CALL_OVERHEAD_S
     last = collective_time("all_reduce", min(DDP_BUCKET_BYTES, grad_bytes), n, topo)
-    return max(total - backward_s, 0.0) + last
+    return total - DP_OVERLAP_FRACTION * min(total, backward_s) + last
 
 
 def _check(name: str, value, allowed) -> str:
@@ -73,7 +91,7 @@ def _check(name: str, value, allowed) -> str:
 def estimate_train(m: ModelSpec, hw, *, micro_batch: int, seq: int, precision: str = "amp-bf16",
                    optimizer: str = "adamw", recompute: str = "none", grad_accum: int = 1, offload: str = "none",
                    fused: bool = True, num_gpus: int = 1, strategy: str = "ddp", with_ops: bool = False,
-                   gpus_per_node: int | None = None) -> Estimate:
+                   gpus_per_node: int | None = None, bucket_view: bool = False) -> Estimate:
     """One GPU, or `num_gpus` data-parallel replicas as PyTorch runs them: ``ddp`` (DistributedDataParallel,
     full replicas + gradient buckets, bucketed all-reduce overlapped with backward) or ``fsdp`` (FSDP2 full shard
     with a bf16 mixed-precision policy; memory_train.fsdp_train_memory)."""
@@ -86,9 +104,9 @@ def estimate_train(m: ModelSpec, hw, *, micro_batch: int, seq: int, precision: s
     _check("offload", offload, OFFLOAD)
     _check("strategy", strategy, STRATEGIES)
     fsdp = strategy == "fsdp" and num_gpus > 1
-    if fsdp and (precision != "amp-bf16" or offload != "none" or grad_accum != 1):
-        raise UserError("--strategy fsdp is planned for --precision amp-bf16, no offload and --grad-accum 1 "
-                        "(FSDP2 with a bf16 mixed-precision policy).")
+    if fsdp and (precision not in ("amp-bf16", "bf16") or offload != "none" or grad_accum != 1):
+        raise UserError("--strategy fsdp is planned for --precision amp-bf16 (FSDP2 with a bf16 mixed-precision "
+                        "policy) or bf16, no offload and --grad-accum 1.")
     w_b, act_b, cdt = precision_bytes(precision)
     if not hw.supports(cdt):
         raise UserError(f"--precision {precision} needs {cdt} compute, which {hw.name} does not support.")
@@ -100,13 +118,18 @@ def estimate_train(m: ModelSpec, hw, *, micro_batch: int, seq: int, precision: s
 
     if fsdp:
         mem = fsdp_train_memory(m, pc, num_gpus=num_gpus, micro_batch=micro_batch, seq=seq, optimizer=optimizer,
-                                recompute=recompute)
+                                recompute=recompute, precision=precision)
     else:
         mem = train_memory(m, pc, micro_batch=micro_batch, seq=seq, precision=precision, optimizer=optimizer,
                            recompute=recompute, grad_accum=grad_accum, offload=offload, fused=fused)
         if num_gpus > 1:  # DDP's gradient buckets live beside everything, in every phase
             buckets = ddp_bucket_bytes(pc, precision)
-            mem = replace(mem, phases={k: v + buckets for k, v in mem.phases.items()},
+            # gradient_as_bucket_view: the gradients ARE the buckets. The single-GPU walk counts gradients in the
+            # optimizer phase (already the buckets' bytes) and frees them before the forward (a view never is):
+            # the buffer is added to the forward and backward phases only. In backward this counts the gradients
+            # produced before the peak twice; the walk's peak is at its start (two H200s, Llama-2-7B: +0.3%).
+            grown = ("forward", "backward") if bucket_view else tuple(mem.phases)
+            mem = replace(mem, phases={k: v + (buckets if k in grown else 0.0) for k, v in mem.phases.items()},
                           breakdown={**mem.breakdown, "ddp_buckets": buckets})
     phases, breakdown = mem.phases, mem.breakdown
     peak = max(phases.values())
@@ -155,7 +178,7 @@ def estimate_train(m: ModelSpec, hw, *, micro_batch: int, seq: int, precision: s
         opt_s /= num_gpus
     step_s = grad_accum * (micro_s + cast_bytes / (bw * 1e9)) + opt_s + offload_s
     comm_s = _data_parallel_comm_s(pc, hw, num_gpus, strategy, precision, b_gpu * grad_accum, micro_s,
-                                   gpus_per_node) if num_gpus > 1 else 0.0
+                                   gpus_per_node, m.num_layers) if num_gpus > 1 else 0.0
     step_s += comm_s
     tokens_per_step = grad_accum * T
     attn_width = (m.num_heads * (m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim + m.mla.v_head_dim) / 2

@@ -101,7 +101,10 @@ def sign_ef_hook(state: SignState, bucket) -> torch.futures.Future:
     buf = bucket.buffer()
     idx = bucket.index()
     x = buf.detach().float()
-    if idx in state.error:
+    # DDP rebuilds its buckets after the first iteration (in the order gradients became ready), so an index can
+    # name a bucket of another size: the residual then belongs to a layout that no longer exists and restarts at
+    # zero (found on two H200s: a 16.8M-element bucket met the 1.24G-element residual of the first iteration's).
+    if idx in state.error and state.error[idx].numel() == x.numel():
         x = x + state.error[idx]
     scale = x.abs().mean().reshape(1)
     signs = torch.sign(x)
