@@ -58,6 +58,7 @@ def test_ddp_train_with_baseline(tmp_path):
     assert b["status"] == "ok" and b["step_s"] > 0
     assert res["scaling_efficiency"] == pytest.approx(b["step_s"] / res["step_s"])
     assert "peak_backward_bytes" in res and res["peak_backward_bytes"] is None  # CPU: no allocator statistics
+    assert "not in the hardware catalog" in m["estimate"]["unavailable"]  # CPU: no catalog entry, said so
     with Store.open(db) as s:
         rows = s.list(kind="train-dist")
         assert len(rows) == 1 and rows[0]["status"] == "ok"
@@ -180,3 +181,19 @@ def test_sign_hook_survives_ddp_bucket_rebuild(tmp_path):
         assert torch.allclose(out, scale * torch.sign(g)) and torch.allclose(st.error[0], g - scale * torch.sign(g))
     finally:
         dist.destroy_process_group()
+
+
+def test_dist_estimate_beside_a_measured_h200_case():
+    """The estimate train-dist prints beside its measurement (two-H200 DDP Llama-2-7B record)."""
+    import json
+    from pathlib import Path
+
+    from gpuscope.cli.bench_dist_train import dist_estimate
+
+    path = Path(__file__).resolve().parents[1] / "results" / "2026-11-29-h200-x2" / "dist_train.jsonl"
+    rec = next(json.loads(x) for x in path.read_text().splitlines() if "llama-2-7b/ddp" in x)
+    est = dist_estimate(rec["case"], rec["result"], None)
+    rows = {r["metric"]: r for r in est["rows"]}
+    assert est["hardware"] == "nvidia_h200_sxm"
+    assert abs(rows["peak_bytes"]["error"]) < 0.05 and abs(rows["step_s"]["error"]) < 0.15
+    assert dist_estimate(rec["case"], {"status": "oom"}, None) == {"unavailable": "the measurement's status is oom"}

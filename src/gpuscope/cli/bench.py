@@ -198,7 +198,7 @@ def estimate_beside(rec: dict, gpu: str | None) -> dict:
 def _fmt(metric: str, v) -> str:
     if not isinstance(v, (int, float)):
         return "-"
-    if metric == "mfu":
+    if metric in ("mfu", "scaling_efficiency"):
         return f"{v:.1%}"
     if metric.endswith("bytes"):
         return f"{v / 2**30:.3f} GiB" if v >= 2**26 else f"{v / 2**20:.2f} MiB"

@@ -153,14 +153,56 @@ def compression_table(name: str, r: dict):
     return t
 
 
-def _record(s: Session, kind: str, name: str, case: dict, res: dict, prov: dict, wall: float, table) -> None:
+def dist_estimate(case: dict, res: dict, gpu: str | None) -> dict:
+    """The planner's DDP/FSDP estimate for a measured train-dist case, beside it: {"hardware", "calibrated",
+    "rows"} (peak memory per phase, step time, scaling efficiency when the baseline ran) or {"unavailable": why}."""
+    from gpuscope.cli.bench import _hardware_for_estimate
+    from gpuscope.estimate.train import estimate_train
+    from gpuscope.explain.compare import _model
+
+    if res.get("status") != "ok":
+        return {"unavailable": f"the measurement's status is {res.get('status')}"}
+    try:
+        hw, why = _hardware_for_estimate(gpu, res.get("device_name"))
+        if hw is None:
+            return {"unavailable": why}
+        m = _model(case)
+        kw = dict(micro_batch=case["micro_batch"], seq=case["seq"], precision=case["precision"],
+                  recompute=case["recompute"])
+        est = estimate_train(m, hw, num_gpus=int(res.get("world_size") or case["nproc"]), strategy=case["strategy"],
+                             bucket_view=bool(case.get("gradient_as_bucket_view")), **kw)
+        pairs = [("peak_bytes", est.peak_bytes_per_gpu, res.get("peak_bytes")),
+                 *((f"{p}_peak_bytes", est.phases_bytes[p], res.get(f"peak_{p}_bytes"))
+                   for p in ("forward", "backward", "optimizer")),
+                 ("step_s", est.time["step_s"], res.get("step_s"))]
+        if res.get("scaling_efficiency"):
+            one = estimate_train(m, hw, **kw)
+            pairs.append(("scaling_efficiency", one.time["step_s"] / est.time["step_s"], res["scaling_efficiency"]))
+    except UserError as e:
+        return {"unavailable": str(e)}
+    rows = [{"metric": k, "estimated": e, "measured": v,
+             "error": (e - v) / v if isinstance(v, (int, float)) and v > 0 else None} for k, e, v in pairs]
+    return {"hardware": hw.key, "calibrated": hw.is_calibrated, "rows": rows}
+
+
+def _record(s: Session, kind: str, name: str, case: dict, res: dict, prov: dict, wall: float, table,
+            estimate: dict | None = None) -> None:
     key = _key(name, case)
     mid = s.store.put(s.run_id, key, kind, name, case, res, prov)
-    s.out.append({"id": mid, "key": key, "name": name, "skipped": False, "status": res.get("status"), "result": res})
+    entry = {"id": mid, "key": key, "name": name, "skipped": False, "status": res.get("status"), "result": res}
+    if estimate is not None:
+        entry["estimate"] = estimate
+    s.out.append(entry)
     if res.get("status") == "ok":
         s.note(f"[{mid}] {name}: ok ({wall:.1f}s)")
         if not s.as_json:
             s.log.print(table(name, res))
+            if estimate and "rows" in estimate:
+                from gpuscope.cli.bench import estimate_table
+
+                s.log.print(estimate_table(name, estimate))
+            elif estimate:
+                s.log.print(f"  no estimate: {estimate['unavailable']}", highlight=False)
     else:
         s.note(f"[{mid}] {name}: {res.get('status')} {res.get('phase') or ''} {res.get('error') or ''}".rstrip())
 
@@ -195,9 +237,11 @@ def register_dist_train(bench: typer.Typer) -> None:
         db: str = typer.Option(None, "--db", help=DB_HELP),
         as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
         device: str = typer.Option(None, "--device", help=DEVICE_HELP),
+        gpu: str = typer.Option(None, "--gpu", help="Hardware for the estimate beside the measurement: catalog "
+                                "name or a (calibrated) TOML (default: the device that ran, if in the catalog)."),
     ) -> None:
         """Data-parallel training step (DDP or FSDP2, random weights): per-rank step time, tokens/s, memory per
-        phase, scaling efficiency against one GPU."""
+        phase, scaling efficiency against one GPU; the planner's estimate beside it."""
         require_torch()
         _positive(nproc=nproc, micro_batch=micro_batch, seq=seq, steps=steps, warmup=warmup + 1, nnodes=nnodes,
                   timeout=timeout)
@@ -222,7 +266,7 @@ def register_dist_train(bench: typer.Typer) -> None:
 
         def go():
             res, prov, wall = _launch("gpuscope.measure.dist_train", case, nproc, nnodes, node_rank, rdzv, timeout)
-            _record(s, "train-dist", name, case, res, prov, wall, train_table)
+            _record(s, "train-dist", name, case, res, prov, wall, train_table, dist_estimate(case, res, gpu))
 
         guarded(s, go)
         _exit_on_error(s)
