@@ -191,11 +191,11 @@ def register(app: typer.Typer) -> None:
             return
         t = Table(title=f"{m.name} on {hw.name}, seq {seq}: configurations that fit, fastest first",
                   header_style="bold")
-        for c in ("#", "precision", "optimizer", "recompute", "micro-batch", "accum", "tok/s", "MFU", "GiB"):
+        for c in ("#", "precision", "optimizer", "recompute", "micro-batch", "accum", "tok/s", "MFU", "GiB", "needs"):
             t.add_column(c, justify="right")
         for i, c in enumerate(choices, 1):
             t.add_row(str(i), c.precision, c.optimizer, c.recompute, str(c.micro_batch), str(c.grad_accum),
-                      f"{c.tokens_per_s:,.0f}", f"{c.mfu:.1%}", f"{c.required_bytes / 2**30:.1f}")
+                      f"{c.tokens_per_s:,.0f}", f"{c.mfu:.1%}", f"{c.required_bytes / 2**30:.1f}", c.needs or "-")
         console = Console()
         (console if console.is_terminal else Console(width=160)).print(t)
 
