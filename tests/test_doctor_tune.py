@@ -82,6 +82,11 @@ def test_rule_details():
     assert F.launch_bound(stalled) is None
     assert F.dataloader_stall(stalled).speedup == pytest.approx(2.0)
     assert [f.code for f in F.diagnose(stalled)][0] == "dataloader_stall"
+    # host time the profiler itself added is not launch-bound time: H200, examples/train_slow_loader.py fixed,
+    # 82 ms steps profiled against 41 ms bare
+    inflated = _with(active_s=1.0, busy_s=0.45, kernel_mean_s=20e-6, gap_mean_s=30e-6, dataloader_s=0.0)
+    assert F.launch_bound(inflated) is not None
+    assert F.launch_bound(dict(inflated, profiler_overhead_s=0.5)) is None
     # set-up before the first kernel (active_s < wall_s) is not idle time
     assert F.launch_bound(_with(wall_s=10.0, active_s=1.0, busy_s=0.9, kernel_mean_s=4e-6, gap_mean_s=17e-6)) is None
     assert F.launch_bound(dict(SICK["launch_bound"], timeline="cpu_ops")) is None  # no device timeline, no verdict
@@ -118,6 +123,9 @@ def test_doctor_script_diagnoses_slow_dataloader(tmp_path):
     p = d["profile"]
     assert p["script_status"] == "ok" and "args ['--lr', '3']" in p["script_stdout_tail"]
     assert p["dataloader_s"] >= 0.2 and p["dataloader_calls"] == 4  # 12 x 20 ms; 3 batches + the final StopIteration
+    assert p["cpu_events"] > 0 and p["profiler_s_per_event"] >= 0
+    assert p["profiler_overhead_s"] == pytest.approx(min(0.9 * p["active_s"], p["cpu_events"] * p["profiler_s_per_event"]))
+    assert 0 < p["active_s"] <= p["wall_s"]
     codes = [f["code"] for f in d["findings"]]
     assert codes[0] == "dataloader_stall", codes
     assert d["findings"][0]["evidence"]["dataloader_fraction"] >= 0.1
