@@ -117,3 +117,38 @@ def test_pipeline_bubble_and_tp_comm_show_up():
     assert few.time_s["bubble"] / (few.time_s["pipeline"] - few.time_s["bubble"]) == pytest.approx(0.5, rel=0.02)
     assert one.time_s["bubble"] / one.time_s["pipeline"] < 0.03
     assert one.time_s["tp_comm"] > 0
+
+
+def test_expert_parallelism_splits_expert_states_and_adds_all_to_all():
+    """EP (Megatron-Core style): routed experts over ep ranks of the data-parallel group. Mixtral-8x7B on 32 H100s
+    (dp 32, ZeRO-1): without EP every GPU holds all 8 experts (45 B of its 46.7 B parameters) and nothing fits;
+    with ep = 8 each holds one expert per layer and ZeRO shards its states over the 4 ranks sharing it."""
+    from gpuscope.errors import UserError
+    from gpuscope.estimate.params import count_params
+
+    m, h100 = load_model("mixtral-8x7b"), load_hardware("h100")
+    pc = count_params(m)
+    base = dict(tp=1, pp=1, dp=32, micro_batch=1, global_batch=256, zero=1, recompute="full")
+    no_ep = estimate_parallel(m, h100, Layout(**base), seq=4096)
+    ep8 = estimate_parallel(m, h100, Layout(**base, ep=8), seq=4096)
+    assert not no_ep.fits and ep8.fits
+    # bf16 parameters: dense part whole, routed experts / 8
+    dense = pc.total - pc.routed_experts
+    assert ep8.memory_bytes["parameters"] == pytest.approx(2.0 * (dense + pc.routed_experts / 8), rel=1e-9)
+    assert no_ep.memory_bytes["parameters"] == pytest.approx(2.0 * pc.total, rel=1e-9)
+    # ZeRO-1 shards dense optimizer states over 32 ranks, expert ones over the dp / ep = 4 that share them
+    assert ep8.memory_bytes["optimizer_states"] == pytest.approx(12.0 * (dense / 32 + pc.routed_experts / 8 / 4),
+                                                                 rel=1e-9)
+    assert no_ep.time_s["ep_comm"] == 0 and ep8.time_s["ep_comm"] > 0
+    with pytest.raises(UserError):
+        estimate_parallel(load_model("llama-3.1-8b"), h100, Layout(**base, ep=2))  # dense model
+    with pytest.raises(UserError):
+        estimate_parallel(m, h100, Layout(**base, ep=3))  # 3 divides neither dp 32 nor 8 experts
+
+
+def test_search_considers_expert_parallelism_for_moe():
+    res = search_layouts(load_model("mixtral-8x7b"), load_hardware("h100"), 16, 256, seq=4096)
+    assert res.ranked and any(e.layout.ep > 1 for e in res.ranked)
+    assert all(e.fits for e in res.ranked)
+    dense = search_layouts(load_model("llama-3.1-8b"), load_hardware("h100"), 16, 256, seq=4096)
+    assert all(e.layout.ep == 1 for e in dense.ranked)

@@ -70,6 +70,8 @@ def register(app: typer.Typer) -> None:
         pp: int = typer.Option(1, "--pp", help="Pipeline-parallel degree (multi-GPU)."),
         dp: int = typer.Option(None, "--dp", help="Data-parallel degree (default: num-gpus / (tp x pp x cp))."),
         cp: int = typer.Option(1, "--cp", help="Context-parallel degree (long sequences; Megatron-style plans)."),
+        ep: int = typer.Option(1, "--ep", help="Expert-parallel degree (MoE models): routed experts split over ep "
+                               "ranks of the data-parallel group (Megatron-style plans)."),
         zero: int = typer.Option(0, "--zero", help="ZeRO stage 0-3 over the data-parallel group."),
         fsdp: bool = typer.Option(False, "--fsdp", help="FSDP full shard (= ZeRO-3)."),
         bucket_view: bool = typer.Option(False, "--gradient-as-bucket-view", help="DDP: gradients are views into "
@@ -109,7 +111,8 @@ def register(app: typer.Typer) -> None:
             hw, _links = with_measured_links(hw, db)
         if framework not in (None, "hf", "megatron"):
             raise UserError(f"--framework must be hf or megatron, got '{framework}'.")
-        pure_dp = tp == 1 and pp == 1 and cp == 1 and zero == 0 and not search and (dp is None or dp == num_gpus)
+        pure_dp = (tp == 1 and pp == 1 and cp == 1 and ep == 1 and zero == 0 and not search
+                   and (dp is None or dp == num_gpus))
         if framework == "hf" or (framework is None and pure_dp):
             if tp > 1 or pp > 1 or zero:
                 raise UserError("--framework hf plans DDP or FSDP (--fsdp) over --num-gpus; TP/PP/ZeRO layouts "
@@ -139,7 +142,7 @@ def register(app: typer.Typer) -> None:
             return
         from gpuscope.estimate.parallel import Layout, estimate_parallel, to_estimate
 
-        lay = Layout(tp=tp, pp=pp, dp=dp, cp=cp, micro_batch=micro_batch, global_batch=gb,
+        lay = Layout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, micro_batch=micro_batch, global_batch=gb,
                      zero=3 if fsdp else zero, sp=sp, virtual=virtual, recompute=recompute)
         pe = estimate_parallel(m, hw, lay, seq=seq, gpus_per_node=gpus_per_node)
         est = to_estimate(pe, m, hw, seq)
@@ -157,7 +160,8 @@ def _search(m, hw, num_gpus: int, global_batch: int, seq: int, gpus_per_node, as
     t0 = time.perf_counter()
     res = search_layouts(m, hw, num_gpus, global_batch, seq=seq, gpus_per_node=gpus_per_node)
     elapsed = time.perf_counter() - t0
-    rows = [{"tp": e.layout.tp, "pp": e.layout.pp, "dp": e.layout.dp, "zero": e.layout.zero, "sp": e.layout.sp,
+    rows = [{"tp": e.layout.tp, "pp": e.layout.pp, "dp": e.layout.dp, "ep": e.layout.ep, "zero": e.layout.zero,
+             "sp": e.layout.sp,
              "virtual": e.layout.virtual, "micro_batch": e.layout.micro_batch, "recompute": e.layout.recompute,
              "tokens_per_s": e.tokens_per_s, "step_s": e.step_s, "mfu": e.mfu, "peak_bytes_per_gpu": e.peak_bytes}
             for e in res.ranked]
@@ -171,10 +175,10 @@ def _search(m, hw, num_gpus: int, global_batch: int, seq: int, gpus_per_node, as
 
     t = Table(title=f"{m.name} on {num_gpus} x {hw.key}: {res.considered:,} layouts in {elapsed:.2f} s, "
                     f"{res.rejected_memory:,} over memory", header_style="bold")
-    for c in ("#", "tp", "pp", "dp", "zero", "sp", "v", "mb", "recompute", "tok/s", "step", "MFU", "GiB/GPU"):
+    for c in ("#", "tp", "pp", "dp", "ep", "zero", "sp", "v", "mb", "recompute", "tok/s", "step", "MFU", "GiB/GPU"):
         t.add_column(c, justify="right")
     for i, r in enumerate(rows, 1):
-        t.add_row(str(i), str(r["tp"]), str(r["pp"]), str(r["dp"]), str(r["zero"]), "y" if r["sp"] else "",
+        t.add_row(str(i), str(r["tp"]), str(r["pp"]), str(r["dp"]), str(r["ep"]), str(r["zero"]), "y" if r["sp"] else "",
                   str(r["virtual"]), str(r["micro_batch"]), r["recompute"], f"{r['tokens_per_s']:,.0f}",
                   f"{r['step_s']:.2f} s", f"{r['mfu']:.1%}", f"{r['peak_bytes_per_gpu'] / 2**30:.1f}")
     _console().print(t)

@@ -24,6 +24,12 @@ Time (one optimizer step)
 - data parallel: gradients all-reduced (ZeRO >= 2: reduce-scattered, and ZeRO-3 all-gathers parameters before each
   forward and backward) over the data-parallel group; Megatron's 2021 runs did not overlap this with backward.
 - optimizer: a memory-bound pass over the stage's (sharded) model states.
+- expert parallelism (MoE, Megatron-Core style): the routed experts of each MoE layer are split over ``ep`` ranks
+  carved from the data-parallel group (ep divides dp and the expert count); expert weights are also split over the
+  TP group (expert TP = TP). Each token's hidden state goes to its top-k experts and back: an all-to-all of
+  b s k h x 2 bytes (/ tp with SP) over the EP group to dispatch and one to combine, forward and backward (again
+  when recomputed). Expert GEMMs run at GROUPED_GEMM_EFFICIENCY of the dense rate; expert gradients reduce over
+  the dp / ep ranks that hold the same experts, and ZeRO shards expert states over those.
 Model FLOPs: Narayanan et al. 2021 eq. (3), F = 96 B s l h^2 (1 + s/(6h) + V/(16 l h)) per iteration with
 activation recomputation (their convention: recompute counted), so TFLOP/s per GPU = F / (time x GPUs).
 """
@@ -47,6 +53,10 @@ FUSED_BW_FRACTION = 0.85
 # Attention's batched GEMMs (K = head_dim = 64..128) run below the large-GEMM rate; the same fraction as flash
 # attention measured on the H200 at head_dim 128 (roofline.ATTENTION_EFFICIENCY).
 ATTN_GEMM_EFFICIENCY = 0.62
+# torch._grouped_mm (transformers 5's MoE path; Megatron-Core's grouped GEMM is the same idea) ran at 88%
+# (Mixtral-8x7B prefill shapes) and 70% (DeepSeek-V2-Lite: 64 small experts) of a dense GEMM of the same rows on
+# the H200 (results/2026-11-29-h200-b/moe_attn.json): we take 0.8.
+GROUPED_GEMM_EFFICIENCY = 0.8
 STATE_BYTES = {
     "megatron": {"param": 2.0, "grad": 4.0, "optimizer": 12.0},  # bf16 params, fp32 main grads, fp32 master + Adam
     "zero": {"param": 2.0, "grad": 2.0, "optimizer": 12.0},  # Rajbhandari et al. 2020, section 3.1
@@ -65,6 +75,7 @@ class Layout:
     virtual: int = 1  # interleaved pipeline: model chunks per GPU
     recompute: str = "full"  # "none", "selective", "full"
     cp: int = 1  # context parallelism: each rank holds s/cp tokens of every sequence (Llama 3 section 3.3.2)
+    ep: int = 1  # expert parallelism (MoE): routed experts split over ep ranks of the data-parallel group
 
     @property
     def num_gpus(self) -> int:
@@ -77,7 +88,7 @@ class Layout:
 
 
 def check_layout(m: ModelSpec, lay: Layout) -> None:
-    for name in ("tp", "pp", "dp", "cp", "micro_batch", "global_batch", "virtual"):
+    for name in ("tp", "pp", "dp", "cp", "ep", "micro_batch", "global_batch", "virtual"):
         v = getattr(lay, name)
         if not isinstance(v, int) or v <= 0:
             raise UserError(f"--{name.replace('_', '-')} must be a positive integer, got {v!r}.")
@@ -90,6 +101,12 @@ def check_layout(m: ModelSpec, lay: Layout) -> None:
                         f"({lay.dp} x {lay.micro_batch}).")
     if m.max_position_embeddings % (2 * lay.cp) and lay.cp > 1:
         raise UserError(f"--cp ({lay.cp}): the sequence ({m.max_position_embeddings}) must split into 2 x cp chunks.")
+    if lay.ep > 1:
+        if not m.is_moe:
+            raise UserError(f"--ep ({lay.ep}) needs a mixture-of-experts model; {m.name} is dense.")
+        if (lay.dp * lay.cp) % lay.ep or m.moe.num_experts % lay.ep:
+            raise UserError(f"--ep ({lay.ep}) must divide dp x cp ({lay.dp * lay.cp}) and the "
+                            f"{m.moe.num_experts} experts.")
     if lay.zero not in (0, 1, 2, 3):
         raise UserError(f"--zero must be 0, 1, 2 or 3, got {lay.zero}.")
     if lay.recompute not in ("none", "selective", "full"):
@@ -110,25 +127,41 @@ class ParallelEstimate:
 
 
 def _stage_params(m: ModelSpec, lay: Layout) -> float:
+    dense, expert = _stage_param_split(m, lay)
+    return dense + expert
+
+
+def _stage_param_split(m: ModelSpec, lay: Layout) -> tuple[float, float]:
+    """(dense, routed-expert) parameters on one GPU of the first stage. Routed experts are spread evenly over the
+    layers (a first dense layer, as DeepSeek's, is averaged in)."""
     pc = count_params(m)
-    per_layer = (pc.attention + pc.mlp + pc.norms) / m.num_layers
+    per_layer = (pc.attention + pc.mlp - pc.routed_experts + pc.norms) / m.num_layers
+    experts = pc.routed_experts / m.num_layers
     layers = -(-m.num_layers // lay.pp)
     emb = pc.embedding / lay.tp
     head = (pc.lm_head or pc.lm_head_matmul) / lay.tp if lay.pp > 1 else pc.lm_head / lay.tp
     # first stage: its layers + the embedding (+ the head too when pp == 1; with pp > 1 a tied head is a copy on
     # the last stage, so the first stage stays the busiest by activations)
-    return layers * per_layer / lay.tp + emb + (head if lay.pp == 1 else 0.0)
+    dense = layers * per_layer / lay.tp + emb + (head if lay.pp == 1 else 0.0)
+    return dense, layers * experts / (lay.tp * lay.ep)
 
 
 def parallel_memory(m: ModelSpec, lay: Layout, states: str = "megatron", flash: bool = True,
-                    p_stage: float | None = None) -> dict[str, float]:
-    p_stage = _stage_params(m, lay) if p_stage is None else p_stage
+                    p_stage: float | tuple[float, float] | None = None) -> dict[str, float]:
+    """``p_stage``: the stage's parameters per GPU, or (dense, routed experts) of them (parallel._stage_param_split);
+    ZeRO shards dense states over the dp x cp ranks and expert states over the dp x cp / ep ranks sharing them."""
+    if p_stage is None:
+        p_stage = _stage_param_split(m, lay)
+    dense, expert = p_stage if isinstance(p_stage, tuple) else (p_stage, 0.0)
     b = STATE_BYTES[states]
     dp = lay.dp * lay.cp  # ZeRO shards over every rank holding the same parameters
+    edp = dp // lay.ep
+
+    z = lay.zero
     model_states = {
-        "parameters": p_stage * b["param"] / (dp if lay.zero >= 3 else 1),
-        "gradients": p_stage * b["grad"] / (dp if lay.zero >= 2 else 1),
-        "optimizer_states": p_stage * b["optimizer"] / (dp if lay.zero >= 1 else 1),
+        "parameters": b["param"] * ((dense / dp + expert / edp) if z >= 3 else dense + expert),
+        "gradients": b["grad"] * ((dense / dp + expert / edp) if z >= 2 else dense + expert),
+        "optimizer_states": b["optimizer"] * ((dense / dp + expert / edp) if z >= 1 else dense + expert),
     }
     s, h, a = m.max_position_embeddings // lay.cp, m.hidden_size, m.num_heads
     out = model_states | _activation_memory(m, lay, s, h, a, flash)
@@ -190,10 +223,11 @@ class Planner:
             self._coll[key] = collective_time(op, nbytes, group, self.topo, gpus_per_node_in_group=per_node)
         return self._coll[key]
 
-    def stage_params(self, tp: int, pp: int) -> float:
-        if (tp, pp) not in self._stage:
-            self._stage[(tp, pp)] = _stage_params(self.m, Layout(tp=tp, pp=pp))
-        return self._stage[(tp, pp)]
+    def stage_params(self, tp: int, pp: int, ep: int = 1) -> tuple[float, float]:
+        """(dense, routed-expert) parameters per GPU of the first stage."""
+        if (tp, pp, ep) not in self._stage:
+            self._stage[(tp, pp, ep)] = _stage_param_split(self.m, Layout(tp=tp, pp=pp, ep=ep))
+        return self._stage[(tp, pp, ep)]
 
     def layer_costs(self, t: int, b: int, sp: bool, cp: int = 1) -> tuple[float, float, float, float, float]:
         """(forward seconds of one layer, its attention core, one TP all-reduce, LM head fwd+bwd, one CP K/V
@@ -209,9 +243,22 @@ class Planner:
         tok = b * s
         tflops, bw, sms = self.tflops, self.bw, self.sms
         n_qkv = (m.q_dim + 2 * m.kv_dim) // t
-        gemm = (_gemm_s(tok, n_qkv, h, tflops, sms) + _gemm_s(tok, h, m.q_dim // t, tflops, sms)
-                + _gemm_s(tok, ffn // t, h, tflops, sms) * (2 if m.gated_mlp else 1)
-                + _gemm_s(tok, h, ffn // t, tflops, sms))
+        up = 2 if m.gated_mlp else 1
+
+        def mlp_s(rows: int, width: int) -> float:
+            return _gemm_s(rows, width // t, h, tflops, sms) * up + _gemm_s(rows, h, width // t, tflops, sms)
+
+        mlp = mlp_s(tok, ffn)
+        if m.is_moe:  # MoE layers: the top-k routed experts per token (grouped GEMMs) + shared experts + router
+            moe = m.moe
+            routed = mlp_s(tok * moe.experts_per_token, moe.expert_intermediate_size) / GROUPED_GEMM_EFFICIENCY
+            shared = mlp_s(tok, moe.shared_intermediate_size) if moe.shared_intermediate_size else 0.0
+            router = 2.0 * tok * h * moe.num_experts / (tflops * 1e12)
+            # token permutation to the experts' order and back: read + write b s k h bf16 values, twice
+            router += 4.0 * tok * moe.experts_per_token * h * 2.0 / (bw * FUSED_BW_FRACTION)
+            f = len(m.moe_layers) / m.num_layers
+            mlp = (1 - f) * mlp + f * (routed + shared + router)
+        gemm = _gemm_s(tok, n_qkv, h, tflops, sms) + _gemm_s(tok, h, m.q_dim // t, tflops, sms) + mlp
         rep = (1.0 / t) if sp else 1.0
         if self.attention == "flash":
             # causal flash attention: half the pairs, no s^2 tensor in memory (Dao 2022), at the SDPA rate
@@ -231,6 +278,20 @@ class Planner:
         self._layer[key] = (fwd_layer, attn, allreduce, head, kv_gather)
         return self._layer[key]
 
+    def _dp_comm(self, params: float, replicas: int, per_node: int, zero: int, mbs: int) -> float:
+        """Gradient reduction (ZeRO >= 2: reduce-scatter) of ``params`` bf16 gradients over ``replicas`` ranks, the
+        gather of the updated shards (ZeRO >= 1) and ZeRO-3's parameter gathers before every micro-batch's forward
+        and backward."""
+        if replicas <= 1 or params <= 0:
+            return 0.0
+        op = "all_reduce" if zero < 2 else "reduce_scatter"
+        t = self.coll(op, params * 2.0, replicas, per_node)
+        if zero >= 1:  # updated parameters gathered back after the sharded optimizer step
+            t += self.coll("all_gather", params * 2.0, replicas, per_node)
+        if zero == 3:  # gathered before every micro-batch's forward and backward
+            t += 2 * mbs * self.coll("all_gather", params * 2.0, replicas, per_node)
+        return t
+
     def estimate(self, lay: Layout, check: bool = True) -> ParallelEstimate:
         if check:
             check_layout(self.m, lay)
@@ -246,27 +307,31 @@ class Planner:
         tp_comm += kv_gather * (3 if full else 2)
         recomputed = fwd_layer if full else (attn_core if lay.recompute == "selective" else 0.0)
         layers_per_stage = -(-L // p)  # the busiest stage when p does not divide L (Llama 3 405B: 126 over 16)
-        slot = layers_per_stage * (3.0 * fwd_layer + recomputed + tp_comm) + head_mb  # the last stage has the head
+        ep_comm = 0.0
+        if lay.ep > 1:  # dispatch + combine all-to-alls, forward and backward (and the recomputed forward)
+            moe_share = len(m.moe_layers) / L
+            a2a_bytes = b * (s // lay.cp) * m.moe.experts_per_token * h * 2.0 / (t if lay.sp else 1)
+            per_node = max(1, min(lay.ep, self.topo.gpus_per_node // t))
+            ep_comm = moe_share * (6 if full else 4) * self.coll("all_to_all", a2a_bytes, lay.ep, per_node)
+        slot = layers_per_stage * (3.0 * fwd_layer + recomputed + tp_comm + ep_comm) + head_mb  # last stage: head
         p2p = self.coll("send_recv", b * s // lay.cp * h * 2.0, 2, 1) if p > 1 else 0.0
         mbs = lay.micro_batches
         slots = mbs + (p - 1) / lay.virtual
         pipeline = slots * (slot + 2 * p2p)
         # ---- data parallel gradient reduction and ZeRO parameter gathers ----
-        p_stage = self.stage_params(t, p)
-        dp_comm = 0.0
+        dense, expert = self.stage_params(t, p, lay.ep)
+        p_stage = dense + expert
         replicas = lay.dp * lay.cp  # context-parallel ranks hold the same parameters: gradients reduce over both
-        if replicas > 1:
-            per_node = _dp_per_node(lay, self.topo)
-            op = "all_reduce" if lay.zero < 2 else "reduce_scatter"
-            dp_comm = self.coll(op, p_stage * 2.0, replicas, per_node)
-            if lay.zero >= 1:  # updated parameters gathered back after the sharded optimizer step
-                dp_comm += self.coll("all_gather", p_stage * 2.0, replicas, per_node)
-            if lay.zero == 3:  # gathered before every micro-batch's forward and backward
-                dp_comm += 2 * mbs * self.coll("all_gather", p_stage * 2.0, replicas, per_node)
+        per_node = _dp_per_node(lay, self.topo)
+        # dense parameters reduce over every replica; routed experts over the replicas / ep that hold the same ones
+        dp_comm = self._dp_comm(dense, replicas, per_node, lay.zero, mbs)
+        if expert:
+            dp_comm += self._dp_comm(expert, replicas // lay.ep, max(1, per_node // lay.ep), lay.zero, mbs)
         # optimizer: read 18 and write 16 bytes per (sharded) parameter
-        optimizer = p_stage * (18 + 16) / (replicas if lay.zero >= 1 else 1) / self.bw
+        sharded = (dense / replicas + expert * lay.ep / replicas) if lay.zero >= 1 else p_stage
+        optimizer = sharded * (18 + 16) / self.bw
         step = pipeline + dp_comm + optimizer
-        mem = parallel_memory(m, lay, states=self.states, flash=self.attention == "flash", p_stage=p_stage)
+        mem = parallel_memory(m, lay, states=self.states, flash=self.attention == "flash", p_stage=(dense, expert))
         peak = sum(mem.values())
         fits = peak + sum(runtime_overheads(peak).values()) <= self.hw.device_total_bytes
         B, gpus = lay.global_batch, lay.num_gpus
@@ -274,7 +339,8 @@ class Planner:
         return ParallelEstimate(
             layout=lay, memory_bytes=mem, peak_bytes=peak, fits=fits,
             time_s={"step": step, "pipeline": pipeline, "bubble": (p - 1) / lay.virtual * (slot + 2 * p2p),
-                    "tp_comm": tp_comm * layers_per_stage * slots, "dp_comm": dp_comm, "optimizer": optimizer},
+                    "tp_comm": tp_comm * layers_per_stage * slots, "ep_comm": ep_comm * layers_per_stage * slots,
+                    "dp_comm": dp_comm, "optimizer": optimizer},
             step_s=step, tflops_per_gpu=megatron_table1_flops(B, s, L, h, m.vocab_size) / step / gpus / 1e12,
             mfu=model_flops / step / gpus / self.peak, tokens_per_s=B * s / step,
         )
@@ -310,7 +376,8 @@ def to_estimate(pe: ParallelEstimate, m: ModelSpec, hw, seq: int) -> Estimate:
     overheads = runtime_overheads(pe.peak_bytes)
     est = Estimate(
         kind="train", model=m.name, hardware=hw.key,
-        inputs=dict(num_gpus=lay.num_gpus, tp=lay.tp, pp=lay.pp, dp=lay.dp, cp=lay.cp, zero=lay.zero, sp=lay.sp,
+        inputs=dict(num_gpus=lay.num_gpus, tp=lay.tp, pp=lay.pp, dp=lay.dp, cp=lay.cp, ep=lay.ep, zero=lay.zero,
+                    sp=lay.sp,
                     virtual=lay.virtual, micro_batch=lay.micro_batch, global_batch=lay.global_batch, seq=seq,
                     recompute=lay.recompute, micro_batches_per_step=lay.micro_batches, framework="megatron"),
         fits=pe.fits, peak_bytes_per_gpu=pe.peak_bytes, breakdown_bytes=dict(pe.memory_bytes),

@@ -1,4 +1,5 @@
-"""Layout search: every TP x PP x DP x ZeRO x micro-batch x recompute (x SP, x interleaving) layout of N GPUs,
+"""Layout search: every TP x PP x DP x ZeRO x micro-batch x recompute (x SP, x interleaving, x EP for MoE) layout
+of N GPUs,
 ranked by tokens per second among those whose busiest GPU fits.
 
 The per-layout estimate is parallel.estimate_parallel; its expensive parts (per-layer costs for a given TP degree
@@ -37,6 +38,7 @@ def candidate_layouts(m: ModelSpec, num_gpus: int, global_batch: int, gpus_per_n
             if pp > m.num_layers:
                 continue
             dp = num_gpus // (tp * pp)
+            eps = [e for e in _divisors(dp) if m.moe.num_experts % e == 0] if m.is_moe else [1]
             for mb in micro_batches:
                 if global_batch % (dp * mb):
                     continue
@@ -48,8 +50,9 @@ def candidate_layouts(m: ModelSpec, num_gpus: int, global_batch: int, gpus_per_n
                             for v in (virtuals if pp > 1 else (1,)):
                                 if pp * v > m.num_layers:
                                     continue
-                                yield Layout(tp=tp, pp=pp, dp=dp, micro_batch=mb, global_batch=global_batch,
-                                             zero=zero, sp=sp, virtual=v, recompute=rc)
+                                for ep in eps:
+                                    yield Layout(tp=tp, pp=pp, dp=dp, micro_batch=mb, global_batch=global_batch,
+                                                 zero=zero, sp=sp, virtual=v, recompute=rc, ep=ep)
 
 
 def search_layouts(m: ModelSpec, hw, num_gpus: int, global_batch: int, seq: int | None = None,
