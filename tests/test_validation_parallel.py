@@ -152,3 +152,23 @@ def test_search_considers_expert_parallelism_for_moe():
     assert all(e.fits for e in res.ranked)
     dense = search_layouts(load_model("llama-3.1-8b"), load_hardware("h100"), 16, 256, seq=4096)
     assert all(e.layout.ep == 1 for e in dense.ranked)
+
+
+def test_hybrid_shard_memory_is_one_nodes_fsdp_and_adds_the_cross_node_reduce():
+    """FSDP2 hybrid shard (HSDP) on 4 nodes of 8: states sharded over the 8 GPUs of a node, so per-GPU memory
+    equals full-shard FSDP on 8 GPUs; the gradient shards are all-reduced across the 4 replicas over the network."""
+    from gpuscope.errors import UserError
+    from gpuscope.estimate.train import estimate_train
+
+    m, h100 = load_model("llama-3.1-8b"), load_hardware("h100")
+    kw = dict(micro_batch=1, seq=4096, precision="bf16", recompute="full")
+    hsdp = estimate_train(m, h100, num_gpus=32, strategy="hsdp", **kw)
+    fsdp8 = estimate_train(m, h100, num_gpus=8, strategy="fsdp", **kw)
+    fsdp32 = estimate_train(m, h100, num_gpus=32, strategy="fsdp", **kw)
+    assert hsdp.phases_bytes == pytest.approx(fsdp8.phases_bytes)
+    assert fsdp32.peak_bytes_per_gpu < hsdp.peak_bytes_per_gpu
+    assert hsdp.time["exposed_comm_s"] > fsdp8.time["exposed_comm_s"]  # + the inter-node all-reduce
+    one_node = estimate_train(m, h100, num_gpus=8, strategy="hsdp", **kw)  # one node: HSDP is FSDP
+    assert one_node.time["step_s"] == pytest.approx(fsdp8.time["step_s"])
+    with pytest.raises(UserError):
+        estimate_train(m, h100, num_gpus=12, strategy="hsdp", **kw)  # not whole nodes

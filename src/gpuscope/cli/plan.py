@@ -74,6 +74,8 @@ def register(app: typer.Typer) -> None:
                                "ranks of the data-parallel group (Megatron-style plans)."),
         zero: int = typer.Option(0, "--zero", help="ZeRO stage 0-3 over the data-parallel group."),
         fsdp: bool = typer.Option(False, "--fsdp", help="FSDP full shard (= ZeRO-3)."),
+        hsdp: bool = typer.Option(False, "--hsdp", help="FSDP hybrid shard: sharded inside each node, replicated "
+                                  "across nodes (PyTorch data parallelism, --framework hf)."),
         bucket_view: bool = typer.Option(False, "--gradient-as-bucket-view", help="DDP: gradients are views into "
                                          "its buckets (no separate gradient memory, never freed)."),
         framework: str = typer.Option(None, "--framework", help="hf (PyTorch DDP / FSDP2 of a transformers model, "
@@ -119,7 +121,8 @@ def register(app: typer.Typer) -> None:
                                 "need --framework megatron.")
             est = estimate_train(m, hw, micro_batch=micro_batch, seq=seq, precision=precision,
                                  optimizer=optimizer, recompute=recompute, grad_accum=grad_accum, offload=offload,
-                                 fused=fused, num_gpus=num_gpus, strategy="fsdp" if fsdp else "ddp",
+                                 fused=fused, num_gpus=num_gpus,
+                                 strategy="hsdp" if hsdp else "fsdp" if fsdp else "ddp",
                                  gpus_per_node=gpus_per_node, bucket_view=bucket_view)
             typer.echo(to_json_text(est)) if as_json else render(est, _console())
             return

@@ -43,7 +43,7 @@ def host_link_gbs(hw) -> float:
     return typical_h2d_gbs(getattr(hw, "host_interface", "") or "")
 
 
-STRATEGIES = ("ddp", "fsdp")
+STRATEGIES = ("ddp", "fsdp", "hsdp")
 DDP_BUCKET_BYTES = 25 * 2**20  # DistributedDataParallel's default bucket_cap_mb
 
 
@@ -69,17 +69,32 @@ def _data_parallel_comm_s(pc, hw, n: int, strategy: str, precision: str, backwar
     x the part of it that fits under the overlapped compute, + the last bucket (DDP) or the root's gather (FSDP)."""
     topo = topology_for(hw, n, gpus_per_node=gpus_per_node)
     P = pc.total
-    if strategy == "fsdp":
-        gathers = 2 * collective_time("all_gather", 2.0 * P, n, topo)
-        scatter = collective_time("reduce_scatter", (4.0 if precision == "amp-bf16" else 2.0) * P, n, topo)
+    if strategy in ("fsdp", "hsdp"):
+        # HSDP (FSDP2 with a 2-D device mesh, shard inside a node, replicate across nodes): the gathers and the
+        # reduce-scatter stay inside the node's shard group; each rank's gradient shard is then all-reduced
+        # across the replicas (one rank per node) over the network.
+        g = _shard_group(n, topo) if strategy == "hsdp" else n
+        grad_b = 4.0 if precision == "amp-bf16" else 2.0
+        gathers = 2 * collective_time("all_gather", 2.0 * P, g, topo)
+        scatter = collective_time("reduce_scatter", grad_b * P, g, topo)
         traffic = gathers + scatter + 3 * layers * DP_CALL_OVERHEAD_S
+        if g < n:
+            traffic += collective_time("all_reduce", grad_b * P / g, n // g, topo, gpus_per_node_in_group=1)
         hidden = DP_OVERLAP_FRACTION * min(traffic, compute_s)
-        return traffic - hidden + collective_time("all_gather", 2.0 * P / 32, n, topo)
+        return traffic - hidden + collective_time("all_gather", 2.0 * P / 32, g, topo)
     grad_bytes = P * precision_bytes(precision)[0]
     buckets = max(1, math.ceil(grad_bytes / DDP_BUCKET_BYTES))
     total = collective_time("all_reduce", grad_bytes, n, topo) + buckets * DP_CALL_OVERHEAD_S
     last = collective_time("all_reduce", min(DDP_BUCKET_BYTES, grad_bytes), n, topo)
     return total - DP_OVERLAP_FRACTION * min(total, backward_s) + last
+
+
+def _shard_group(n: int, topo) -> int:
+    """HSDP's shard group: the GPUs of one node (all of them when the job fits in a node)."""
+    g = min(n, topo.gpus_per_node)
+    if n % g:
+        raise UserError(f"--strategy hsdp needs --num-gpus ({n}) to be a multiple of the GPUs per node ({g}).")
+    return g
 
 
 def _check(name: str, value, allowed) -> str:
@@ -93,8 +108,9 @@ def estimate_train(m: ModelSpec, hw, *, micro_batch: int, seq: int, precision: s
                    fused: bool = True, num_gpus: int = 1, strategy: str = "ddp", with_ops: bool = False,
                    gpus_per_node: int | None = None, bucket_view: bool = False) -> Estimate:
     """One GPU, or `num_gpus` data-parallel replicas as PyTorch runs them: ``ddp`` (DistributedDataParallel,
-    full replicas + gradient buckets, bucketed all-reduce overlapped with backward) or ``fsdp`` (FSDP2 full shard
-    with a bf16 mixed-precision policy; memory_train.fsdp_train_memory)."""
+    full replicas + gradient buckets, bucketed all-reduce overlapped with backward), ``fsdp`` (FSDP2 full shard
+    with a bf16 mixed-precision policy, or pure bf16; memory_train.fsdp_train_memory) or ``hsdp`` (FSDP2 hybrid
+    shard: sharded over the GPUs of a node, replicated across nodes)."""
     for name, v in (("micro-batch", micro_batch), ("seq", seq), ("grad-accum", grad_accum), ("num-gpus", num_gpus)):
         if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
             raise UserError(f"--{name} must be a positive integer, got {v!r}.")
@@ -103,10 +119,13 @@ def estimate_train(m: ModelSpec, hw, *, micro_batch: int, seq: int, precision: s
     _check("recompute", recompute, RECOMPUTE)
     _check("offload", offload, OFFLOAD)
     _check("strategy", strategy, STRATEGIES)
-    fsdp = strategy == "fsdp" and num_gpus > 1
+    fsdp = strategy in ("fsdp", "hsdp") and num_gpus > 1
     if fsdp and (precision not in ("amp-bf16", "bf16") or offload != "none" or grad_accum != 1):
-        raise UserError("--strategy fsdp is planned for --precision amp-bf16 (FSDP2 with a bf16 mixed-precision "
-                        "policy) or bf16, no offload and --grad-accum 1.")
+        raise UserError(f"--strategy {strategy} is planned for --precision amp-bf16 (FSDP2 with a bf16 "
+                        "mixed-precision policy) or bf16, no offload and --grad-accum 1.")
+    shard = num_gpus
+    if fsdp and strategy == "hsdp":
+        shard = _shard_group(num_gpus, topology_for(hw, num_gpus, gpus_per_node=gpus_per_node))
     w_b, act_b, cdt = precision_bytes(precision)
     if not hw.supports(cdt):
         raise UserError(f"--precision {precision} needs {cdt} compute, which {hw.name} does not support.")
@@ -117,7 +136,7 @@ def estimate_train(m: ModelSpec, hw, *, micro_batch: int, seq: int, precision: s
     V = m.vocab_size
 
     if fsdp:
-        mem = fsdp_train_memory(m, pc, num_gpus=num_gpus, micro_batch=micro_batch, seq=seq, optimizer=optimizer,
+        mem = fsdp_train_memory(m, pc, num_gpus=shard, micro_batch=micro_batch, seq=seq, optimizer=optimizer,
                                 recompute=recompute, precision=precision)
     else:
         mem = train_memory(m, pc, micro_batch=micro_batch, seq=seq, precision=precision, optimizer=optimizer,
@@ -175,7 +194,7 @@ def estimate_train(m: ModelSpec, hw, *, micro_batch: int, seq: int, precision: s
             micro_s = max(micro_s, passes * 2.0 * P / link)
     if fsdp:  # parameters arrive in bf16 from the all-gathers: no autocast casts; the optimizer works on shards
         cast_bytes = 0.0
-        opt_s /= num_gpus
+        opt_s /= shard
     step_s = grad_accum * (micro_s + cast_bytes / (bw * 1e9)) + opt_s + offload_s
     comm_s = _data_parallel_comm_s(pc, hw, num_gpus, strategy, precision, b_gpu * grad_accum, micro_s,
                                    gpus_per_node, m.num_layers) if num_gpus > 1 else 0.0
