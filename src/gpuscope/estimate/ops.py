@@ -51,9 +51,10 @@ def _norm(m: ModelSpec, tokens: int, stream_b: float, act_b: float, count: int) 
 
 
 def layer_ops(m: ModelSpec, tokens: int, ctx: int, new: int, act_b: float, w_b: float, stream_b: float,
-              count: int, moe: bool, hf_cache_cat: bool, batch: int) -> list[Op]:
+              count: int, moe: bool, hf_cache_cat: bool, batch: int, static_len: int | None = None) -> list[Op]:
     """Ops of ``count`` identical decoder layers processing ``tokens`` = batch * new tokens whose queries see
-    ``ctx`` keys in the end (ctx = past + new)."""
+    ``ctx`` keys in the end (ctx = past + new). ``static_len``: the length of a static KV cache (transformers'
+    StaticCache, as the graph engines use), whose every slot attention reads under an explicit mask."""
     h = m.hidden_size
     ops = [_norm(m, tokens, stream_b, act_b, count)]
     cast = 0.0 if stream_b == act_b else 1.0  # autocast copies the fp32 norm output before each projection
@@ -96,13 +97,32 @@ def layer_ops(m: ModelSpec, tokens: int, ctx: int, new: int, act_b: float, w_b: 
     if hf_cache_cat and ctx > new:
         ops.append(Op("kv_cache_cat", "cache", 0.0, 2 * kv_elems_past * act_b + 2 * tokens * (k_dim + v_dim) * act_b,
                       2, count))
+    if static_len:  # StaticCache.update: index_copy_ of the new keys and values into their slots
+        ops.append(Op("kv_cache_update", "cache", 0.0, 2 * tokens * (k_dim + v_dim) * act_b, 2, count))
     # Attention: causal dot products; SDPA reads q, k, v and writes the output once.
     past = ctx - new
     pairs = batch * (new * past + new * (new + 1) / 2)  # (query, key) pairs
+    keys = ctx
+    # A sliding-window config whose keys reach the window makes transformers hand SDPA an explicit mask
+    # (masking_utils may skip the mask only while kv_length < the window), and so does a static cache (its mask
+    # hides the empty slots; masking_utils never skips it for a compileable cache). SDPA then leaves the causal
+    # flash path for the masked one ("attention_masked": roofline.MASKED_SDPA_FRACTION, measured with causal
+    # FLOPs counted), which computes every slot: b x new x static_len pairs, counted as half of them.
+    masked = bool(static_len) or (bool(m.sliding_window) and ctx >= m.sliding_window)
+    if static_len:
+        keys = static_len
+        pairs = batch * new * static_len / 2.0
     attn_flops = 2.0 * pairs * m.num_heads * ((k_dim + v_dim) / max(1, m.num_kv_heads if not m.mla else m.num_heads))
     if m.mla and m.mla_latent_cache:
         attn_flops = 2.0 * pairs * m.num_heads * (2 * m.mla.kv_lora_rank + m.mla.qk_rope_head_dim)
-    attn_bytes = (tokens * q_dim + batch * ctx * (k_dim + v_dim) + tokens * q_dim) * act_b
+    kv_read = batch * keys * (k_dim + v_dim) * act_b
+    n_rep = m.num_heads // max(1, m.num_kv_heads)
+    if masked and n_rep > 1 and not m.mla and not m.eager_attention:
+        # transformers' sdpa_attention_forward lets CUDA SDPA do GQA itself only without a mask (use_gqa_in_sdpa);
+        # with one, repeat_kv first copies K and V out to every query head: read kv, write n_rep x kv
+        ops.append(Op("repeat_kv", "elementwise", 0.0, kv_read * (1 + n_rep), 2, count))
+        kv_read *= n_rep
+    attn_bytes = 2 * tokens * q_dim * act_b + kv_read
     if m.eager_attention:
         # eager attention computes every (query, key) pair as two batched GEMMs and runs the soft-cap, mask,
         # fp32 softmax and cast over b x heads x new x ctx scores: ~24 bytes of traffic per score, 9 kernels
@@ -111,10 +131,6 @@ def layer_ops(m: ModelSpec, tokens: int, ctx: int, new: int, act_b: float, w_b: 
         ops.append(Op("attention_scores_eager", "elementwise", 0.0, 24.0 * scores, 9, count))
         ops.append(Op("attention", "matmul", attn_flops, attn_bytes, 2, count))
     else:
-        # A sliding-window config whose keys reach the window makes transformers hand SDPA an explicit mask
-        # (masking_utils may skip the mask only while kv_length < the window); SDPA then leaves the causal flash
-        # path for the masked one ("attention_masked": see roofline.MASKED_SDPA_FRACTION).
-        masked = bool(m.sliding_window) and ctx >= m.sliding_window
         ops.append(Op("attention_masked" if masked else "attention", "attention", attn_flops, attn_bytes, 1, count))
     ops.append(_ew("attn_out_transpose", tokens * q_dim if not m.mla else tokens * v_dim, 2 * act_b, 1, count))
     ops.append(_mm("o_proj", tokens, h, v_dim if m.mla else q_dim, act_b, w_b, count))
@@ -176,7 +192,8 @@ def _moe_ops(m: ModelSpec, tokens: int, act_b: float, w_b: float, stream_b: floa
 
 
 def forward_ops(m: ModelSpec, batch: int, new: int, past: int, act_b: float, w_b: float, stream_b: float,
-                head_tokens: int, hf_cache_cat: bool = True, head_w_b: float | None = None) -> list[Op]:
+                head_tokens: int, hf_cache_cat: bool = True, head_w_b: float | None = None,
+                static_len: int | None = None) -> list[Op]:
     """All ops of one forward over ``new`` tokens per sequence with ``past`` cached tokens.
 
     ``head_tokens``: positions the LM head is applied to (generate applies it to the last position only,
@@ -189,9 +206,9 @@ def forward_ops(m: ModelSpec, batch: int, new: int, past: int, act_b: float, w_b
     if not m.learned_positions:
         ops.append(_ew("rotary_cos_sin", tokens * m.head_dim, 8 * 4, 8))
     if n_dense:
-        ops += layer_ops(m, tokens, ctx, new, act_b, w_b, stream_b, n_dense, False, hf_cache_cat, batch)
+        ops += layer_ops(m, tokens, ctx, new, act_b, w_b, stream_b, n_dense, False, hf_cache_cat, batch, static_len)
     if n_moe:
-        ops += layer_ops(m, tokens, ctx, new, act_b, w_b, stream_b, n_moe, True, hf_cache_cat, batch)
+        ops += layer_ops(m, tokens, ctx, new, act_b, w_b, stream_b, n_moe, True, hf_cache_cat, batch, static_len)
     ops.append(_norm(m, head_tokens, stream_b, act_b, 1))
     hb = act_b if head_w_b is None else head_w_b
     ops.append(_mm("lm_head", head_tokens, m.vocab_size, m.hidden_size, act_b, hb, 1))
