@@ -116,6 +116,8 @@ def model_bytes(model: torch.nn.Module) -> dict:
     bb = sum(b.numel() * b.element_size() for b in buffers)
     return {
         "attn_impl": getattr(model.config, "_attn_implementation", None),
+        # MoE models: which experts path transformers dispatched to (grouped_mm by default in 5.x, else eager)
+        "experts_impl": getattr(model.config, "_experts_implementation", None),
         "model_class": type(model).__name__,
         "param_count": sum(p.numel() for p in params),
         "param_dtype": str(params[0].dtype).replace("torch.", "") if params else None,
