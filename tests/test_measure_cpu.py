@@ -243,6 +243,13 @@ def test_gs_graph_decode_matches_generate_token_for_token():
     ref2 = model.generate(input_ids=ids.flip(0), attention_mask=torch.ones_like(ids), max_new_tokens=9,
                           min_new_tokens=9, do_sample=False)
     assert torch.equal(again, ref2)
+    # gs-compile: the same loop with the decode step through torch.compile (Inductor); prefill-only calls
+    # (gen == 1, TTFT) compile nothing and keep no second cache
+    compiled = static_greedy(model, ids, 9, compile=True)
+    assert torch.equal(compiled, ref)
+    n = len(model._gpuscope_graph_steps)
+    assert torch.equal(static_greedy(model, ids, 1, compile=True), ref[:, :13])
+    assert len(model._gpuscope_graph_steps) == n
 
 
 def test_gs_graph_engine_through_the_workload():
