@@ -166,7 +166,32 @@ def test_bench_infer_from_a_config_path_prints_the_estimate(tmp_path, calibrated
         assert row["status"] == "ok" and row["result"]["generated_tokens"] == 4
 
 
+def test_bench_infer_loads_a_local_checkpoint_with_from_pretrained(tmp_path):
+    """--weights: the checkpoint's own weights through from_pretrained (no download), on the device or spread by
+    accelerate (--device-map auto, --max-memory caps): the article's CPU-offload inference path."""
+    import torch
+
+    from gpuscope.measure.device import Device
+    from gpuscope.measure.llm_infer import build_model, load_pretrained
+
+    ckpt = tmp_path / "ckpt"
+    model, _ = build_model(dict(TINY_LLAMA), Device("cpu"), torch.float32)
+    model.save_pretrained(ckpt)
+    loaded, _ = load_pretrained({"model": str(ckpt)}, Device("cpu"), torch.float32)
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), loaded.state_dict().values()))
+    db = str(tmp_path / "r.sqlite")
+    r = run("bench", "infer", "--model", str(ckpt), "--weights", "--device-map", "auto", "--max-memory", "cpu=1GiB",
+            "--batch", "1", "--prompt", "16", "--gen", "4", "--dtype", "fp32", "--repeats", "1", "--device", "cpu",
+            "--db", db, "--json")
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)["measurements"][0]["result"]
+    assert res["status"] == "ok" and res["weights"] == "pretrained" and res["device_map"] == "auto"
+    assert res["placement_bytes"] == {"cpu": res["param_bytes"]} and res["generated_tokens"] == 4
+
+
 @pytest.mark.parametrize("args,word", [
+    (("bench", "infer", "--model", "gpt2", "--weights"), "checkpoint directory"),
+    (("bench", "infer", "--model", "gpt2", "--device-map", "auto"), "need --weights"),
     (("bench", "infer", "--model", "no-such-model-xyz"), "no-such-model-xyz"),
     (("bench", "infer", "--model", "gpt2", "--batch", "0"), "--batch"),
     (("bench", "train", "--model", "gpt2", "--precision", "fp64"), "--precision"),

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 import sys
 import time
+from pathlib import Path
 
 import typer
 
@@ -60,6 +61,37 @@ def _positive(**kw) -> None:
     for name, v in kw.items():
         if v is None or v <= 0:
             raise UserError(f"--{name.replace('_', '-')} must be a positive integer, not {v}.")
+
+
+def _checkpoint_options(model: str, weights: bool, device_map: str | None, max_memory: str | None) -> dict:
+    """The case keys of `bench infer --weights [--device-map ...] [--max-memory ...]`, checked (one sentence, exit 2
+    on bad input)."""
+    if not weights:
+        if device_map or max_memory:
+            raise UserError("--device-map and --max-memory need --weights (a local checkpoint's own weights).")
+        return {}
+    d = Path(model).expanduser()
+    if not d.is_dir() or not (d / "config.json").is_file():
+        raise UserError(f"--weights needs --model to be a checkpoint directory holding config.json; '{model}' is not.")
+    if not any(d.glob("*.safetensors")) and not any(d.glob("*.bin")):
+        raise UserError(f"--weights: '{model}' holds no *.safetensors or *.bin weights.")
+    out: dict = {"weights": True}
+    if device_map:
+        from gpuscope.measure.llm_infer import DEVICE_MAPS
+
+        _choice("device-map", device_map, DEVICE_MAPS)
+        out["device_map"] = device_map
+    if max_memory:
+        if not device_map:
+            raise UserError("--max-memory needs --device-map.")
+        caps = {}
+        for part in max_memory.split(","):
+            key, sep, val = part.partition("=")
+            if not sep or not key.strip() or not val.strip():
+                raise UserError(f"--max-memory '{max_memory}' is not DEVICE=SIZE[,DEVICE=SIZE] (e.g. 0=14GiB,cpu=64GiB).")
+            caps[key.strip()] = val.strip()
+        out["max_memory"] = caps
+    return out
 
 
 def _choice(name: str, value: str, allowed) -> None:
@@ -347,6 +379,13 @@ def register(app: typer.Typer) -> None:
         dtype: str = typer.Option("bf16", "--dtype", help="bf16|fp16|fp32."),
         engine: str = typer.Option("hf-eager", "--engine", help="hf-eager | hf-graph (static cache, compiled) | gs-graph (static cache, one CUDA graph per step) | gs-compile (gs-graph with the step compiled by torch.compile first)."),
         repeats: int = typer.Option(3, "--repeats", help="Timed generate calls (median)."),
+        weights: bool = typer.Option(False, "--weights", help="Load the checkpoint's own weights (--model DIR holding "
+                                     "config.json and safetensors) with from_pretrained, instead of random weights."),
+        device_map: str = typer.Option(None, "--device-map", help="With --weights: auto | balanced | "
+                                       "balanced_low_0 | sequential (accelerate: layers over the GPUs, then CPU "
+                                       "memory, then disk)."),
+        max_memory: str = typer.Option(None, "--max-memory", help="With --device-map: per-device caps, e.g. "
+                                       "'0=14GiB,cpu=64GiB' (offload what does not fit)."),
         gpu: str = typer.Option(None, "--gpu", help=GPU_HELP),
         timeout: float = typer.Option(600, "--timeout", help="Seconds before the case is stopped."),
         db: str = typer.Option(None, "--db", help=DB_HELP),
@@ -354,7 +393,8 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
         device: str = typer.Option(None, "--device", help=DEVICE_HELP),
     ) -> None:
-        """LLM inference (random weights): TTFT, TPOT, tokens/s, peak memory; estimate beside it."""
+        """LLM inference (random weights, or a local checkpoint's with --weights): TTFT, TPOT, tokens/s, peak
+        memory; estimate beside it."""
         from gpuscope.measure.cases import infer_case
 
         require_torch()
@@ -366,6 +406,9 @@ def register(app: typer.Typer) -> None:
         extra = {"engine": engine} if engine != "hf-eager" else {}
         if device:
             extra["device"] = device
+        extra.update(_checkpoint_options(model, weights, device_map, max_memory))
+        if weights:
+            model = str(Path(model).expanduser().resolve())
         case = infer_case(model, batch, prompt, gen, dtype=dtype, repeats=repeats, **extra)
         s = Session(db, "bench infer", resume, as_json)
         guarded(s, lambda: run_workloads(s, [case], gpu, timeout))

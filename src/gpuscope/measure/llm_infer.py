@@ -109,6 +109,39 @@ def build_model(cfg: dict, dev: Device, dtype: torch.dtype, attn: str = "sdpa", 
     return model, config
 
 
+DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
+
+
+def load_pretrained(case: dict, dev: Device, dtype: torch.dtype, attn: str = "sdpa"):
+    """A local checkpoint directory (``case["model"]``: config.json + weights) through ``from_pretrained``, as a user
+    runs it: on ``dev``, or with ``case["device_map"]`` ("auto": accelerate spreads the layers over the GPUs, then
+    CPU memory, then disk; ``case["max_memory"]`` caps each, e.g. {"0": "20GiB", "cpu": "64GiB"}), which is how
+    the article ran a 32B model on one 16 GB card with CPU offload. Nothing is downloaded (local_files_only)."""
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    path = Path(str(case["model"])).expanduser()
+    kw: dict = {"dtype": dtype, "attn_implementation": attn, "local_files_only": True}
+    dm = case.get("device_map")
+    if dm:
+        kw["device_map"] = dm
+        if case.get("max_memory"):
+            kw["max_memory"] = {(int(k) if str(k).isdigit() else k): v for k, v in case["max_memory"].items()}
+    model = AutoModelForCausalLM.from_pretrained(str(path), **kw)
+    if not dm:
+        model.to(dev.torch_device)
+    return model, model.config
+
+
+def placement_bytes(model: torch.nn.Module) -> dict[str, int]:
+    """Parameter bytes per device the model's weights sit on ("cuda:0", "cpu", "meta" = offloaded to disk)."""
+    out: dict[str, int] = {}
+    for p in model.parameters():
+        out[str(p.device)] = out.get(str(p.device), 0) + p.numel() * p.element_size()
+    return out
+
+
 def model_bytes(model: torch.nn.Module) -> dict:
     params = list(model.parameters())  # tied parameters are listed once
     buffers = list(model.buffers())
@@ -255,7 +288,11 @@ def _run_infer(case: dict, dev: Device, state: dict) -> dict:
     state["phase"] = "load"
     cfg = case_config(case)
     dev.reset_peak()
-    model, config = build_model(cfg, dev, dtype, attn, use_cache=True)
+    if case.get("weights"):  # a local checkpoint's own weights (from_pretrained, optional device_map)
+        model, config = load_pretrained(case, dev, dtype, attn)
+        config.use_cache = True
+    else:
+        model, config = build_model(cfg, dev, dtype, attn, use_cache=True)
     model.eval()
     _silence_generation(model)
     dev.synchronize()
@@ -265,9 +302,16 @@ def _run_infer(case: dict, dev: Device, state: dict) -> dict:
     res.update(model_bytes(model))
     res["mem_after_load_bytes"] = dev.allocated()
     res["peak_load_bytes"] = dev.peak_allocated()
+    res["weights"] = "pretrained" if case.get("weights") else "random"
+    in_dev = dev.torch_device
+    if case.get("weights"):
+        res["device_map"] = case.get("device_map")
+        res["placement_bytes"] = placement_bytes(model)
+        emb = model.get_input_embeddings().weight.device
+        in_dev = emb if (case.get("device_map") and emb.type != "meta") else dev.torch_device
 
     V = vocab_size(config)
-    ids = torch.randint(0, V, (B, P), device=dev.torch_device)
+    ids = torch.randint(0, V, (B, P), device=in_dev)
     mask = torch.ones_like(ids)
 
     state["phase"] = "warmup"
@@ -339,7 +383,7 @@ def _run_infer(case: dict, dev: Device, state: dict) -> dict:
     nxt = o.logits[:, -1:].argmax(-1)
     del o
     warm = 2
-    full_mask = torch.ones(B, P + warm + decode_iters, dtype=mask.dtype, device=dev.torch_device)
+    full_mask = torch.ones(B, P + warm + decode_iters, dtype=mask.dtype, device=in_dev)
     dec = []
     cache_kw = _cache_kwarg(model)
     for i in range(warm + decode_iters):
