@@ -44,6 +44,8 @@ fi
 if want profile; then  # where the 8B graph-engine decode step spends its 6.3 ms (kernel table in the JSON)
 step doctor_gscompile_8b 240 python3 -m gpuscope doctor infer --model llama-3.1-8b --batch 1 --prompt 2048 --gen 64 --engine gs-compile --json
 step doctor_gsgraph_8b 200 python3 -m gpuscope doctor infer --model llama-3.1-8b --batch 1 --prompt 2048 --gen 64 --engine gs-graph --json
+# the GQA-folding attention (no repeat_kv under the static cache's mask) beside the stock one, measured
+step gqa_fold_8b 240 python3 -m gpuscope bench infer --model llama-3.1-8b --batch 1 --prompt 2048 --gen 128 --engine gs-compile --attn gs-gqa --json
 fi
 if want benchall; then
 step bench_all_quick 400 python3 -m gpuscope bench all --json

@@ -209,3 +209,26 @@ def test_mla_latent_cache_is_kv_lora_plus_rope_per_token():
     assert lat.limits["max_batch"] > full.limits["max_batch"]
     with pytest.raises(UserError, match="MLA"):
         estimate_infer(load_model("llama-3.1-8b"), H200, batch=1, prompt=16, gen=4, mla_cache="latent")
+
+
+def test_static_cache_attention_pays_repeat_kv_unless_folded():
+    """A StaticCache always hands SDPA a mask: transformers then expands K/V per query head (repeat_kv) and SDPA
+    reads every slot; gpuscope's GQA fold (--attn gs-gqa) skips the copy. The eager engine's DynamicCache decode has
+    no mask and pays neither."""
+    from gpuscope.estimate import ops as O
+
+    m = load_model("llama-3.1-8b")
+    names = lambda ops: {o.name for o in ops}  # noqa: E731
+    static = O.forward_ops(m, 1, 1, 2100, 2.0, 2.0, 2.0, head_tokens=1, hf_cache_cat=False, static_len=2176)
+    folded = O.forward_ops(m, 1, 1, 2100, 2.0, 2.0, 2.0, head_tokens=1, hf_cache_cat=False, static_len=2176,
+                           gqa_fold=True)
+    dynamic = O.forward_ops(m, 1, 1, 2100, 2.0, 2.0, 2.0, head_tokens=1)
+    assert {"repeat_kv", "attention_masked", "kv_cache_update"} <= names(static)
+    assert "repeat_kv" not in names(folded) and "attention_masked" in names(folded)
+    assert not {"repeat_kv", "attention_masked"} & names(dynamic)
+    rk = next(o for o in static if o.name == "repeat_kv")
+    kv = 2176 * 2 * m.kv_dim * 2.0  # K and V of one layer's static cache, bf16
+    assert rk.bytes == pytest.approx(kv * (1 + m.num_heads // m.num_kv_heads))
+    slow = estimate_infer(m, H200, batch=1, prompt=2048, gen=128, engine="graph")
+    fast = estimate_infer(m, H200, batch=1, prompt=2048, gen=128, engine="graph", gqa_fold=True)
+    assert fast.time["decode_s_per_token"] < slow.time["decode_s_per_token"]

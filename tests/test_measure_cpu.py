@@ -252,6 +252,35 @@ def test_gs_graph_decode_matches_generate_token_for_token():
     assert len(model._gpuscope_graph_steps) == n
 
 
+def test_gqa_fold_attention_equals_the_stock_path():
+    """--attn gs-gqa folds the query heads sharing a KV head into the query axis instead of repeat_kv: same
+    logits under a static cache's mask (prefill), same tokens through the graph loops, eager and compiled."""
+    import torch
+    from transformers import StaticCache
+
+    from gpuscope.measure.device import Device
+    from gpuscope.measure.graph_decode import static_greedy
+    from gpuscope.measure.llm_infer import _silence_generation, build_model
+
+    torch.manual_seed(0)
+    ref_m, cfg = build_model(dict(TINY_LLAMA), Device("cpu"), torch.float32)
+    assert cfg.num_attention_heads > cfg.num_key_value_heads  # a GQA model
+    gqa_m, _ = build_model(dict(TINY_LLAMA), Device("cpu"), torch.float32, attn="gs-gqa")
+    gqa_m.load_state_dict(ref_m.state_dict())
+    assert gqa_m.config._attn_implementation == "gs_gqa_sdpa"
+    for m in (ref_m, gqa_m):
+        m.eval()
+        _silence_generation(m)
+    ids = torch.randint(0, cfg.vocab_size, (2, 12))
+    logits = [m(input_ids=ids, past_key_values=StaticCache(config=m.config, max_cache_len=20),
+                cache_position=torch.arange(12)).logits for m in (ref_m, gqa_m)]
+    assert torch.allclose(logits[0], logits[1], atol=1e-5)
+    ref = ref_m.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=8, min_new_tokens=8,
+                         do_sample=False)
+    assert torch.equal(static_greedy(gqa_m, ids, 8), ref)
+    assert torch.equal(static_greedy(gqa_m, ids, 8, compile=True), ref)
+
+
 def test_gs_graph_engine_through_the_workload():
     r = llm_infer.run_infer(_infer_case(engine="gs-graph"))
     assert r["status"] == "ok" and r["engine"] == "gs-graph" and r["generated_tokens"] == 24

@@ -379,6 +379,8 @@ def register(app: typer.Typer) -> None:
         dtype: str = typer.Option("bf16", "--dtype", help="bf16|fp16|fp32."),
         engine: str = typer.Option("hf-eager", "--engine", help="hf-eager | hf-graph (static cache, compiled) | gs-graph (static cache, one CUDA graph per step) | gs-compile (gs-graph with the step compiled by torch.compile first)."),
         repeats: int = typer.Option(3, "--repeats", help="Timed generate calls (median)."),
+        attn: str = typer.Option("sdpa", "--attn", help="sdpa (transformers' default) | eager | gs-gqa (gpuscope's "
+                                 "GQA-folding SDPA: no per-head K/V copy under a mask; GPU speed not yet measured)."),
         weights: bool = typer.Option(False, "--weights", help="Load the checkpoint's own weights (--model DIR holding "
                                      "config.json and safetensors) with from_pretrained, instead of random weights."),
         device_map: str = typer.Option(None, "--device-map", help="With --weights: auto | balanced | "
@@ -406,6 +408,9 @@ def register(app: typer.Typer) -> None:
         extra = {"engine": engine} if engine != "hf-eager" else {}
         if device:
             extra["device"] = device
+        _choice("attn", attn, ("sdpa", "eager", "gs-gqa"))
+        if attn != "sdpa":
+            extra["attn"] = attn
         extra.update(_checkpoint_options(model, weights, device_map, max_memory))
         if weights:
             model = str(Path(model).expanduser().resolve())

@@ -51,10 +51,12 @@ def _norm(m: ModelSpec, tokens: int, stream_b: float, act_b: float, count: int) 
 
 
 def layer_ops(m: ModelSpec, tokens: int, ctx: int, new: int, act_b: float, w_b: float, stream_b: float,
-              count: int, moe: bool, hf_cache_cat: bool, batch: int, static_len: int | None = None) -> list[Op]:
+              count: int, moe: bool, hf_cache_cat: bool, batch: int, static_len: int | None = None,
+              gqa_fold: bool = False) -> list[Op]:
     """Ops of ``count`` identical decoder layers processing ``tokens`` = batch * new tokens whose queries see
     ``ctx`` keys in the end (ctx = past + new). ``static_len``: the length of a static KV cache (transformers'
-    StaticCache, as the graph engines use), whose every slot attention reads under an explicit mask."""
+    StaticCache, as the graph engines use), whose every slot attention reads under an explicit mask. ``gqa_fold``:
+    gpuscope's GQA-folding SDPA (measure/gqa_attention.py, `--attn gs-gqa`) instead of transformers' repeat_kv."""
     h = m.hidden_size
     ops = [_norm(m, tokens, stream_b, act_b, count)]
     cast = 0.0 if stream_b == act_b else 1.0  # autocast copies the fp32 norm output before each projection
@@ -117,7 +119,7 @@ def layer_ops(m: ModelSpec, tokens: int, ctx: int, new: int, act_b: float, w_b: 
         attn_flops = 2.0 * pairs * m.num_heads * (2 * m.mla.kv_lora_rank + m.mla.qk_rope_head_dim)
     kv_read = batch * keys * (k_dim + v_dim) * act_b
     n_rep = m.num_heads // max(1, m.num_kv_heads)
-    if masked and n_rep > 1 and not m.mla and not m.eager_attention:
+    if masked and n_rep > 1 and not m.mla and not m.eager_attention and not gqa_fold:
         # transformers' sdpa_attention_forward lets CUDA SDPA do GQA itself only without a mask (use_gqa_in_sdpa);
         # with one, repeat_kv first copies K and V out to every query head: read kv, write n_rep x kv
         ops.append(Op("repeat_kv", "elementwise", 0.0, kv_read * (1 + n_rep), 2, count))
@@ -193,7 +195,7 @@ def _moe_ops(m: ModelSpec, tokens: int, act_b: float, w_b: float, stream_b: floa
 
 def forward_ops(m: ModelSpec, batch: int, new: int, past: int, act_b: float, w_b: float, stream_b: float,
                 head_tokens: int, hf_cache_cat: bool = True, head_w_b: float | None = None,
-                static_len: int | None = None) -> list[Op]:
+                static_len: int | None = None, gqa_fold: bool = False) -> list[Op]:
     """All ops of one forward over ``new`` tokens per sequence with ``past`` cached tokens.
 
     ``head_tokens``: positions the LM head is applied to (generate applies it to the last position only,
@@ -206,9 +208,11 @@ def forward_ops(m: ModelSpec, batch: int, new: int, past: int, act_b: float, w_b
     if not m.learned_positions:
         ops.append(_ew("rotary_cos_sin", tokens * m.head_dim, 8 * 4, 8))
     if n_dense:
-        ops += layer_ops(m, tokens, ctx, new, act_b, w_b, stream_b, n_dense, False, hf_cache_cat, batch, static_len)
+        ops += layer_ops(m, tokens, ctx, new, act_b, w_b, stream_b, n_dense, False, hf_cache_cat, batch, static_len,
+                         gqa_fold)
     if n_moe:
-        ops += layer_ops(m, tokens, ctx, new, act_b, w_b, stream_b, n_moe, True, hf_cache_cat, batch, static_len)
+        ops += layer_ops(m, tokens, ctx, new, act_b, w_b, stream_b, n_moe, True, hf_cache_cat, batch, static_len,
+                         gqa_fold)
     ops.append(_norm(m, head_tokens, stream_b, act_b, 1))
     hb = act_b if head_w_b is None else head_w_b
     ops.append(_mm("lm_head", head_tokens, m.vocab_size, m.hidden_size, act_b, hb, 1))

@@ -75,7 +75,7 @@ def estimate_for(case: dict, hw: HardwareSpec):
 
         engine = ENGINE_OF_MEASURED.get(case.get("engine", "hf-eager"), "eager")
         return estimate_infer(m, hw, batch=case["batch"], prompt=case["prompt"], gen=case["gen"],
-                              dtype=case.get("dtype", "bf16"), engine=engine)
+                              dtype=case.get("dtype", "bf16"), engine=engine, gqa_fold=case.get("attn") == "gs-gqa")
     return estimate_train(m, hw, micro_batch=case["micro_batch"], seq=case["seq"], precision=case["precision"],
                           optimizer=case.get("optimizer", "adamw"), recompute=case.get("recompute", "none"),
                           fused=case.get("fused", True), grad_accum=int(case.get("grad_accum", 1)))

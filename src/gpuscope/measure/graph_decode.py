@@ -31,6 +31,9 @@ class _Captured:
         # kernel; the compiled step is then captured like the eager one. Without it a Llama decoder layer replays
         # ~52 small kernels (H200 profile: 836 per Llama-3.2-1B step, 1.6 us each: 1.2 ms of a 2.4 ms step).
         self.fwd = torch.compile(model.forward, dynamic=False) if compile else model.forward
+        from gpuscope.measure.llm_infer import _cache_kwarg
+
+        self.cache_kw = _cache_kwarg(model)  # "past_key_values", or "cache" where transformers renamed it
         self.cache = StaticCache(config=model.config, max_cache_len=max_len)
         self.token = torch.zeros(batch, 1, dtype=torch.long, device=device)
         self.pos = torch.zeros(1, dtype=torch.long, device=device)
@@ -39,7 +42,7 @@ class _Captured:
         self.use_graph = use_graph
 
     def step_eager(self) -> torch.Tensor:
-        o = self.fwd(input_ids=self.token, past_key_values=self.cache, cache_position=self.pos, use_cache=True)
+        o = self.fwd(input_ids=self.token, cache_position=self.pos, use_cache=True, **{self.cache_kw: self.cache})
         return o.logits[:, -1:].argmax(-1)
 
     def _positions(self) -> list[torch.Tensor]:
@@ -96,7 +99,7 @@ def static_greedy(model, ids: torch.Tensor, gen: int, use_graph: bool | None = N
         store.pop(key)
     cap.cache.reset()  # zeroes the cache and its write positions in place (the graph keeps their addresses)
     pos = torch.arange(prompt, device=dev)
-    out = model(input_ids=ids, past_key_values=cap.cache, cache_position=pos, use_cache=True, logits_to_keep=1)
+    out = model(input_ids=ids, cache_position=pos, use_cache=True, logits_to_keep=1, **{cap.cache_kw: cap.cache})
     nxt = out.logits[:, -1:].argmax(-1)
     tokens = [nxt]
     for i in range(gen - 1):

@@ -93,9 +93,12 @@ def build_model(cfg: dict, dev: Device, dtype: torch.dtype, attn: str = "sdpa", 
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
+    from gpuscope.measure.gqa_attention import implementation
+
     hf_logging.set_verbosity_error()
     config = hf_config(cfg)
     config.use_cache = use_cache
+    attn = implementation(attn)  # gs-gqa: gpuscope's registered GQA-folding SDPA
     try:
         with torch.device(dev.torch_device), _no_init():
             model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=attn)
@@ -122,7 +125,9 @@ def load_pretrained(case: dict, dev: Device, dtype: torch.dtype, attn: str = "sd
 
     hf_logging.set_verbosity_error()
     path = Path(str(case["model"])).expanduser()
-    kw: dict = {"dtype": dtype, "attn_implementation": attn, "local_files_only": True}
+    from gpuscope.measure.gqa_attention import implementation
+
+    kw: dict = {"dtype": dtype, "attn_implementation": implementation(attn), "local_files_only": True}
     dm = case.get("device_map")
     if dm:
         kw["device_map"] = dm
