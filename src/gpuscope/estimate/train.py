@@ -213,6 +213,12 @@ def estimate_train(m: ModelSpec, hw, *, micro_batch: int, seq: int, precision: s
             "exposed_comm_s": comm_s}
     throughput = {"tokens_per_s": tokens_per_step * num_gpus / step_s,
                   "tokens_per_s_per_gpu": tokens_per_step / step_s}
+    if num_gpus > 1:
+        # scaling efficiency: one GPU's step for the same per-GPU work / this step (what `bench train-dist
+        # --baseline` measures); time only, whether or not one GPU could hold the job
+        one = estimate_train(m, hw, micro_batch=micro_batch, seq=seq, precision=precision, optimizer=optimizer,
+                             recompute=recompute, grad_accum=grad_accum, offload=offload, fused=fused)
+        throughput["scaling_efficiency"] = one.time["step_s"] / step_s
     est = Estimate(
         kind="train", model=m.name, hardware=hw.key,
         inputs=dict(micro_batch=micro_batch, seq=seq, precision=precision, optimizer=optimizer, fused=fused,

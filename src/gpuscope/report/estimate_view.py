@@ -54,6 +54,8 @@ def render(est: Estimate, console, show_ops: bool = False) -> None:
             if k != "step_s" and v:
                 perf.add_row(f"  {k.removesuffix('_s').replace('_', ' ')}", _ms(v))
         perf.add_row("tokens/s (all GPUs)", f"{est.throughput['tokens_per_s']:,.0f}")
+        if est.throughput.get("scaling_efficiency"):
+            perf.add_row("scaling vs one GPU", f"{est.throughput['scaling_efficiency']:.1%}")
         perf.add_row("MFU / HFU", f"{est.mfu:.1%} / {est.hfu:.1%}" if est.hfu is not None else f"{est.mfu:.1%}")
     for k, v in est.limits.items():
         perf.add_row(k.replace("_", " ") + " that fits", "none" if v is None else f"{v:,}")
