@@ -172,7 +172,9 @@ def headline(r: dict) -> str:
     if r.get("kind") == "micro":
         if r.get("bench") == "matmul":
             m, n, k = r["best_shape"]
-            return f"{r['tflops']:.4g} {r.get('unit', 'TFLOPS')} (best of {len(r['shapes'])} shapes at {m}x{n}x{k})"
+            fast = f"; fastest iteration {r['tflops_best_iteration']:.4g}" if r.get("tflops_best_iteration") else ""
+            return (f"{r['tflops']:.4g} {r.get('unit', 'TFLOPS')} (best median of {len(r['shapes'])} shapes, at "
+                    f"{m}x{n}x{k}{fast})")
         return f"{r['gbs']:.4g} GB/s (median of {r['iters']}, spread {r.get('rel_iqr') or 0:.1%})"
     if r.get("kind") == "infer":
         return (f"ttft {r['ttft_s'] * 1e3:.2f} ms, tpot {r['tpot_s'] * 1e3:.2f} ms, "
