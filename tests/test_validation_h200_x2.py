@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from gpuscope.estimate.train import estimate_train
+from gpuscope.explain.compare import estimate_for
 from gpuscope.specs.hardware import load_hardware
 from gpuscope.specs.models import load_model
 
@@ -20,9 +21,7 @@ HW = load_hardware("h200")
 
 
 def _estimate(case: dict):
-    return estimate_train(load_model(case["model"]), HW, micro_batch=case["micro_batch"], seq=case["seq"],
-                          precision=case["precision"], recompute=case["recompute"], num_gpus=case["nproc"],
-                          strategy=case["strategy"], bucket_view=bool(case.get("gradient_as_bucket_view")))
+    return estimate_for(case, HW)  # the same estimate `bench train-dist` prints beside the measurement
 
 
 def test_the_set():

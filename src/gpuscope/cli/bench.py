@@ -199,7 +199,8 @@ def _hardware_for_estimate(gpu: str | None, device_name: str | None):
 
 
 def estimate_beside(rec: dict, gpu: str | None) -> dict:
-    """{"hardware", "calibrated", "rows": [{metric, estimated, measured, error}]} or {"unavailable": why}."""
+    """{"hardware", "calibrated", "rows": [{metric, estimated, measured, error}]} or {"unavailable": why}; training
+    records also get MFU (and a train-dist run with its baseline, the scaling efficiency): compare_record."""
     from gpuscope.explain.compare import compare_record
 
     res = rec.get("result") or {}
@@ -209,7 +210,7 @@ def estimate_beside(rec: dict, gpu: str | None) -> dict:
         hw, why = _hardware_for_estimate(gpu, res.get("device_name"))
         if hw is None:
             return {"unavailable": why}
-        rows = compare_record(rec, hw)
+        rows = compare_record(rec, hw, derived=True)
     except UserError as e:
         return {"unavailable": str(e)}
     out = []
@@ -217,15 +218,6 @@ def estimate_beside(rec: dict, gpu: str | None) -> dict:
         ok = isinstance(r.measured, (int, float)) and r.measured > 0
         out.append({"metric": r.metric, "estimated": r.estimated, "measured": r.measured,
                     "error": r.error if ok else None})
-    if rec["case"].get("kind") == "train" and res.get("step_s"):
-        # MFU = model FLOPs per token (6 x matmul params + 12 x layers x seq x attention width, as the planner
-        # counts them) x tokens/s / the dense peak of the step's matmul dtype; measured = the planner's MFU scaled
-        # by estimated / measured step time (same FLOPs, same peak).
-        from gpuscope.explain.compare import estimate_for
-
-        est = estimate_for(rec["case"], hw)
-        meas = est.mfu * est.time["step_s"] / res["step_s"]
-        out.append({"metric": "mfu", "estimated": est.mfu, "measured": meas, "error": (est.mfu - meas) / meas})
     return {"hardware": hw.key, "calibrated": hw.is_calibrated, "rows": out}
 
 

@@ -154,35 +154,11 @@ def compression_table(name: str, r: dict):
 
 
 def dist_estimate(case: dict, res: dict, gpu: str | None) -> dict:
-    """The planner's DDP/FSDP estimate for a measured train-dist case, beside it: {"hardware", "calibrated",
-    "rows"} (peak memory per phase, step time, scaling efficiency when the baseline ran) or {"unavailable": why}."""
-    from gpuscope.cli.bench import _hardware_for_estimate
-    from gpuscope.estimate.train import estimate_train
-    from gpuscope.explain.compare import _model
+    """The planner's DDP/FSDP estimate beside a measured train-dist case (bench.estimate_beside: memory per phase,
+    step, MFU, scaling efficiency when the baseline ran) or {"unavailable": why}."""
+    from gpuscope.cli.bench import estimate_beside
 
-    if res.get("status") != "ok":
-        return {"unavailable": f"the measurement's status is {res.get('status')}"}
-    try:
-        hw, why = _hardware_for_estimate(gpu, res.get("device_name"))
-        if hw is None:
-            return {"unavailable": why}
-        m = _model(case)
-        kw = dict(micro_batch=case["micro_batch"], seq=case["seq"], precision=case["precision"],
-                  recompute=case["recompute"])
-        est = estimate_train(m, hw, num_gpus=int(res.get("world_size") or case["nproc"]), strategy=case["strategy"],
-                             bucket_view=bool(case.get("gradient_as_bucket_view")), **kw)
-        pairs = [("peak_bytes", est.peak_bytes_per_gpu, res.get("peak_bytes")),
-                 *((f"{p}_peak_bytes", est.phases_bytes[p], res.get(f"peak_{p}_bytes"))
-                   for p in ("forward", "backward", "optimizer")),
-                 ("step_s", est.time["step_s"], res.get("step_s"))]
-        if res.get("scaling_efficiency"):
-            one = estimate_train(m, hw, **kw)
-            pairs.append(("scaling_efficiency", one.time["step_s"] / est.time["step_s"], res["scaling_efficiency"]))
-    except UserError as e:
-        return {"unavailable": str(e)}
-    rows = [{"metric": k, "estimated": e, "measured": v,
-             "error": (e - v) / v if isinstance(v, (int, float)) and v > 0 else None} for k, e, v in pairs]
-    return {"hardware": hw.key, "calibrated": hw.is_calibrated, "rows": rows}
+    return estimate_beside({"case": case, "result": res}, gpu)
 
 
 def _record(s: Session, kind: str, name: str, case: dict, res: dict, prov: dict, wall: float, table,

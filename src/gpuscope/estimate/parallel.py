@@ -126,11 +126,6 @@ class ParallelEstimate:
     tokens_per_s: float
 
 
-def _stage_params(m: ModelSpec, lay: Layout) -> float:
-    dense, expert = _stage_param_split(m, lay)
-    return dense + expert
-
-
 def _stage_param_split(m: ModelSpec, lay: Layout) -> tuple[float, float]:
     """(dense, routed-expert) parameters on one GPU of the first stage. Routed experts are spread evenly over the
     layers (a first dense layer, as DeepSeek's, is averaged in)."""

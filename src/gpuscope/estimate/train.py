@@ -14,7 +14,6 @@ HFU adds the recomputed forward (and counts the same attention convention).
 from __future__ import annotations
 
 import math
-
 from dataclasses import replace
 
 from gpuscope.errors import UserError

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from gpuscope.errors import UserError
 from gpuscope.estimate.infer import estimate_infer
+from gpuscope.estimate.roofline import ENGINE_OF_MEASURED
 from gpuscope.estimate.train import estimate_train
 from gpuscope.specs.hardware import HardwareSpec, load_hardware
 from gpuscope.specs.hf_config import spec_from_config
@@ -69,24 +70,30 @@ def _model(case: dict):
 
 
 def estimate_for(case: dict, hw: HardwareSpec):
+    """The planner's estimate for a measured case: infer, train, or train-dist (DDP/FSDP over nproc x nnodes)."""
     m = _model(case)
     if case["kind"] == "infer":
-        from gpuscope.estimate.roofline import ENGINE_OF_MEASURED
-
         engine = ENGINE_OF_MEASURED.get(case.get("engine", "hf-eager"), "eager")
         return estimate_infer(m, hw, batch=case["batch"], prompt=case["prompt"], gen=case["gen"],
                               dtype=case.get("dtype", "bf16"), engine=engine, gqa_fold=case.get("attn") == "gs-gqa")
+    dist = {}
+    if case["kind"] == "train-dist":
+        dist = dict(num_gpus=int(case["nproc"]) * int(case.get("nnodes", 1)), strategy=case["strategy"],
+                    bucket_view=bool(case.get("gradient_as_bucket_view")))
     return estimate_train(m, hw, micro_batch=case["micro_batch"], seq=case["seq"], precision=case["precision"],
                           optimizer=case.get("optimizer", "adamw"), recompute=case.get("recompute", "none"),
-                          fused=case.get("fused", True), grad_accum=int(case.get("grad_accum", 1)))
+                          fused=case.get("fused", True), grad_accum=int(case.get("grad_accum", 1)), **dist)
 
 
-def compare_record(rec: dict, hw: HardwareSpec) -> list[Row]:
+def compare_record(rec: dict, hw: HardwareSpec, derived: bool = False) -> list[Row]:
+    """Estimated beside measured for one ok record. ``derived`` adds the rows computed from the step time rather
+    than measured directly: MFU (the planner's MFU scaled by estimated / measured step: same FLOPs, same peak) and,
+    for a train-dist run with its one-GPU baseline, the scaling efficiency."""
     case, res = rec["case"], rec["result"]
     if res.get("status") != "ok":
         return []
     est = estimate_for(case, hw)
-    name = rec.get("case_id", case["model"]).split("#")[0]
+    name = rec.get("case_id", case.get("model") or case.get("kind", "case")).split("#")[0]
     # a device_map run spreads (or offloads) the weights: its one-device peak is not the planner's per-GPU peak
     rows = [] if case.get("device_map") else [Row(name, "peak_bytes", est.peak_bytes_per_gpu,
                                                   res["peak_generate_bytes"] if case["kind"] == "infer"
@@ -94,12 +101,17 @@ def compare_record(rec: dict, hw: HardwareSpec) -> list[Row]:
     if case["kind"] == "infer":
         rows += [Row(name, "prefill_s", est.time["prefill_s"], res["ttft_s"]),
                  Row(name, "decode_s_per_token", est.time["decode_s_per_token"], res["tpot_s"])]
-    else:
-        rows += [Row(name, "step_s", est.time["step_s"], res["step_s"])]
-        for phase, key in (("forward", "peak_forward_bytes"), ("backward", "peak_backward_bytes"),
-                           ("optimizer", "peak_optimizer_bytes")):
-            if res.get(key):
-                rows.append(Row(name, f"{phase}_peak_bytes", est.phases_bytes[phase], res[key]))
+        return rows
+    rows += [Row(name, "step_s", est.time["step_s"], res["step_s"])]
+    for phase, key in (("forward", "peak_forward_bytes"), ("backward", "peak_backward_bytes"),
+                       ("optimizer", "peak_optimizer_bytes")):
+        if res.get(key):
+            rows.append(Row(name, f"{phase}_peak_bytes", est.phases_bytes[phase], res[key]))
+    if derived and res.get("step_s"):
+        rows.append(Row(name, "mfu", est.mfu, est.mfu * est.time["step_s"] / res["step_s"]))
+        if res.get("scaling_efficiency") and est.throughput.get("scaling_efficiency"):
+            rows.append(Row(name, "scaling_efficiency", est.throughput["scaling_efficiency"],
+                            res["scaling_efficiency"]))
     return rows
 
 
