@@ -6,12 +6,9 @@ set -u
 # The device returns at most 8 files: every step writes under $W, bundled into $OUT/session_a.tgz at the end.
 W=/tmp/gs_session; mkdir -p $W
 export PYTHONPATH=src GPUSCOPE_DB=$W/gpu_a.sqlite GPUSCOPE_HOME=$W/home
-step() { local name=$1 limit=$2; shift 2; local t0=$(date +%s.%N)
-  timeout "$limit" "$@" > "$W/$name.out" 2> "$W/$name.err"; local rc=$?
-  echo "$name rc=$rc $(python3 -c "print(f'{$(date +%s.%N)-$t0:.1f}')")s" | tee -a "$W/steps.txt"
-  tar czf "$OUT/session_a.tgz" -C "$W" . ; }  # re-bundled after every step: a call stopped at its limit keeps them
+BUNDLE=session_a.tgz
+source "$(dirname "$0")/session_lib.sh"
 nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.sm,clocks.max.sm --format=csv > "$W/nvidia-smi.csv"
-want() { [[ " $GROUPS_WANTED " == *" $1 "* ]]; }
 GROUPS_WANTED="${*:-infer validate doctor loader train accum benchall ceilings}"
 if want infer; then
 # 1. gs-graph: capture works and decodes (quick), then the validation cases (1B and 8B, b1, 128 tokens)

@@ -5,7 +5,7 @@
     gpuscope doctor [--json|--markdown] -- python train.py --lr 3e-4
 
 A workload runs in this process under torch.profiler (gpuscope.measure.profile.profile_workload); a script runs
-in a child Python under it (profile_script). Training that runs out of memory (or that the planner says cannot
+in a child Python under it (measure/profile_script.py). Training that runs out of memory (or that the planner says cannot
 fit, or with --plan-only) gets the article's OOM tiers computed by the planner for the same configuration.
 """
 
@@ -181,7 +181,7 @@ def register(app: typer.Typer) -> None:
 
             require_torch()
             check_device(device)
-            from gpuscope.measure.profile import profile_script
+            from gpuscope.measure.profile_script import profile_script
 
             try:
                 summary = profile_script(args, device, timeout)
