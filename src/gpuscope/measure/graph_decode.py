@@ -26,13 +26,14 @@ class _Captured:
                  compile: bool = False):
         from transformers import StaticCache
 
+        from gpuscope.measure.llm_infer import _cache_kwarg
+
         self.model = model
         # gs-compile: Inductor fuses each chain of HF's elementwise ops (RMSNorm, rotary, SiLU x up) into one
         # kernel; the compiled step is then captured like the eager one. Without it a Llama decoder layer replays
-        # ~52 small kernels (H200 profile: 836 per Llama-3.2-1B step, 1.6 us each: 1.2 ms of a 2.4 ms step).
+        # ~52 small kernels (H200 profile: 836 per Llama-3.2-1B step; the 723 besides the GEMVs take 1.2-1.5 ms
+        # of a 2.4-2.6 ms step, roofline.ENGINES["graph-unfused"]).
         self.fwd = torch.compile(model.forward, dynamic=False) if compile else model.forward
-        from gpuscope.measure.llm_infer import _cache_kwarg
-
         self.cache_kw = _cache_kwarg(model)  # "past_key_values", or "cache" where transformers renamed it
         self.cache = StaticCache(config=model.config, max_cache_len=max_len)
         self.token = torch.zeros(batch, 1, dtype=torch.long, device=device)

@@ -67,9 +67,8 @@ def matmul_shapes(mode: str, dev: Device) -> list[tuple[int, int, int]]:
         return [(s, s, s) for s in range(128, 1025, 128)] + [(1024, 512, 1024), (512, 1024, 2048)]
     if mode == "quick":
         return [(4096, 4096, 4096), (8192, 8192, 8192)]
-    # Squares, then a grid of the rectangular shapes where mamf-finder's sweeps find the maximum on Hopper (its
-    # published H100 best, 794 TFLOP/s, was at a non-square shape with K of a few thousand): rates there run
-    # higher than at the square sizes because the tile waves fill better and power per FLOP drops with K.
+    # Squares, then a grid of rectangular shapes (M 4-8K, N 8-18K, K 2-8K), as mamf-finder sweeps M, N and K
+    # rather than squares alone: the best rate need not sit at a square size (tile waves fill differently).
     squares = [(s, s, s) for s in range(1024, 16385, 1024)]
     grid = [(m, n, k) for m in (4096, 6144, 8192) for n in (8192, 12288, 16384, 17920) for k in (2048, 2816, 4096, 8192)]
     rect = [(16384, 8192, 4096), (4096, 14336, 4096), (8192, 28672, 4096)]
@@ -161,24 +160,29 @@ def _tf32(enabled: bool):
 def _generator(dev: Device, seed: int) -> torch.Generator:
     try:
         return torch.Generator(device=dev.torch_device).manual_seed(seed)
-    except (RuntimeError, TypeError):  # a backend without device generators: CPU numbers, copied over
+    except (RuntimeError, TypeError):  # a backend without device generators: drawn on the CPU, copied over
         return torch.Generator().manual_seed(seed)
 
 
 def _operands(dtype: str, m: int, n: int, k: int, dev: Device, gen: torch.Generator):
-    """Fresh random operands, made on the device itself (a CPU randn of two 16384^2 matrices takes seconds)."""
+    """Fresh random operands, drawn on the device itself where it has a generator (a CPU randn of two 16384^2
+    matrices takes seconds), else on the CPU and copied."""
     d = dev.torch_device
-    g = gen if gen.device.type == d.type else None
+    where = d if gen.device.type == d.type else torch.device("cpu")
+
+    def randn(*shape, dtype=torch.float32):
+        return torch.randn(*shape, generator=gen, device=where, dtype=dtype).to(d)
+
     if dtype == "int8":
-        a = torch.randint(-128, 128, (m, k), dtype=torch.int8, generator=g, device=d)
-        b = torch.randint(-128, 128, (k, n), dtype=torch.int8, generator=g, device=d)
+        a = torch.randint(-128, 128, (m, k), dtype=torch.int8, generator=gen, device=where).to(d)
+        b = torch.randint(-128, 128, (k, n), dtype=torch.int8, generator=gen, device=where).to(d)
         return a, b
     if dtype == "fp8":
-        a = torch.randn(m, k, generator=g, device=d).to(torch.float8_e4m3fn)
-        b = torch.randn(n, k, generator=g, device=d).to(torch.float8_e4m3fn).t()  # column-major, as _scaled_mm wants
+        a = randn(m, k).to(torch.float8_e4m3fn)
+        b = randn(n, k).to(torch.float8_e4m3fn).t()  # column-major, as _scaled_mm wants
         return a, b
     tdt = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
-    return (torch.randn(m, k, generator=g, device=d, dtype=tdt), torch.randn(k, n, generator=g, device=d, dtype=tdt))
+    return randn(m, k, dtype=tdt), randn(k, n, dtype=tdt)
 
 
 def _mm(dtype: str, dev: Device):
