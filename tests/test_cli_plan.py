@@ -124,6 +124,9 @@ def test_plan_train_search_ranks_fitting_layouts():
     (["--num-gpus", "16", "--tp", "4", "--pp", "2", "--dp", "4"], "must equal"),
     (["--num-gpus", "16", "--tp", "4", "--global-batch", "6"], "global batch"),
     (["--num-gpus", "16", "--tp", "4", "--zero", "5"], "--zero"),
+    (["--num-gpus", "16", "--tp", "2", "--hsdp"], "--framework hf"),  # not silently ignored by a Megatron plan
+    (["--num-gpus", "8", "--framework", "hf", "--ep", "2"], "--framework megatron"),
+    (["--num-gpus", "8", "--framework", "megatron", "--ep", "2"], "mixture-of-experts"),
 ])
 def test_plan_train_bad_layouts(args, needle):
     r = run("plan", "train", "--model", "llama-3.1-8b", "--gpu", "h100", *args)

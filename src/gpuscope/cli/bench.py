@@ -88,7 +88,8 @@ def _checkpoint_options(model: str, weights: bool, device_map: str | None, max_m
         for part in max_memory.split(","):
             key, sep, val = part.partition("=")
             if not sep or not key.strip() or not val.strip():
-                raise UserError(f"--max-memory '{max_memory}' is not DEVICE=SIZE[,DEVICE=SIZE] (e.g. 0=14GiB,cpu=64GiB).")
+                raise UserError(f"--max-memory '{max_memory}' is not DEVICE=SIZE[,DEVICE=SIZE] "
+                                "(e.g. 0=14GiB,cpu=64GiB).")
             caps[key.strip()] = val.strip()
         out["max_memory"] = caps
     return out
@@ -371,7 +372,9 @@ def register(app: typer.Typer) -> None:
         prompt: int = typer.Option(512, "--prompt", help="Prompt tokens per sequence."),
         gen: int = typer.Option(128, "--gen", help="Generated tokens per sequence (EOS disabled)."),
         dtype: str = typer.Option("bf16", "--dtype", help="bf16|fp16|fp32."),
-        engine: str = typer.Option("hf-eager", "--engine", help="hf-eager | hf-graph (static cache, compiled) | gs-graph (static cache, one CUDA graph per step) | gs-compile (gs-graph with the step compiled by torch.compile first)."),
+        engine: str = typer.Option("hf-eager", "--engine", help="hf-eager | hf-graph (static cache, compiled) | "
+                                   "gs-graph (static cache, one CUDA graph per step) | gs-compile (gs-graph with the "
+                                   "step compiled by torch.compile first)."),
         repeats: int = typer.Option(3, "--repeats", help="Timed generate calls (median)."),
         attn: str = typer.Option("sdpa", "--attn", help="sdpa (transformers' default) | eager | gs-gqa (gpuscope's "
                                  "GQA-folding SDPA: no per-head K/V copy under a mask; GPU speed not yet measured)."),

@@ -34,7 +34,9 @@ def register(app: typer.Typer) -> None:
         gen: int = typer.Option(128, "--gen", help="Generated tokens per sequence."),
         dtype: str = typer.Option("bf16", "--dtype", help="bf16|fp16|fp32|fp8|int8|int4 (weights)."),
         kv_dtype: str = typer.Option(None, "--kv-dtype", help="KV-cache dtype (default: the compute dtype)."),
-        engine: str = typer.Option("eager", "--engine", help="eager (plain HF generate) | graph (CUDA graphs over compiled, fused kernels: hf-graph, gs-compile) | graph-unfused (HF's eager kernels replayed from a CUDA graph: gs-graph)."),
+        engine: str = typer.Option("eager", "--engine", help="eager (plain HF generate) | graph (CUDA graphs over "
+                                   "compiled, fused kernels: hf-graph, gs-compile) | graph-unfused (HF's eager "
+                                   "kernels replayed from a CUDA graph: gs-graph)."),
         num_gpus: int = typer.Option(1, "--num-gpus"),
         tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree."),
         mla_cache: str = typer.Option("full", "--mla-cache", help="MLA models: full (per-head K/V, as transformers "
@@ -116,9 +118,9 @@ def register(app: typer.Typer) -> None:
         pure_dp = (tp == 1 and pp == 1 and cp == 1 and ep == 1 and zero == 0 and not search
                    and (dp is None or dp == num_gpus))
         if framework == "hf" or (framework is None and pure_dp):
-            if tp > 1 or pp > 1 or zero:
-                raise UserError("--framework hf plans DDP or FSDP (--fsdp) over --num-gpus; TP/PP/ZeRO layouts "
-                                "need --framework megatron.")
+            if tp > 1 or pp > 1 or zero or ep > 1:
+                raise UserError("--framework hf plans DDP or FSDP (--fsdp, --hsdp) over --num-gpus; TP/PP/EP/ZeRO "
+                                "layouts need --framework megatron.")
             est = estimate_train(m, hw, micro_batch=micro_batch, seq=seq, precision=precision,
                                  optimizer=optimizer, recompute=recompute, grad_accum=grad_accum, offload=offload,
                                  fused=fused, num_gpus=num_gpus,
@@ -145,6 +147,10 @@ def register(app: typer.Typer) -> None:
             return
         from gpuscope.estimate.parallel import Layout, estimate_parallel, to_estimate
 
+        if hsdp or bucket_view:
+            raise UserError("--hsdp and --gradient-as-bucket-view plan PyTorch data parallelism (--framework hf), "
+                            "not a Megatron-style layout.")
+
         lay = Layout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, micro_batch=micro_batch, global_batch=gb,
                      zero=3 if fsdp else zero, sp=sp, virtual=virtual, recompute=recompute)
         pe = estimate_parallel(m, hw, lay, seq=seq, gpus_per_node=gpus_per_node)
@@ -164,8 +170,7 @@ def _search(m, hw, num_gpus: int, global_batch: int, seq: int, gpus_per_node, as
     res = search_layouts(m, hw, num_gpus, global_batch, seq=seq, gpus_per_node=gpus_per_node)
     elapsed = time.perf_counter() - t0
     rows = [{"tp": e.layout.tp, "pp": e.layout.pp, "dp": e.layout.dp, "ep": e.layout.ep, "zero": e.layout.zero,
-             "sp": e.layout.sp,
-             "virtual": e.layout.virtual, "micro_batch": e.layout.micro_batch, "recompute": e.layout.recompute,
+             "sp": e.layout.sp, "virtual": e.layout.virtual, "micro_batch": e.layout.micro_batch, "recompute": e.layout.recompute,
              "tokens_per_s": e.tokens_per_s, "step_s": e.step_s, "mfu": e.mfu, "peak_bytes_per_gpu": e.peak_bytes}
             for e in res.ranked]
     doc = {"schema": "gpuscope.search/1", "model": m.name, "hardware": hw.key, "num_gpus": num_gpus,
@@ -181,8 +186,8 @@ def _search(m, hw, num_gpus: int, global_batch: int, seq: int, gpus_per_node, as
     for c in ("#", "tp", "pp", "dp", "ep", "zero", "sp", "v", "mb", "recompute", "tok/s", "step", "MFU", "GiB/GPU"):
         t.add_column(c, justify="right")
     for i, r in enumerate(rows, 1):
-        t.add_row(str(i), str(r["tp"]), str(r["pp"]), str(r["dp"]), str(r["ep"]), str(r["zero"]), "y" if r["sp"] else "",
-                  str(r["virtual"]), str(r["micro_batch"]), r["recompute"], f"{r['tokens_per_s']:,.0f}",
+        t.add_row(str(i), str(r["tp"]), str(r["pp"]), str(r["dp"]), str(r["ep"]), str(r["zero"]),
+                  "y" if r["sp"] else "", str(r["virtual"]), str(r["micro_batch"]), r["recompute"], f"{r['tokens_per_s']:,.0f}",
                   f"{r['step_s']:.2f} s", f"{r['mfu']:.1%}", f"{r['peak_bytes_per_gpu'] / 2**30:.1f}")
     _console().print(t)
     if not rows:

@@ -150,14 +150,11 @@ def parallel_memory(m: ModelSpec, lay: Layout, states: str = "megatron", flash: 
     dense, expert = p_stage if isinstance(p_stage, tuple) else (p_stage, 0.0)
     b = STATE_BYTES[states]
     dp = lay.dp * lay.cp  # ZeRO shards over every rank holding the same parameters
-    edp = dp // lay.ep
-
+    whole, shard = dense + expert, dense / dp + expert / (dp // lay.ep)  # experts: over the ranks sharing them
     z = lay.zero
-    model_states = {
-        "parameters": b["param"] * ((dense / dp + expert / edp) if z >= 3 else dense + expert),
-        "gradients": b["grad"] * ((dense / dp + expert / edp) if z >= 2 else dense + expert),
-        "optimizer_states": b["optimizer"] * ((dense / dp + expert / edp) if z >= 1 else dense + expert),
-    }
+    model_states = {"parameters": b["param"] * (shard if z >= 3 else whole),
+                    "gradients": b["grad"] * (shard if z >= 2 else whole),
+                    "optimizer_states": b["optimizer"] * (shard if z >= 1 else whole)}
     s, h, a = m.max_position_embeddings // lay.cp, m.hidden_size, m.num_heads
     out = model_states | _activation_memory(m, lay, s, h, a, flash)
     if lay.cp > 1:  # the all-gathered K and V of the full sequence for the layer being computed
@@ -323,7 +320,7 @@ class Planner:
         if expert:
             dp_comm += self._dp_comm(expert, replicas // lay.ep, max(1, per_node // lay.ep), lay.zero, mbs)
         # optimizer: read 18 and write 16 bytes per (sharded) parameter
-        sharded = (dense / replicas + expert * lay.ep / replicas) if lay.zero >= 1 else p_stage
+        sharded = (dense + expert * lay.ep) / replicas if lay.zero >= 1 else p_stage  # as parallel_memory shards
         optimizer = sharded * (18 + 16) / self.bw
         step = pipeline + dp_comm + optimizer
         mem = parallel_memory(m, lay, states=self.states, flash=self.attention == "flash", p_stage=(dense, expert))

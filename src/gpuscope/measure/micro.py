@@ -70,7 +70,8 @@ def matmul_shapes(mode: str, dev: Device) -> list[tuple[int, int, int]]:
     # Squares, then a grid of rectangular shapes (M 4-8K, N 8-18K, K 2-8K), as mamf-finder sweeps M, N and K
     # rather than squares alone: the best rate need not sit at a square size (tile waves fill differently).
     squares = [(s, s, s) for s in range(1024, 16385, 1024)]
-    grid = [(m, n, k) for m in (4096, 6144, 8192) for n in (8192, 12288, 16384, 17920) for k in (2048, 2816, 4096, 8192)]
+    grid = [(m, n, k) for m in (4096, 6144, 8192) for n in (8192, 12288, 16384, 17920)
+            for k in (2048, 2816, 4096, 8192)]
     rect = [(16384, 8192, 4096), (4096, 14336, 4096), (8192, 28672, 4096)]
     return squares + grid + rect
 
