@@ -44,6 +44,7 @@ import os
 import socket
 import sys
 import time
+from functools import partial
 
 import torch
 import torch.distributed as dist
@@ -51,7 +52,7 @@ import torch.distributed as dist
 from gpuscope.measure.device import Device, is_oom, summarize
 from gpuscope.measure.dist_case import STRATEGIES, check_case, parse_case, read_case  # noqa: F401  (re-exported)
 from gpuscope.measure.llm_infer import _release, build_model, case_config, model_bytes, vocab_size
-from gpuscope.measure.llm_train import (PRECISIONS, _enable_recompute, step_functions,
+from gpuscope.measure.llm_train import (PRECISIONS, _enable_recompute, instrumented_step, step_functions,
                                         matmul_settings)
 
 SCHEMA = "gpuscope.dist/1"
@@ -234,23 +235,7 @@ def train_dist(case: dict, dev: Device, state: dict) -> tuple[dict, dict]:
     stage[0] = "measure"  # one instrumented step: memory per phase (a synchronize between phases)
     dev.synchronize()
     mine["optimizer_state_bytes"] = _local_bytes_state(opt)
-    mine["mem_rest_bytes"] = dev.allocated()
-    dev.reset_peak()
-    loss = forward()
-    dev.synchronize()
-    mine["peak_forward_bytes"] = dev.peak_allocated()
-    mine["mem_after_forward_bytes"] = dev.allocated()
-    dev.reset_peak()
-    backward(loss)
-    dev.synchronize()
-    del loss
-    mine["peak_backward_bytes"] = dev.peak_allocated()
-    mine["mem_after_backward_bytes"] = dev.allocated()
-    mine["grad_bytes"] = _local_grad_bytes(wrapped)
-    dev.reset_peak()
-    opt_step()
-    dev.synchronize()
-    mine["peak_optimizer_bytes"] = dev.peak_allocated()
+    mine.update(instrumented_step(dev, forward, backward, opt_step, partial(_local_grad_bytes, wrapped))[0])
 
     stage[0] = "timed"
     dist.barrier()

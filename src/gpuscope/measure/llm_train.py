@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import math
 import warnings
+from functools import partial
 
 import torch
 
@@ -125,6 +126,32 @@ def step_functions(model, opt, scaler, ac_dtype, dev: Device, batches, state: di
     return forward, backward, opt_step
 
 
+def instrumented_step(dev: Device, forward, backward, opt_step, grad_bytes) -> tuple[dict, float]:
+    """One training step with a synchronize and a peak reset between its phases (the single-GPU and the
+    distributed workloads share it): memory at rest, peak and end of forward, of backward, of the optimizer step,
+    and ``grad_bytes()`` after backward. Returns (those figures, the step's loss)."""
+    out: dict = {"mem_rest_bytes": dev.allocated()}
+    dev.reset_peak()
+    loss = forward()
+    dev.synchronize()
+    out["peak_forward_bytes"] = dev.peak_allocated()
+    out["mem_after_forward_bytes"] = dev.allocated()
+    dev.reset_peak()
+    backward(loss)
+    dev.synchronize()
+    value = float(loss.detach().float())
+    del loss
+    out["peak_backward_bytes"] = dev.peak_allocated()
+    out["mem_after_backward_bytes"] = dev.allocated()
+    out["grad_bytes"] = grad_bytes()
+    dev.reset_peak()
+    opt_step()
+    dev.synchronize()
+    out["peak_optimizer_bytes"] = dev.peak_allocated()
+    out["mem_after_step_bytes"] = dev.allocated()
+    return out, value
+
+
 def run_train(case: dict) -> dict:
     return run_as_result(_run_train, case)
 
@@ -193,25 +220,8 @@ def _run_train(case: dict, dev: Device, state: dict) -> dict:
     res["optimizer_state_bytes"] = _state_bytes(opt)
     accumulate(accum - 1)  # the phases measured are the last micro-batch's, with the summed gradients held
     dev.synchronize()
-    res["mem_rest_bytes"] = dev.allocated()
-    dev.reset_peak()
-    loss = forward()
-    dev.synchronize()
-    res["peak_forward_bytes"] = dev.peak_allocated()
-    res["mem_after_forward_bytes"] = dev.allocated()
-    dev.reset_peak()
-    backward(loss)
-    dev.synchronize()
-    loss_warm = float(loss.detach().float())
-    del loss
-    res["peak_backward_bytes"] = dev.peak_allocated()
-    res["mem_after_backward_bytes"] = dev.allocated()
-    res["grad_bytes"] = _grad_bytes(model)
-    dev.reset_peak()
-    opt_step()
-    dev.synchronize()
-    res["peak_optimizer_bytes"] = dev.peak_allocated()
-    res["mem_after_step_bytes"] = dev.allocated()
+    phases, loss_warm = instrumented_step(dev, forward, backward, opt_step, partial(_grad_bytes, model))
+    res.update(phases)
     if res["mem_after_forward_bytes"] is not None and res["mem_rest_bytes"] is not None:
         res["activations_bytes"] = res["mem_after_forward_bytes"] - res["mem_rest_bytes"]
     else:
