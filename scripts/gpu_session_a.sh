@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 3/6 acceptance checks on one GPU; usage: bash scripts/gpu_session_a.sh [infer] [validate] [doctor] [loader] [train] [accum] [profile] [benchall] [ceilings]
+# Issue 3/6 acceptance checks on one GPU; usage: bash scripts/gpu_session_a.sh [infer] [validate] [doctor] [loader] [train] [accum] [profile] [moe] [benchall] [ceilings]
 # (run from the repo root on the GPU machine; writes under $OUT).
 # Each step is bounded by `timeout` so one failure never ends the batch; stderr of each goes to <step>.err.
 set -u
@@ -38,11 +38,16 @@ fi
 if want accum; then  # the recommended configuration with its gradient accumulation (optimizer step amortised)
 step train_7b_bf16_mb4_ga8 240 python3 -m gpuscope bench train --model llama-2-7b --micro-batch 4 --grad-accum 8 --seq 2048 --precision bf16 --steps 3 --warmup 1 --json
 fi
-if want profile; then  # where the 8B graph-engine decode step spends its 6.3 ms (kernel table in the JSON)
-step doctor_gscompile_8b 240 python3 -m gpuscope doctor infer --model llama-3.1-8b --batch 1 --prompt 2048 --gen 64 --engine gs-compile --json
-step doctor_gsgraph_8b 200 python3 -m gpuscope doctor infer --model llama-3.1-8b --batch 1 --prompt 2048 --gen 64 --engine gs-graph --json
-# the GQA-folding attention (no repeat_kv under the static cache's mask) beside the stock one, measured
-step gqa_fold_8b 240 python3 -m gpuscope bench infer --model llama-3.1-8b --batch 1 --prompt 2048 --gen 128 --engine gs-compile --attn gs-gqa --json
+if want profile; then
+# the GQA-folding attention (no repeat_kv under the static cache's mask) beside the stock one, same session
+step gqa_fold_8b 150 python3 -m gpuscope bench infer --model llama-3.1-8b --batch 1 --prompt 2048 --gen 128 --engine gs-compile --attn gs-gqa --json
+step gqa_stock_8b 150 python3 -m gpuscope bench infer --model llama-3.1-8b --batch 1 --prompt 2048 --gen 128 --engine gs-compile --json
+# where the 8B graph-engine decode step spends its time (kernel table in the JSON)
+step doctor_gscompile_8b 140 python3 -m gpuscope doctor infer --model llama-3.1-8b --batch 1 --prompt 2048 --gen 64 --engine gs-compile --attn gs-gqa --json
+step doctor_gsgraph_8b 130 python3 -m gpuscope doctor infer --model llama-3.1-8b --batch 1 --prompt 2048 --gen 64 --engine gs-graph --json
+fi
+if want moe; then  # the MoE prefill miss (-46%): where Mixtral's prefill spends its time
+step doctor_mixtral 200 python3 -m gpuscope doctor infer --model mixtral-8x7b --batch 1 --prompt 1024 --gen 16 --json
 fi
 if want benchall; then
 step bench_all_quick 400 python3 -m gpuscope bench all --json

@@ -13,6 +13,6 @@ want collectives && step collectives 60 python3 -m gpuscope bench collectives --
 want ddp_1b && step ddp_1b 70 python3 -m gpuscope bench train-dist --nproc 2 --strategy ddp --model llama-3.2-1b --micro-batch 4 --seq 2048 --steps 5 --baseline --json
 want fsdp_1b && step fsdp_1b 50 python3 -m gpuscope bench train-dist --nproc 2 --strategy fsdp --model llama-3.2-1b --micro-batch 4 --seq 2048 --precision bf16 --steps 5 --baseline --json
 want fsdp_7b && step fsdp_7b 70 python3 -m gpuscope bench train-dist --nproc 2 --strategy fsdp --model llama-2-7b --micro-batch 2 --seq 2048 --precision bf16 --steps 4 --json
-want compression && step compression 60 python3 -m gpuscope bench compression --nproc 2 --model llama-3.2-1b --micro-batch 2 --seq 1024 --steps 10 --hooks none,fp16,powersgd1,sign --json
+want compression && step compression 240 python3 -m gpuscope bench compression --nproc 2 --model llama-3.2-1b --micro-batch 2 --seq 1024 --steps 12 --json
 want ddp_7b && step ddp_7b 80 python3 -m gpuscope bench train-dist --nproc 2 --strategy ddp --model llama-2-7b --micro-batch 1 --seq 2048 --gradient-as-bucket-view --steps 4 --json
 ls -la $W

@@ -161,3 +161,16 @@ def test_plan_calibrated_uses_the_saved_ceilings(tmp_path):
     calib = json.loads(subprocess.run(args + ["--calibrated"], capture_output=True, text=True, env=env).stdout)
     assert calib["calibrated"] and not plain["calibrated"]
     assert calib["time"]["prefill_s"] > 1.5 * plain["time"]["prefill_s"]  # 400 vs 737 TFLOP/s
+
+
+@pytest.mark.parametrize("args, said", [
+    (("plan", "infer", "--model", "llama-3.1-8b", "--bogus"), "No such option: --bogus"),
+    (("plan", "infer"), "Missing option '--model'"),
+    (("bench", "infer", "--model", "llama-3.2-1b", "--batch", "two"), "Invalid value for '--batch'"),
+])
+def test_usage_errors_exit_2_without_traceback(args, said):
+    """Click usage errors (typer >= 0.2x raises its vendored click's classes, older typer click's) end in one
+    usage message and exit code 2, never a traceback."""
+    r = run(*args)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert said in r.stderr and "Traceback" not in r.stderr

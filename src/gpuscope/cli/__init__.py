@@ -50,11 +50,27 @@ def main(argv: list[str] | None = None) -> None:
     except SystemExit:
         raise
     except Exception as exc:  # click usage errors come through here in non-standalone mode
-        import click
-
-        if isinstance(exc, click.exceptions.ClickException):
+        usage, abort = _click_errors()
+        if isinstance(exc, usage):
             exc.show()
             sys.exit(2)
-        if isinstance(exc, click.exceptions.Abort):
+        if isinstance(exc, abort):
             sys.exit(1)
         raise
+
+
+def _click_errors() -> tuple[tuple[type, ...], tuple[type, ...]]:
+    """Click's usage-error and abort classes: typer >= 0.2x vendors click as ``typer._click`` (its own classes),
+    older typer raises those of the ``click`` package; both are caught."""
+    import importlib
+
+    usage, abort = [], []
+    for name in ("typer._click.exceptions", "click.exceptions"):
+        try:
+            mod = importlib.import_module(name)
+        except ImportError:
+            continue
+        usage.append(mod.ClickException)
+        if hasattr(mod, "Abort"):  # typer's vendored click has none (Ctrl-C stays a KeyboardInterrupt)
+            abort.append(mod.Abort)
+    return tuple(usage), tuple(abort)

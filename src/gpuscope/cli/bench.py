@@ -377,7 +377,9 @@ def register(app: typer.Typer) -> None:
                                    "step compiled by torch.compile first)."),
         repeats: int = typer.Option(3, "--repeats", help="Timed generate calls (median)."),
         attn: str = typer.Option("sdpa", "--attn", help="sdpa (transformers' default) | eager | gs-gqa (gpuscope's "
-                                 "GQA-folding SDPA: no per-head K/V copy under a mask; GPU speed not yet measured)."),
+                                 "GQA-folding SDPA: no per-head K/V copy under a mask)."),
+        fuse_proj: bool = typer.Option(False, "--fuse-proj", help="One GEMM for q|k|v and one for gate|up "
+                                       "(Llama, Mistral, Qwen2; as gpt-fast and vLLM load them)."),
         weights: bool = typer.Option(False, "--weights", help="Load the checkpoint's own weights (--model DIR holding "
                                      "config.json and safetensors) with from_pretrained, instead of random weights."),
         device_map: str = typer.Option(None, "--device-map", help="With --weights: auto | balanced | "
@@ -408,6 +410,8 @@ def register(app: typer.Typer) -> None:
         _choice("attn", attn, ("sdpa", "eager", "gs-gqa"))
         if attn != "sdpa":
             extra["attn"] = attn
+        if fuse_proj:
+            extra["fuse_proj"] = True
         extra.update(_checkpoint_options(model, weights, device_map, max_memory))
         if weights:
             model = str(Path(model).expanduser().resolve())

@@ -114,6 +114,8 @@ def register(app: typer.Typer) -> None:
         gen: int = typer.Option(64, "--gen", help="infer: generated tokens."),
         dtype: str = typer.Option("bf16", "--dtype", help="infer: bf16|fp16|fp32."),
         engine: str = typer.Option("hf-eager", "--engine", help="infer: hf-eager | hf-graph | gs-graph | gs-compile."),
+        attn: str = typer.Option("sdpa", "--attn", help="infer: sdpa | eager | gs-gqa (as bench infer)."),
+        fuse_proj: bool = typer.Option(False, "--fuse-proj", help="infer: one GEMM for q|k|v and gate|up."),
         micro_batch: int = typer.Option(1, "--micro-batch", help="train: micro-batch."),
         seq: int = typer.Option(2048, "--seq", help="train: tokens per sequence."),
         precision: str = typer.Option("amp-bf16", "--precision", help="train: amp-bf16|amp-fp16|bf16|fp32."),
@@ -146,6 +148,12 @@ def register(app: typer.Typer) -> None:
             if kind == "infer":
                 if dtype not in ("bf16", "fp16", "fp32"):
                     raise UserError(f"--dtype '{dtype}' is not one of bf16, fp16, fp32.")
+                if attn not in ("sdpa", "eager", "gs-gqa"):
+                    raise UserError(f"--attn '{attn}' is not one of sdpa, eager, gs-gqa.")
+                if attn != "sdpa":
+                    extra["attn"] = attn
+                if fuse_proj:
+                    extra["fuse_proj"] = True
                 from gpuscope.measure.cases import infer_case
 
                 case = infer_case(name, batch, prompt, gen, dtype=dtype, repeats=1, engine=engine, **extra)

@@ -45,6 +45,8 @@ def case_name(case: dict) -> str:
     m = case.get("model") or (case.get("config") or {}).get("model_type", "?")
     if case.get("kind") == "infer":
         eng = "" if case.get("engine", "hf-eager") == "hf-eager" else f"-{case['engine']}"
+        eng += "" if case.get("attn", "sdpa") == "sdpa" else f"-{case['attn']}"
+        eng += "-fused" if case.get("fuse_proj") else ""
         return (f"infer/{m}/b{case.get('batch')}-p{case.get('prompt')}-g{case.get('gen')}-{case.get('dtype', 'bf16')}"
                 f"{eng}")
     if case.get("kind") == "train":

@@ -300,10 +300,17 @@ def _run_infer(case: dict, dev: Device, state: dict) -> dict:
         model, config = build_model(cfg, dev, dtype, attn, use_cache=True)
     model.eval()
     _silence_generation(model)
+    fused = None
+    if case.get("fuse_proj"):  # one GEMM for q|k|v and one for gate|up (measure/fused_proj.py)
+        from gpuscope.measure.fused_proj import fuse_projections
+
+        fused = fuse_projections(model)
     dev.synchronize()
     res: dict = {"status": "ok", "kind": "infer", "model": case.get("model") or cfg.get("model_type"),
                  "model_type": config.model_type, "device": dev.name, "device_name": dev.device_name(),
                  "dtype": dtype_name, "attn": attn, "batch": B, "prompt": P, "gen": G, "repeats": repeats}
+    if fused is not None:
+        res["fused_proj"] = fused
     res.update(model_bytes(model))
     res["mem_after_load_bytes"] = dev.allocated()
     res["peak_load_bytes"] = dev.peak_allocated()
