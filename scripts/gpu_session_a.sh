@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 3/6 acceptance checks on one GPU; usage: bash scripts/gpu_session_a.sh [infer] [validate] [doctor] [loader] [train] [accum] [profile] [moe] [benchall] [ceilings]
+# Issue 3/6 acceptance checks on one GPU; usage: bash scripts/gpu_session_a.sh [infer] [validate] [doctor] [loader] [train] [accum] [profile] [fuse] [moe] [benchall] [ceilings]
 # (run from the repo root on the GPU machine; writes under $OUT).
 # Each step is bounded by `timeout` so one failure never ends the batch; stderr of each goes to <step>.err.
 set -u
@@ -45,6 +45,14 @@ step gqa_stock_8b 150 python3 -m gpuscope bench infer --model llama-3.1-8b --bat
 # where the 8B graph-engine decode step spends its time (kernel table in the JSON)
 step doctor_gscompile_8b 140 python3 -m gpuscope doctor infer --model llama-3.1-8b --batch 1 --prompt 2048 --gen 64 --engine gs-compile --attn gs-gqa --json
 step doctor_gsgraph_8b 130 python3 -m gpuscope doctor infer --model llama-3.1-8b --batch 1 --prompt 2048 --gen 64 --engine gs-graph --json
+fi
+if want fuse; then  # fused projections (q|k|v, gate|up) toward 70% of copy bandwidth at batch 1; copy measured beside
+step micro_quick 90 python3 -m gpuscope bench micro --quick --dtype bf16 --json
+step fuse_8b_p2048 110 python3 -m gpuscope bench infer --model llama-3.1-8b --batch 1 --prompt 2048 --gen 128 --engine gs-compile --fuse-proj --repeats 2 --json
+step fuse_8b_p128 110 python3 -m gpuscope bench infer --model llama-3.1-8b --batch 1 --prompt 128 --gen 256 --engine gs-compile --fuse-proj --repeats 2 --json
+step stock_8b_p128 110 python3 -m gpuscope bench infer --model llama-3.1-8b --batch 1 --prompt 128 --gen 256 --engine gs-compile --repeats 2 --json
+step fuse_7b_p128 110 python3 -m gpuscope bench infer --model llama-2-7b --batch 1 --prompt 128 --gen 256 --engine gs-compile --fuse-proj --repeats 2 --json
+step stock_7b_p128 110 python3 -m gpuscope bench infer --model llama-2-7b --batch 1 --prompt 128 --gen 256 --engine gs-compile --repeats 2 --json
 fi
 if want moe; then  # the MoE prefill miss (-46%): where Mixtral's prefill spends its time
 step doctor_mixtral 200 python3 -m gpuscope doctor infer --model mixtral-8x7b --batch 1 --prompt 1024 --gen 16 --json

@@ -101,15 +101,22 @@ def test_compression_hooks(tmp_path):
     assert sign["loss_finite"] and math_isfinite(sign["loss_dev_max"])
     assert sign["loss_dev_max"] > 10 * max(v["fp16"]["loss_dev_max"], v["bf16"]["loss_dev_max"])
     b = {h: x["bytes_per_step"] for h, x in v.items()}
-    # bytes per step (steady state): fp32 > 16-bit > int8 signs > PowerSGD rank 4 > rank 2 > rank 1
-    assert b["none"] == ref["bytes_per_step"] == 4 * res["param_count"]
-    assert b["fp16"] == b["bf16"] == 2 * res["param_count"]
-    assert b["sign"] == res["param_count"] + 4 * v["sign"]["buckets_per_step"]
-    assert b["none"] > b["fp16"] > b["sign"] > b["powersgd4"] > b["powersgd2"] > b["powersgd1"]
+    # bytes per step (steady state): fp32, 16-bit, 1-bit signs (+ one fp32 scale per bucket), each from its formula
+    d = res["param_count"]
+    assert b["none"] == ref["bytes_per_step"] == 4 * d
+    assert b["fp16"] == b["bf16"] == 2 * d
+    assert d % 8 == 0  # every tiny-llama tensor holds a multiple of 8 elements: no per-bucket padding byte
+    assert b["sign"] == d // 8 + 4 * v["sign"]["buckets_per_step"]
+    assert b["none"] > b["fp16"] > b["sign"]
+    assert b["powersgd4"] > b["powersgd2"] > b["powersgd1"]
+    assert v["sign"]["compression_ratio"] == pytest.approx(4 * d / b["sign"])
+    assert 30 < v["sign"]["compression_ratio"] <= 32
     for h, x in v.items():
         assert x["bytes_per_step"] == x["bytes_formula_check"], h
-        assert x["wire_bytes_per_step_ring"] == pytest.approx(x["bytes_per_step"])  # 2 (N-1)/N = 1 for N = 2
+        # ring all-reduce: 2 (N-1)/N x payload; sign's all_gather: (N-1) x payload; both 1 x payload for N = 2
+        assert x["wire_bytes_per_step_ring"] == pytest.approx(x["bytes_per_step"])
         assert x["step_s"] > 0
+    assert "(N-1)" in res["metric_formulas"]["wire_bytes_per_step_ring"]
     # PowerSGD sends plain fp32 all-reduces before start_powerSGD_iter
     assert v["powersgd1"]["bytes_per_step_all"][:2] == [b["none"]] * 2
 
@@ -151,36 +158,138 @@ def test_worker_bad_case_exit_2():
     assert r.returncode == 2 and "strategy" in r.stderr and r.stdout == ""
 
 
+class _Bucket:
+    """The two GradBucket methods sign_ef_hook uses."""
+
+    def __init__(self, t, index=0):
+        self.t, self.i = t, index
+
+    def buffer(self):
+        return self.t
+
+    def index(self):
+        return self.i
+
+
+def _pm1(x):
+    """The 1-bit code of the hook: +1 where x >= 0 (zero included), -1 below."""
+    return torch.where(x >= 0, 1.0, -1.0)
+
+
 def test_sign_hook_survives_ddp_bucket_rebuild(tmp_path):
     """DDP rebuilds its buckets after the first iteration: the same bucket index can come back with another size
     (two H200s: 16.8M elements against a first-iteration residual of 1.24G). The residual restarts, no crash."""
-    import torch
     import torch.distributed as dist
 
     from gpuscope.measure.compression import SignState, sign_ef_hook
 
-    class Bucket:
-        def __init__(self, t):
-            self.t = t
-
-        def buffer(self):
-            return self.t
-
-        def index(self):
-            return 0
-
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
     try:
         st = SignState()
-        out = sign_ef_hook(st, Bucket(torch.ones(8))).wait()
-        assert st.error[0].numel() == 8 and torch.allclose(out, torch.ones(8))
+        out = sign_ef_hook(st, _Bucket(torch.ones(8))).wait()
+        assert st.error[0].numel() == 8 and torch.equal(out, torch.ones(8)) and not st.error[0].any()
         g = torch.tensor([3.0, -1.0, 0.0])
-        out = sign_ef_hook(st, Bucket(g.clone())).wait()  # rebuilt layout: 3 elements under index 0
-        assert st.error[0].numel() == 3
+        out = sign_ef_hook(st, _Bucket(g.clone())).wait()  # rebuilt layout: 3 elements under index 0
+        assert st.error[0].numel() == 3 and st.last_payload_bytes == 1 + 4
         scale = g.abs().mean()
-        assert torch.allclose(out, scale * torch.sign(g)) and torch.allclose(st.error[0], g - scale * torch.sign(g))
+        c = torch.tensor([1.0, -1.0, 1.0])  # 0 is sent as +1: no zero level in a 1-bit code
+        assert torch.equal(out, scale * c) and torch.allclose(st.error[0], g - scale * c)
+        # same size again: the residual is carried into the next step
+        g2 = torch.tensor([-0.5, 0.25, -2.0])
+        x = g2 + st.error[0]
+        out = sign_ef_hook(st, _Bucket(g2.clone())).wait()
+        s2 = x.abs().mean()
+        assert torch.equal(out, s2 * _pm1(x)) and torch.allclose(st.error[0], x - s2 * _pm1(x))
     finally:
         dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("n", [1, 3, 7, 8, 9, 37, 64, 1003])
+def test_sign_pack_unpack_round_trip(n):
+    from gpuscope.measure.compression import bucket_bytes, pack_signs, unpack_signs
+
+    gen = torch.Generator().manual_seed(n)
+    x = torch.randn(n, generator=gen)
+    x[:: 5] = 0.0
+    x[1:: 7] = -0.0  # -0.0 >= 0: +1 as well
+    packed = pack_signs(x >= 0)
+    assert packed.dtype == torch.uint8 and packed.shape == ((n + 7) // 8,)
+    assert bucket_bytes("sign", [(n,)], 4, 2) == packed.numel() + 4
+    c = unpack_signs(packed, n)
+    assert c.dtype == torch.float32 and torch.equal(c, _pm1(x))
+    # batched (world, nbytes) -> (world, n), as the hook's all_gather output is read
+    y = -x + 0.5
+    both = unpack_signs(torch.stack([packed, pack_signs(y >= 0)]), n)
+    assert torch.equal(both, torch.stack([_pm1(x), _pm1(y)]))
+
+
+def test_sign_pack_bit_order():
+    from gpuscope.measure.compression import pack_signs
+
+    bits = torch.tensor([1, 0, 1, 0, 0, 0, 0, 1, 1], dtype=torch.bool)  # element 8k + j -> bit j of byte k
+    assert pack_signs(bits).tolist() == [1 + 4 + 128, 1]
+
+
+def test_sign_byte_formulas():
+    """Payload: sum over buckets of ceil(d_b / 8) + 4; wire per rank: all_gather (N-1) x payload for sign, ring
+    all-reduce 2 (N-1)/N x payload for the others."""
+    from gpuscope.measure.compression import bucket_bytes, static_bytes_per_step, wire_bytes_per_step
+
+    model = torch.nn.Linear(3, 4)  # 16 elements
+    per_bucket = bucket_bytes("sign", [(3, 3)], 4, 2) + bucket_bytes("sign", [(7,)], 4, 2)
+    assert per_bucket == (2 + 4) + (1 + 4)
+    # buckets of 9 and 7 elements: one padding byte more than ceil(16 / 8)
+    assert static_bytes_per_step("sign", model, 2, n_buckets=2, bucket_numels=[9, 7]) == per_bucket == 11
+    assert static_bytes_per_step("sign", model, 2, n_buckets=2, bucket_numels=[8, 8]) == 2 + 8
+    assert static_bytes_per_step("none", model, 2) == 64 and static_bytes_per_step("fp16", model, 2) == 32
+    assert wire_bytes_per_step("sign", 100, 4) == 300 and wire_bytes_per_step("none", 100, 4) == 150
+    assert wire_bytes_per_step("fp16", 100, 2) == wire_bytes_per_step("sign", 100, 2) == 100
+    assert wire_bytes_per_step("sign", None, 4) is None
+
+
+def _sign_two_ranks_worker(rank, path, out_dir, grads):
+    import torch.distributed as dist
+
+    from gpuscope.measure.compression import SignState, sign_ef_hook
+
+    dist.init_process_group("gloo", init_method=f"file://{path}", rank=rank, world_size=2)
+    try:
+        st = SignState()
+        outs, errors = [], []
+        for g in grads[rank]:  # two steps on the same bucket: the second carries the first's residual
+            outs.append(sign_ef_hook(st, _Bucket(g.clone())).wait().clone())
+            errors.append(st.error[0].clone())
+        torch.save({"outs": outs, "errors": errors, "payload": st.last_payload_bytes}, f"{out_dir}/r{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+def test_sign_hook_two_ranks_exact_mean(tmp_path):
+    """Two gloo ranks: the decompressed gradient is exactly (s_0 c_0 + s_1 c_1) / 2, each rank's signs with its own
+    scale (not the mean scale on the summed signs), identical on both ranks, and the residuals are x_i - s_i c_i."""
+    import torch.multiprocessing as mp
+
+    from gpuscope.measure.compression import bucket_bytes
+
+    n = 37  # not a multiple of 8: the last byte is padded
+    gen = torch.Generator().manual_seed(0)
+    grads = [[torch.randn(n, generator=gen) * (1 + 3 * r) for _ in range(2)] for r in range(2)]
+    grads[0][0][4] = 0.0
+    mp.spawn(_sign_two_ranks_worker, args=(str(tmp_path / "pg"), str(tmp_path), grads), nprocs=2, join=True)
+    got = [torch.load(tmp_path / f"r{r}.pt") for r in range(2)]
+    assert got[0]["payload"] == got[1]["payload"] == bucket_bytes("sign", [(n,)], 4, 2) == (n + 7) // 8 + 4
+    err = [torch.zeros(n), torch.zeros(n)]
+    for t in range(2):
+        x = [grads[r][t] + err[r] for r in range(2)]
+        s = [xi.abs().mean() for xi in x]
+        c = [_pm1(xi) for xi in x]
+        want = (s[0] * c[0] + s[1] * c[1]) / 2
+        assert torch.equal(got[0]["outs"][t], want) and torch.equal(got[1]["outs"][t], want), t
+        old = (s[0] + s[1]) / 2 * (c[0] + c[1]) / 2  # the former mean-scale decompression: not what is sent
+        assert not torch.allclose(old, want)
+        for r in range(2):
+            err[r] = x[r] - s[r] * c[r]
+            assert torch.allclose(got[r]["errors"][t], err[r], atol=1e-6), (t, r)
 
 
 def test_dist_estimate_beside_a_measured_h200_case():

@@ -19,19 +19,26 @@ Hooks (``torch.distributed.algorithms.ddp_comm_hooks``):
   (Vogels et al. 2019). The first ``start`` iterations are plain all-reduce (PowerSGD's rule); timing starts
   after ``warmup`` >= ``start`` steps so only compressed steps are timed.
 - ``sign``: :func:`sign_ef_hook`, written here: 1-bit sign compression with error feedback (EF-SignSGD, Karimireddy
-  et al. 2019, "Error Feedback Fixes SignSGD"), see its docstring.
+  et al. 2019, "Error Feedback Fixes SignSGD"), see its docstring. The signs travel packed 8 per byte, with each
+  rank's fp32 scale, through all_gather (a sum of 1-bit signs is not 1 bit, so all-reduce cannot carry them).
 
-Bytes sent per step (per rank; the payload handed to all-reduce, summed over buckets; ring all-reduce puts
-``2 (N-1)/N`` times that on each rank's link, reported as ``wire_bytes_per_step_ring``). With parameter tensors
-p of d_p elements, gradient element size e (4 for fp32 gradients), and B buckets:
+Bytes sent per step (per rank; the payload handed to the collective, summed over buckets: all_reduce for every hook
+but ``sign``, all_gather for ``sign``). With parameter tensors p of d_p elements, gradient element size e (4 for fp32
+gradients), and B buckets of d_b elements:
 - none:        sum_p d_p * e
 - fp16, bf16:  sum_p d_p * 2
 - powersgdR:   sum_{p compressed} (n_p + m_p) * r_p * e  +  sum_{p not compressed} d_p * e,
                matrix view n_p = shape[0], m_p = d_p / n_p, r_p = min(R, n_p, m_p), compressed iff
                (n_p + m_p) * r_p * 2 < n_p * m_p (PowerSGD's ``_should_compress`` with min_compression_rate 2;
                1-D tensors are never compressed). P (n x r) and Q (m x r) are all-reduced in the bucket dtype.
-- sign:        sum_p d_p * s  +  4 * B, with s = 1 (int8 sums of signs; int32 when N > 127 so the sum cannot
-               overflow), plus one fp32 scale per bucket.
+- sign:        sum_b (ceil(d_b / 8) + 4): one bit per element, the bucket padded to a whole byte, plus the
+               rank's fp32 scale, handed to all_gather by each rank (= ceil(sum_p d_p / 8) + 4 B when every
+               bucket holds a multiple of 8 elements; about 1/32 of ``none``).
+``compression_ratio`` is ``none``'s payload over the hook's. On the wire the collectives differ:
+``wire_bytes_per_step_ring`` is what each rank receives per step, ``bytes_per_step * 2 (N-1)/N`` for a ring
+all-reduce (every hook but ``sign``), ``bytes_per_step * (N-1)`` for ``sign``'s all_gather (N payloads of which
+(N-1) come from the other ranks, i.e. (N-1)/N * N * payload). So the wire ratio of ``none`` over ``sign`` is
+about 64/N: 32x at N = 2, 8x at N = 8, and the all_gather loses its edge past N = 64.
 The hooks here are wrapped to count bytes per bucket as they run with these formulas (so the real bucket layout
 and PowerSGD's warm-up iterations are accounted); ``bytes_per_step`` is the last (steady-state) step.
 """
@@ -71,30 +78,53 @@ def parse_hooks(spec) -> list[str]:
 
 
 # --- the 1-bit hook ------------------------------------------------------------------------------------------------
+def pack_signs(bits: torch.Tensor) -> torch.Tensor:
+    """Booleans (True = +1) packed 8 per byte into uint8, ceil(d / 8) bytes: element 8k + j is bit j of byte k;
+    the last byte is padded with 0 bits."""
+    bits = bits.reshape(-1)
+    pad = (-bits.numel()) % 8
+    if pad:
+        bits = torch.cat([bits, bits.new_zeros(pad)])
+    shifts = torch.arange(8, dtype=torch.uint8, device=bits.device)
+    return (bits.view(-1, 8).to(torch.uint8) << shifts).sum(-1, dtype=torch.uint8)
+
+
+def unpack_signs(packed: torch.Tensor, numel: int) -> torch.Tensor:
+    """Inverse of :func:`pack_signs` along the last dimension: (..., ceil(d / 8)) uint8 -> (..., d) fp32 of +1
+    (bit 1) and -1 (bit 0)."""
+    shifts = torch.arange(8, dtype=torch.uint8, device=packed.device)
+    bits = (packed.unsqueeze(-1) >> shifts) & 1
+    return bits.flatten(-2)[..., :numel].float().mul_(2).sub_(1)
+
+
+def _all_gather_flat(out: torch.Tensor, inp: torch.Tensor, group):
+    """Async all_gather of equal-sized 1-D tensors into ``out`` (world * n, concatenated: the form gloo accepts as
+    well as NCCL); ``all_gather_single`` where torch has it (``all_gather_into_tensor`` is deprecated there)."""
+    fn = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    return fn(out, inp, group=group, async_op=True)
+
+
 class SignState:
-    """State of :func:`sign_ef_hook`: the process group and one error-feedback buffer per bucket index."""
+    """State of :func:`sign_ef_hook`: the process group, one error-feedback buffer per bucket index, and the size
+    of the last payload handed to all_gather (bytes, for checking the byte formula)."""
 
     def __init__(self, process_group=None):
         self.process_group = process_group
         self.error: dict[int, torch.Tensor] = {}
-
-
-def sign_dtype(world: int) -> torch.dtype:
-    return torch.int8 if world <= 127 else torch.int32
+        self.last_payload_bytes: int | None = None
 
 
 def sign_ef_hook(state: SignState, bucket) -> torch.futures.Future:
-    """1-bit sign compression with error feedback, one scale per bucket.
+    """1-bit sign compression with error feedback, one scale per bucket and rank.
 
-    On rank i, with bucket gradient g_i and the bucket's carried error e_i (zero at first):
-      x_i = g_i + e_i;  s_i = mean |x_i| (fp32);  c_i = sign(x_i) (int8, values -1/0/+1);
+    On rank i, with bucket gradient g_i (d elements) and the bucket's carried error e_i (zero at first):
+      x_i = g_i + e_i;  s_i = mean |x_i| (fp32);  c_i = +1 where x_i >= 0, -1 where x_i < 0 (1 bit, no zero level);
       e_i <- x_i - s_i * c_i                    (error feedback: what this rank's compression dropped)
-    all-reduce SUM of c (int8: |sum| <= N, safe for N <= 127; int32 above) and of s (one fp32), then
-      g <- (sum_i s_i / N) * (sum_i c_i) / N    (the bucket's averaged gradient DDP expects).
-    The decompression uses the mean scale for every rank's signs, which equals the mean of the s_i * c_i only when
-    the scales agree; the error feedback corrects the local compression error, not that mismatch. Payload per
-    bucket: d bytes of signs + 4 bytes of scale (vs 4 d for fp32). The scale's all-reduce is issued first and
-    waited on (it is one number); the signs' all-reduce is asynchronous and decompressed in the future's callback.
+    The bits of c_i are packed 8 per byte (:func:`pack_signs`, ceil(d / 8) bytes) and s_i's 4 bytes appended; that
+    payload is all_gathered (asynchronously), and every rank decompresses the same N payloads in the same order:
+      g <- (1/N) * sum_i s_i * c_i              (the bucket's averaged gradient DDP expects, each rank's signs
+                                                 with its own scale; identical on every rank).
+    Payload per bucket and rank: ceil(d / 8) + 4 bytes (vs 4 d for fp32); each rank receives (N-1) of them.
     """
     group = state.process_group if state.process_group is not None else dist.group.WORLD
     world = dist.get_world_size(group)
@@ -106,16 +136,26 @@ def sign_ef_hook(state: SignState, bucket) -> torch.futures.Future:
     # zero (found on two H200s: a 16.8M-element bucket met the 1.24G-element residual of the first iteration's).
     if idx in state.error and state.error[idx].numel() == x.numel():
         x = x + state.error[idx]
+    numel = x.numel()
+    positive = x >= 0
     scale = x.abs().mean().reshape(1)
-    signs = torch.sign(x)
-    state.error[idx] = x - scale * signs
-    signs = signs.to(sign_dtype(world))
-    dist.all_reduce(scale, group=group)
-    fut = dist.all_reduce(signs, group=group, async_op=True).get_future()
+    state.error[idx] = torch.where(positive, x - scale, x + scale)  # x - s c, c = +-1
+    signs = pack_signs(positive)
+    nsign = signs.numel()
+    payload = torch.cat([signs, scale.view(torch.uint8)])
+    state.last_payload_bytes = payload.numel()
+    gathered = torch.empty(world * payload.numel(), dtype=torch.uint8, device=payload.device)
+    fut = _all_gather_flat(gathered, payload, group).get_future()
 
     def decompress(f):
-        summed = f.value()[0]
-        buf.copy_(summed.float().mul_(scale / (world * world)))
+        f.value()  # raises if the all_gather failed
+        rows = gathered.view(world, -1)
+        scales = rows[:, nsign:].reshape(-1).clone().view(torch.float32)  # (world,) s_i, bit-exact
+        acc = None
+        for i in range(world):  # one rank's unpacked signs at a time: O(d) memory, the same order on every rank
+            term = unpack_signs(rows[i, :nsign], numel).mul_(scales[i])
+            acc = term if acc is None else acc.add_(term)
+        buf.copy_(acc.div_(world).view_as(buf))
         return buf
 
     return fut.then(decompress)
@@ -134,7 +174,8 @@ def powersgd_split(shape, rank: int) -> tuple[bool, int, int]:
 
 
 def bucket_bytes(scheme: str, shapes: list, grad_elem: int, world: int, powersgd_active: bool = True) -> int:
-    """Payload bytes one bucket hands to all-reduce under ``scheme`` (formulas in the module docstring)."""
+    """Payload bytes one bucket hands to the collective under ``scheme`` (all_reduce; all_gather for ``sign``;
+    formulas in the module docstring)."""
     numel = sum(int(math.prod(s)) if len(s) else 1 for s in shapes)
     if scheme == "none":
         return numel * grad_elem
@@ -145,33 +186,53 @@ def bucket_bytes(scheme: str, shapes: list, grad_elem: int, world: int, powersgd
             return numel * grad_elem
         return sum(powersgd_split(s, int(scheme[8:]))[2] for s in shapes) * grad_elem
     if scheme == "sign":
-        return numel * torch.empty(0, dtype=sign_dtype(world)).element_size() + 4
+        return (numel + 7) // 8 + 4
     raise ValueError(scheme)
 
 
-def static_bytes_per_step(scheme: str, model, world: int, n_buckets: int = 1) -> int:
-    """The same formula from the model's parameters (B = n_buckets for sign's scales)."""
+def static_bytes_per_step(scheme: str, model, world: int, n_buckets: int = 1, bucket_numels=None) -> int:
+    """The same formula from the model's parameters. For ``sign`` (B = n_buckets): ceil(D / 8) + 4 B with D the
+    model's trainable elements, plus the per-bucket byte padding sum_b ceil(d_b / 8) - ceil(sum_b d_b / 8) taken
+    from the bucket layout ``bucket_numels`` when given (0 when every bucket holds a multiple of 8 elements)."""
     shapes = [tuple(p.shape) for p in model.parameters() if p.requires_grad]
     e = next(model.parameters()).element_size()
     b = bucket_bytes(scheme, shapes, e, world)
-    return b + 4 * (n_buckets - 1) if scheme == "sign" else b
+    if scheme != "sign":
+        return b
+    pad = (sum((n + 7) // 8 for n in bucket_numels) - (sum(bucket_numels) + 7) // 8) if bucket_numels else 0
+    return b + 4 * (n_buckets - 1) + pad
+
+
+def wire_bytes_per_step(scheme: str, payload: int | None, world: int) -> float | None:
+    """Bytes each rank receives per step: ring all-reduce 2 (N-1)/N x payload; all_gather (``sign``) receives the
+    other ranks' payloads, (N-1)/N * N * payload = (N-1) x payload."""
+    if payload is None:
+        return None
+    if scheme == "sign":
+        return float(payload * (world - 1))
+    return payload * 2 * (world - 1) / world
 
 
 class Counter:
     def __init__(self):
         self.per_step: list[int] = []
         self.buckets: list[int] = []
+        self.bucket_numels: list[int] = []  # the last step's bucket layout (elements per bucket)
         self._bytes = 0
         self._n = 0
+        self._numels: list[int] = []
 
-    def add(self, nbytes: int) -> None:
+    def add(self, nbytes: int, numel: int | None = None) -> None:
         self._bytes += nbytes
         self._n += 1
+        if numel is not None:
+            self._numels.append(numel)
 
     def end_step(self) -> None:
         self.per_step.append(self._bytes)
         self.buckets.append(self._n)
-        self._bytes, self._n = 0, 0
+        self.bucket_numels = self._numels
+        self._bytes, self._n, self._numels = 0, 0, []
 
 
 def make_hook(scheme: str, counter: Counter, world: int, seed: int, start_iter: int):
@@ -195,7 +256,8 @@ def make_hook(scheme: str, counter: Counter, world: int, seed: int, start_iter: 
     def hook(st, bucket):
         shapes = [tuple(g.shape) for g in bucket.gradients()]
         active = not scheme.startswith("powersgd") or st.iter >= st.start_powerSGD_iter
-        counter.add(bucket_bytes(scheme, shapes, bucket.buffer().element_size(), world, active))
+        numel = sum(int(math.prod(x)) if len(x) else 1 for x in shapes)
+        counter.add(bucket_bytes(scheme, shapes, bucket.buffer().element_size(), world, active), numel)
         return inner(st, bucket)
 
     return state, hook
@@ -264,11 +326,11 @@ def run_variant(scheme: str | None, case: dict, dev: Device, state: dict) -> dic
            "bytes_per_step": counter.per_step[-1] if counter.per_step else None,
            "bytes_per_step_all": counter.per_step, "buckets_per_step": counter.buckets[-1] if counter.buckets else None,
            "bytes_formula_check": static_bytes_per_step(scheme or "none", model, world,
-                                                        counter.buckets[-1] if counter.buckets else 1)}
+                                                        counter.buckets[-1] if counter.buckets else 1,
+                                                        counter.bucket_numels)}
     if scheme in (None, "none"):
         out["buckets_per_step"] = None
-    out["wire_bytes_per_step_ring"] = (out["bytes_per_step"] * 2 * (world - 1) / world
-                                       if out["bytes_per_step"] is not None else None)
+    out["wire_bytes_per_step_ring"] = wire_bytes_per_step(scheme or "none", out["bytes_per_step"], world)
     if scaler:
         out["grad_scale"] = float(scaler.get_scale())
     state["model_bytes"] = model_bytes(model)
@@ -335,8 +397,12 @@ def _body(case: dict, dev: Device, state: dict) -> dict | None:
            "device_name": dev.device_name(), "timer": dev.timer_kind, "reference": ref, "variants": variants,
            "metric_formulas": {
                "step_s": "max over ranks of the per-rank median over steps[warmup:] (perf_counter+sync or events)",
-               "bytes_per_step": "payload handed to all_reduce per rank per step (module docstring formulas)",
-               "wire_bytes_per_step_ring": "bytes_per_step * 2 (N-1)/N",
+               "bytes_per_step": "payload handed to the collective per rank per step (all_reduce; all_gather for "
+                                 "sign: sum over buckets of ceil(d_b/8) + 4) (module docstring formulas)",
+               "wire_bytes_per_step_ring": "bytes each rank receives per step: bytes_per_step * 2 (N-1)/N (ring "
+                                           "all-reduce: none, fp16, bf16, powersgdR); bytes_per_step * (N-1) "
+                                           "(all_gather, (N-1)/N * N * payload: sign)",
+               "compression_ratio": "reference bytes_per_step / variant bytes_per_step (payload, not wire)",
                "loss_dev_final": "|loss_T - reference_T|, loss averaged over ranks",
                "loss_dev_max": "max_t |loss_t - reference_t|",
            }}
