@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 3/6 acceptance checks on one GPU; usage: bash scripts/gpu_session_a.sh [infer] [validate] [doctor] [loader] [train] [accum] [profile] [fuse] [moe] [benchall] [ceilings]
+# Issue 3/6 acceptance checks on one GPU; usage: bash scripts/gpu_session_a.sh [infer] [validate] [doctor] [loader] [train] [accum] [profile] [fuse] [fusedoc] [moe] [benchall] [ceilings]
 # (run from the repo root on the GPU machine; writes under $OUT).
 # Each step is bounded by `timeout` so one failure never ends the batch; stderr of each goes to <step>.err.
 set -u
@@ -53,6 +53,9 @@ step fuse_8b_p128 110 python3 -m gpuscope bench infer --model llama-3.1-8b --bat
 step stock_8b_p128 110 python3 -m gpuscope bench infer --model llama-3.1-8b --batch 1 --prompt 128 --gen 256 --engine gs-compile --repeats 2 --json
 step fuse_7b_p128 110 python3 -m gpuscope bench infer --model llama-2-7b --batch 1 --prompt 128 --gen 256 --engine gs-compile --fuse-proj --repeats 2 --json
 step stock_7b_p128 110 python3 -m gpuscope bench infer --model llama-2-7b --batch 1 --prompt 128 --gen 256 --engine gs-compile --repeats 2 --json
+fi
+if want fusedoc; then  # the fused 8B decode's kernel table
+step doctor_fuse_8b 120 python3 -m gpuscope doctor infer --model llama-3.1-8b --batch 1 --prompt 128 --gen 64 --engine gs-compile --fuse-proj --json
 fi
 if want moe; then  # the MoE prefill miss (-46%): where Mixtral's prefill spends its time
 step doctor_mixtral 200 python3 -m gpuscope doctor infer --model mixtral-8x7b --batch 1 --prompt 1024 --gen 16 --json
