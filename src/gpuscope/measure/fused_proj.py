@@ -13,7 +13,8 @@ How (module surgery after the model is built or loaded; the arithmetic is unchan
   forward = ``down(act(g) * u)`` with ``g, u = gate_up(x).split(...)`` — the same products, in one kernel;
 - attention: ``q_proj``/``k_proj``/``v_proj`` become one ``qkv_proj`` (weights and biases concatenated, Qwen2 has
   biases) and the module's class is swapped for a subclass whose forward is HF's own forward for these families
-  (transformers 5.x: Llama's, plus the ``sliding_window`` argument Mistral and Qwen2 pass) with the three
+  (transformers 5.x: Llama's, plus the ``sliding_window`` argument Mistral and Qwen2 pass, which flash-attention
+  kernels read; the SDPA and eager paths take the window from the mask) with the three
   projections taken from the one output. The cache argument is read under both names transformers has used
   (``cache`` from 5.2x, ``past_key_values`` before).
 Supported classes are listed in ``ATTENTION`` and ``MLP``; anything else is left as it is and reported, so a

@@ -355,7 +355,8 @@ def profile_workload(case: dict, device: str | None = None) -> dict:
     phase = "load"
     try:
         if case["kind"] == "infer":
-            tr = InferTrial(cfg, dev, dtype=case.get("dtype", "bf16"), prompt=case["prompt"], gen=case["gen"])
+            tr = InferTrial(cfg, dev, dtype=case.get("dtype", "bf16"), prompt=case["prompt"], gen=case["gen"],
+                            attn=case.get("attn", "sdpa"), fuse_proj=bool(case.get("fuse_proj")))
             ids = torch.randint(0, tr.vocab, (case["batch"], case["prompt"]), device=dev.torch_device)
             mask = torch.ones_like(ids)
             phase = "warmup"
@@ -381,6 +382,10 @@ def profile_workload(case: dict, device: str | None = None) -> dict:
                     p.step()
         s = p.summary
         s["status"] = "ok"
+        if case["kind"] == "infer":  # what the profiled model really ran (attention function, fusion)
+            s["attn_impl"] = tr.model.config._attn_implementation
+            if tr.fused is not None:
+                s["fused_proj"] = tr.fused
     except Exception as e:
         if not is_oom(e):
             raise

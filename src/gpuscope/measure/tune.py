@@ -187,14 +187,19 @@ def _util_of(sampler) -> float | None:
 
 class InferTrial:
     def __init__(self, cfg: dict, dev: Device, dtype: str = "bf16", prompt: int = 128, gen: int = 16,
-                 repeats: int = 2):
+                 repeats: int = 2, attn: str = "sdpa", fuse_proj: bool = False):
         from gpuscope.measure.llm_infer import DTYPES, _silence_generation, build_model, vocab_size
 
         torch.manual_seed(0)
         self.dev, self.prompt, self.gen, self.repeats = dev, prompt, gen, repeats
-        self.model, config = build_model(cfg, dev, DTYPES[dtype], use_cache=True)
+        self.model, config = build_model(cfg, dev, DTYPES[dtype], attn, use_cache=True)
         self.model.eval()
         _silence_generation(self.model)
+        self.fused = None
+        if fuse_proj:
+            from gpuscope.measure.fused_proj import fuse_projections
+
+            self.fused = fuse_projections(self.model)
         self.vocab = vocab_size(config)
 
     @torch.no_grad()
