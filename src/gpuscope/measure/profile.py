@@ -86,7 +86,7 @@ def profile_run(device: str | None = None, *, record_shapes: bool = True, nvml: 
     from gpuscope.measure.nvml import NvmlSampler
 
     dev = Device(pick_device(device))
-    per_event = profiler_cost_per_event(dev)
+    per_event = profiler_cost_per_event(dev, record_shapes=record_shapes)
     sampler = NvmlSampler(interval_s=nvml_interval_s) if (nvml and dev.type == "cuda") else None
     mem0 = _memory_stats(dev)
     dev.reset_peak()
@@ -113,30 +113,40 @@ def profile_run(device: str | None = None, *, record_shapes: bool = True, nvml: 
 _PROFILER_COST: dict = {}
 
 
-def profiler_cost_per_event(dev: Device, n: int = 400) -> float:
-    """Seconds of host time the profiler adds per recorded CPU event on this host and device: ``n`` tiny in-place
-    adds timed bare and under a profiler of the same activities, divided by the CPU events that profile recorded.
-    Under torch.profiler a training script's host time per op roughly doubles (H200 run of
-    examples/train_slow_loader.py: 82 ms steps profiled against 41 ms bare), which would read as launch-bound time;
-    the doctor subtracts events x this cost. Measured once per process (~50 ms)."""
-    key = str(dev.torch_device)
+def profiler_cost_per_event(dev: Device, n: int = 60, record_shapes: bool = True) -> float:
+    """Seconds of host time the profiler adds per recorded CPU event on this host and device: ``n`` iterations of a
+    tiny training step (linear, GELU, loss, backward through autograd, an in-place update) timed bare and under a
+    profiler with the same options as the run (activities, ``record_shapes``), divided by the CPU events that
+    profile recorded. Under torch.profiler a training script's host time per op grows severalfold (H200 runs of
+    examples/train_slow_loader.py: 82 ms profiled against 41 ms bare in one session; 180 ms against 63 ms in the
+    next), which would read as launch-bound time; the doctor subtracts events x this cost. The first version timed
+    bare ``add_`` calls without ``record_shapes`` and measured 1.4-5 us per event where that script paid about
+    7 us: autograd nodes and recorded shapes cost the profiler more than a lone kernel launch. Measured once per
+    process and option set (~0.1 s)."""
+    key = (str(dev.torch_device), record_shapes)
     if key in _PROFILER_COST:
         return _PROFILER_COST[key]
     from torch.profiler import profile
 
-    x = torch.zeros(16, device=dev.torch_device)
+    g = torch.Generator(device="cpu").manual_seed(0)
+    w = torch.randn(16, 16, generator=g).to(dev.torch_device).requires_grad_()
+    x = torch.randn(8, 16, generator=g).to(dev.torch_device)
 
     def run() -> float:
         dev.synchronize()
         t = time.perf_counter()
         for _ in range(n):
-            x.add_(1.0)
+            loss = torch.nn.functional.gelu(x @ w).square().mean()
+            loss.backward()
+            with torch.no_grad():
+                w.sub_(w.grad, alpha=1e-3)
+            w.grad = None
         dev.synchronize()
         return time.perf_counter() - t
 
     run()
     bare = min(run() for _ in range(3))
-    with profile(activities=_activities(dev)) as prof:
+    with profile(activities=_activities(dev), record_shapes=record_shapes) as prof:
         t_prof = run()
     events = sum(1 for e in (prof.events() or []) if not _is_device(e))
     _PROFILER_COST[key] = max(0.0, t_prof - bare) / max(1, events)
