@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 3/6 acceptance checks on one GPU; usage: bash scripts/gpu_session_a.sh [infer] [validate] [doctor] [loader] [train] [accum] [profile] [fuse] [fusedoc] [moe] [benchall] [ceilings]
+# Issue 3/6 acceptance checks on one GPU; usage: bash scripts/gpu_session_a.sh [infer] [validate] [doctor] [loader] [train] [accum] [profile] [fuse] [fusedoc] [loaderdoc] [moe] [benchall] [ceilings]
 # (run from the repo root on the GPU machine; writes under $OUT).
 # Each step is bounded by `timeout` so one failure never ends the batch; stderr of each goes to <step>.err.
 set -u
@@ -21,6 +21,10 @@ if want doctor; then
 # 2. doctor on plain generate (launch-bound) and on the fix
 step doctor_eager_1b 150 python3 -m gpuscope doctor infer --model llama-3.2-1b --batch 1 --prompt 512 --gen 128 --json
 step doctor_gs_1b 150 python3 -m gpuscope doctor infer --model llama-3.2-1b --batch 1 --prompt 512 --gen 128 --engine gs-graph --json
+fi
+if want loaderdoc; then  # the doctor's verdicts alone (the plain-run figures are in the loader group)
+step doctor_loader_slow 150 python3 -m gpuscope doctor --json -- python3 examples/train_slow_loader.py --steps 15 --warmup 3
+step doctor_loader_fixed 150 python3 -m gpuscope doctor --json -- python3 examples/train_slow_loader.py --steps 15 --warmup 3 --workers 8 --pin-memory --prefetch 4
 fi
 if want loader; then
 step loader_slow_plain 120 python3 examples/train_slow_loader.py
