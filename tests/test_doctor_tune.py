@@ -152,6 +152,30 @@ def test_profile_run_in_code_counts_steps_and_matmuls():
     assert s["steps"] == 3 and s["timeline"] == "cpu_ops" and s["kernel_count"] > 0
     assert {(m["m"], m["n"], m["k"]) for m in s["matmuls"]} == {(16, 48, 64)}
     assert 0 <= s["idle_fraction"] <= 1 and F.diagnose(s) == []
+    assert s["profiler_overhead_source"] == "per_event" and s["bare_s"] is None
+
+
+def test_profiler_overhead_measured_from_a_bare_run_and_bounded():
+    """Given the block's bare time the overhead is active - bare (measured); it never exceeds the window less the
+    data-loader wait and the busy time (an over-estimate made the H200 slow-loader run read as 100% data wait),
+    and the calibration works under no_grad (inference workloads enter the profiler there)."""
+    import torch
+
+    from gpuscope.measure.profile import profile_run
+
+    lin = torch.nn.Linear(256, 256)
+    x = torch.randn(64, 256)
+    with torch.no_grad():
+        with profile_run("cpu", nvml=False, bare_s=0.0) as p:  # a bare time of 0: all of the window "overhead"
+            for _ in range(20):
+                lin(x).relu().sum()
+    s = p.summary
+    assert s["profiler_overhead_source"] == "bare_run" and s["bare_s"] == 0.0
+    assert s["profiler_overhead_s"] == pytest.approx(max(0.0, s["active_s"] - s["dataloader_s"] - s["busy_s"]))
+    assert s["profiler_overhead_s"] < s["active_s"]
+    with profile_run("cpu", nvml=False, bare_s=1e9) as p:  # slower bare than profiled: no overhead at all
+        lin(x).sum()
+    assert p.summary["profiler_overhead_s"] == 0.0
 
 
 # --- tune -----------------------------------------------------------------------------------------------------------

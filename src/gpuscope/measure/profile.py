@@ -17,7 +17,9 @@ counter):
 - ``timeline``: ``device_kernels`` (CUDA/XPU kernels from the profiler's device activity) or ``cpu_ops`` (on CPU:
   the top-level aten ops stand in for kernels). ``active_s``: first kernel start to last kernel end (a script's
   set-up before its first kernel is left out); ``profiler_overhead_s``: the host time the profiler itself added
-  (``cpu_events`` x ``profiler_s_per_event``, measured on this host before the run); ``busy_s`` is the union of those intervals, ``idle_fraction`` =
+  (``active_s - bare_s`` where the workload was also timed without the profiler, ``profiler_overhead_source``
+  ``bare_run``; else ``cpu_events`` x ``profiler_s_per_event``, calibrated on this host before the run,
+  ``per_event``; never more than ``active_s`` less the data-loader wait and ``busy_s``); ``busy_s`` is the union of those intervals, ``idle_fraction`` =
   1 - busy_s / active_s, ``kernel_count``, ``kernel_mean_s``, ``gap_mean_s``/``gap_median_s`` (between consecutive
   intervals of the union, positive gaps only).
 - ``top_ops``: the ten ops with the most self time (device time on GPUs, CPU time on CPU).
@@ -79,8 +81,10 @@ def _activities(dev: Device) -> list:
 
 @contextlib.contextmanager
 def profile_run(device: str | None = None, *, record_shapes: bool = True, nvml: bool = True,
-                nvml_interval_s: float = 0.1):
-    """Profile the block; ``session.summary`` holds the summary dict afterwards (also when the block raised)."""
+                nvml_interval_s: float = 0.1, bare_s: float | None = None):
+    """Profile the block; ``session.summary`` holds the summary dict afterwards (also when the block raised).
+    ``bare_s``: the same block's time measured without the profiler, where the caller could run it (gpuscope's
+    own workloads): the profiler's overhead is then ``active_s - bare_s``, measured, instead of estimated per event."""
     from torch.profiler import profile
 
     from gpuscope.measure.nvml import NvmlSampler
@@ -106,7 +110,7 @@ def profile_run(device: str | None = None, *, record_shapes: bool = True, nvml: 
         prof.__exit__(None, None, None)
         if sampler:
             sampler.stop()
-        sess.summary = summarize_profile(prof, dev, t1 - t0, sess.step_marks, mem0, sampler, per_event)
+        sess.summary = summarize_profile(prof, dev, t1 - t0, sess.step_marks, mem0, sampler, per_event, bare_s)
         sess.summary.update(sess.extra)
 
 
@@ -132,6 +136,7 @@ def profiler_cost_per_event(dev: Device, n: int = 60, record_shapes: bool = True
     w = torch.randn(16, 16, generator=g).to(dev.torch_device).requires_grad_()
     x = torch.randn(8, 16, generator=g).to(dev.torch_device)
 
+    @torch.enable_grad()  # profile_run may be entered under no_grad (inference workloads)
     def run() -> float:
         dev.synchronize()
         t = time.perf_counter()
@@ -262,7 +267,7 @@ def _allocator(dev: Device, mem0: dict) -> dict:
 
 
 def summarize_profile(prof, dev: Device, wall_s: float, marks: list[float], mem0: dict, sampler=None,
-                      per_event_s: float = 0.0) -> dict:
+                      per_event_s: float = 0.0, bare_s: float | None = None) -> dict:
     events = list(prof.events() or [])
     cpu_events = sum(1 for e in events if not _is_device(e))
     dev_events = [e for e in events if _is_device(e)]
@@ -282,7 +287,6 @@ def summarize_profile(prof, dev: Device, wall_s: float, marks: list[float], mem0
     # The active window: first kernel (op) start to last end. A script's set-up before its first kernel (imports,
     # building the model on the CPU) is not idle GPU time the doctor can do anything about.
     active = min(wall_s, busy_u[-1][1] - busy_u[0][0]) if busy_u else wall_s
-    prof_over = min(0.9 * active, cpu_events * per_event_s)
     gaps = [b0 - a1 for (_, a1), (b0, _) in zip(busy_u, busy_u[1:]) if b0 - a1 > 0]
     durs = [b - a for a, b in iv]
 
@@ -322,6 +326,16 @@ def summarize_profile(prof, dev: Device, wall_s: float, marks: list[float], mem0
     if sampler is not None:
         r = sampler.result(with_samples=False)
         nv = r["summary"] if r.get("summary") else {"unavailable": r.get("unavailable")}
+    # The profiler's own host time: measured (the window less the same work timed bare) where the caller ran it
+    # bare, else estimated (CPU events x the cost per event calibrated on this host). Either way it cannot exceed
+    # what is left of the window after the data-loader wait and the GPU's busy time: the estimate varies 2x between
+    # runs of the same script (H200: 5.6-15.5 us per event against 10.5-10.9 us calibrated), and an over-estimate
+    # must not turn the rest of the window into a data-loader stall or erase the GPU's busy time.
+    if bare_s is not None:
+        prof_over, over_source = max(0.0, active - bare_s), "bare_run"
+    else:
+        prof_over, over_source = cpu_events * per_event_s, "per_event"
+    prof_over = min(prof_over, max(0.0, active - dl_s - busy))
     return {
         "schema": SCHEMA,
         "device": dev.name, "device_type": dev.type, "device_name": dev.device_name(),
@@ -331,7 +345,7 @@ def summarize_profile(prof, dev: Device, wall_s: float, marks: list[float], mem0
         "timeline": timeline,
         "active_s": active,
         "cpu_events": cpu_events, "profiler_s_per_event": per_event_s,
-        "profiler_overhead_s": prof_over,
+        "profiler_overhead_s": prof_over, "profiler_overhead_source": over_source, "bare_s": bare_s,
         "busy_s": busy, "idle_fraction": max(0.0, 1.0 - busy / active) if active > 0 else None,
         "kernel_count": len(units), "kernel_mean_s": statistics.fmean(durs) if durs else None,
         "gap_mean_s": statistics.fmean(gaps) if gaps else 0.0,
@@ -342,7 +356,7 @@ def summarize_profile(prof, dev: Device, wall_s: float, marks: list[float], mem0
         "matmul_s": sum(m["self_s"] for m in mms),
         "dataloader_s": dl_s, "dataloader_calls": len(dl_outer),
         # of the active window less the profiler's own host time (the loader's wait is not inflated by it)
-        "dataloader_fraction": min(1.0, dl_s / max(active - prof_over, dl_s)) if active > 0 else None,
+        "dataloader_fraction": dl_s / (active - prof_over) if active - prof_over > 0 else None,
         "h2d": h2d_info,
         "comm": comm_info,
         "memory": _allocator(dev, mem0),
@@ -351,11 +365,22 @@ def summarize_profile(prof, dev: Device, wall_s: float, marks: list[float], mem0
 
 
 # --- gpuscope's own workloads --------------------------------------------------------------------------------------
+def _timed(dev: Device, fn) -> float:
+    """Seconds ``fn`` takes without the profiler (synchronised before and after): the bare time of the block the
+    profiler then records, so its overhead is measured rather than estimated."""
+    dev.synchronize()
+    t = time.perf_counter()
+    fn()
+    dev.synchronize()
+    return time.perf_counter() - t
+
+
 def profile_workload(case: dict, device: str | None = None) -> dict:
     """Profile one of gpuscope's workloads (an infer or train case, see measure/cases.py) after its warm-up.
 
     infer: one ``generate`` of exactly ``gen`` tokens after a full-length warm-up; ``step_s_median`` is its time.
     train: ``steps`` optimizer steps (default 3) after one warm-up step, a step mark after each.
+    Either is also run once bare (no profiler) just before, so ``bare_s`` and the profiler's overhead are measured.
     An out-of-memory error is a result: ``status: oom`` with the allocator's numbers at the failure."""
     from gpuscope.measure.llm_infer import _generate, case_config
     from gpuscope.measure.tune import InferTrial, TrainTrial
@@ -370,11 +395,13 @@ def profile_workload(case: dict, device: str | None = None) -> dict:
             ids = torch.randint(0, tr.vocab, (case["batch"], case["prompt"]), device=dev.torch_device)
             mask = torch.ones_like(ids)
             phase = "warmup"
+            engine = case.get("engine", "hf-eager")
             with torch.no_grad():
-                _generate(tr.model, ids, mask, case["gen"], case.get("engine", "hf-eager"))
+                _generate(tr.model, ids, mask, case["gen"], engine)
+                bare = _timed(dev, lambda: _generate(tr.model, ids, mask, case["gen"], engine))
                 phase = "profile"
-                with profile_run(dev.name) as p:
-                    _generate(tr.model, ids, mask, case["gen"], case.get("engine", "hf-eager"))
+                with profile_run(dev.name, bare_s=bare) as p:
+                    _generate(tr.model, ids, mask, case["gen"], engine)
                     p.step()
         else:
             tr = TrainTrial(cfg, dev, precision=case.get("precision", "amp-bf16"), seq=case["seq"])
@@ -385,9 +412,11 @@ def profile_workload(case: dict, device: str | None = None) -> dict:
             ids = torch.randint(0, tr.vocab, (case["micro_batch"], case["seq"]), device=dev.torch_device)
             phase = "warmup"
             tr._step(ids)
+            n_steps = int(case.get("steps", 3))
+            bare = _timed(dev, lambda: [tr._step(ids) for _ in range(n_steps)])
             phase = "profile"
-            with profile_run(dev.name) as p:
-                for _ in range(int(case.get("steps", 3))):
+            with profile_run(dev.name, bare_s=bare) as p:
+                for _ in range(n_steps):
                     tr._step(ids)
                     p.step()
         s = p.summary
