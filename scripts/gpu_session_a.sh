@@ -59,7 +59,8 @@ step fuse_7b_p128 110 python3 -m gpuscope bench infer --model llama-2-7b --batch
 step stock_7b_p128 110 python3 -m gpuscope bench infer --model llama-2-7b --batch 1 --prompt 128 --gen 256 --engine gs-compile --repeats 2 --json
 fi
 if want fusedoc; then  # the fused 8B decode's kernel table
-step doctor_fuse_8b 120 python3 -m gpuscope doctor infer --model llama-3.1-8b --batch 1 --prompt 128 --gen 64 --engine gs-compile --fuse-proj --json
+step doctor_fuse_8b 100 python3 -m gpuscope doctor infer --model llama-3.1-8b --batch 1 --prompt 128 --gen 64 --engine gs-compile --fuse-proj --json
+step doctor_eager_1b 60 python3 -m gpuscope doctor infer --model llama-3.2-1b --batch 1 --prompt 512 --gen 128 --json
 fi
 if want moe; then  # the MoE prefill miss (-46%): where Mixtral's prefill spends its time
 step doctor_mixtral 200 python3 -m gpuscope doctor infer --model mixtral-8x7b --batch 1 --prompt 1024 --gen 16 --json
