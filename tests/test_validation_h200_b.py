@@ -23,10 +23,6 @@ KNOWN_MISSES = {
     ("infer/llama-3.1-8b/b1-p2048-g128-bf16", "decode_s_per_token"):
         (0.30, "host-bound eager decode, 30.9 ms measured against 27.8 ms for the same model at g64 in the first "
                "session: the VM host's spread"),
-    ("infer/llama-3.1-8b/b1-p2048-g128-bf16-gs-graph", "decode_s_per_token"):
-        (0.30, "graph-unfused engine: HF's 52 small kernels per layer (836 per 1B step in the profile) at a 2.1 us "
-               "floor fitted on the 1B run; the static cache's masked attention and repeat_kv are modelled since "
-               "(-33% became -25%); the rest is not profiled"),
     ("infer/llama-3.2-1b/b1-p512-g128-bf16-gs-compile", "prefill_s"):
         (0.50, "TTFT of the compiled engine measured while every prefill-only call built a fresh compile wrapper "
                "and static cache (fixed after the run: gen == 1 no longer compiles)"),

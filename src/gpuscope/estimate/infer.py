@@ -97,7 +97,8 @@ def prefill_activation_bytes(m: ModelSpec, batch: int, prompt: int, act_b: float
 
 def estimate_infer(m: ModelSpec, hw, *, batch: int, prompt: int, gen: int, dtype: str = "bf16",
                    kv_dtype: str | None = None, engine: str = "eager", num_gpus: int = 1, tp: int = 1,
-                   with_ops: bool = False, mla_cache: str = "full", gqa_fold: bool = False) -> Estimate:
+                   with_ops: bool = False, mla_cache: str = "full", gqa_fold: bool = False,
+                   fuse_proj: bool = False) -> Estimate:
     _positive("batch", batch)
     _positive("prompt", prompt)
     _positive("gen", gen)
@@ -140,13 +141,15 @@ def estimate_infer(m: ModelSpec, hw, *, batch: int, prompt: int, gen: int, dtype
     sms = sms * tp if sms else None
     static_len = prompt + gen if graph else None  # the graph engines run on a StaticCache of prompt + gen slots
     pre_ops = opsmod.forward_ops(m, batch, prompt, 0, act_b, w_b, act_b, head_tokens=batch,
-                                 hf_cache_cat=not graph, head_w_b=act_b, static_len=static_len, gqa_fold=gqa_fold)
+                                 hf_cache_cat=not graph, head_w_b=act_b, static_len=static_len, gqa_fold=gqa_fold,
+                                 fuse_proj=fuse_proj)
     # transformers compiles only the decode step (static cache); the prefill forward runs eagerly in both engines.
     pre_wall, pre_gpu, pre_host, pre_times = forward_time(pre_ops, tflops, bw, engine_for("eager", hw), sms, False,
                                                           m.head_dim)
     mid_past = prompt + (gen - 1) / 2.0
     dec_ops = opsmod.forward_ops(m, batch, 1, int(round(mid_past)), act_b, w_b, act_b, head_tokens=batch,
-                                 hf_cache_cat=not graph, head_w_b=act_b, static_len=static_len, gqa_fold=gqa_fold)
+                                 hf_cache_cat=not graph, head_w_b=act_b, static_len=static_len, gqa_fold=gqa_fold,
+                                 fuse_proj=fuse_proj)
     if kv_b != act_b:  # KV traffic at the cache's dtype
         dec_ops = [o if o.kind not in ("cache",) else opsmod.Op(o.name, o.kind, o.flops, o.bytes * kv_b / act_b,
                                                                o.kernels, o.count) for o in dec_ops]

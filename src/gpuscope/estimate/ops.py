@@ -52,11 +52,12 @@ def _norm(m: ModelSpec, tokens: int, stream_b: float, act_b: float, count: int) 
 
 def layer_ops(m: ModelSpec, tokens: int, ctx: int, new: int, act_b: float, w_b: float, stream_b: float,
               count: int, moe: bool, hf_cache_cat: bool, batch: int, static_len: int | None = None,
-              gqa_fold: bool = False) -> list[Op]:
+              gqa_fold: bool = False, fuse_proj: bool = False) -> list[Op]:
     """Ops of ``count`` identical decoder layers processing ``tokens`` = batch * new tokens whose queries see
     ``ctx`` keys in the end (ctx = past + new). ``static_len``: the length of a static KV cache (transformers'
     StaticCache, as the graph engines use), whose every slot attention reads under an explicit mask. ``gqa_fold``:
-    gpuscope's GQA-folding SDPA (measure/gqa_attention.py, `--attn gs-gqa`) instead of transformers' repeat_kv."""
+    gpuscope's GQA-folding SDPA (measure/gqa_attention.py, `--attn gs-gqa`) instead of transformers' repeat_kv.
+    ``fuse_proj``: q|k|v and gate|up as one GEMM each (measure/fused_proj.py, `--fuse-proj`)."""
     h = m.hidden_size
     ops = [_norm(m, tokens, stream_b, act_b, count)]
     cast = 0.0 if stream_b == act_b else 1.0  # autocast copies the fp32 norm output before each projection
@@ -84,7 +85,7 @@ def layer_ops(m: ModelSpec, tokens: int, ctx: int, new: int, act_b: float, w_b: 
         q_dim, k_dim, v_dim = m.q_dim, m.kv_dim, m.kv_dim
         if cast:
             ops.append(_ew("autocast_copies", tokens * h, 3 * (stream_b + act_b), 3, count))
-        fused_qkv = m.family in ("gpt2", "gpt_neox", "phi3")
+        fused_qkv = fuse_proj or m.family in ("gpt2", "gpt_neox", "phi3")
         ops.append(_mm("qkv_proj", tokens, q_dim + k_dim + v_dim, h, act_b, w_b, count, 1 if fused_qkv else 3))
         if m.family == "gpt2":
             ops.append(_ew("split_heads", tokens * (q_dim + k_dim + v_dim), 2 * act_b, 3, count))
@@ -144,20 +145,21 @@ def layer_ops(m: ModelSpec, tokens: int, ctx: int, new: int, act_b: float, w_b: 
     if moe and m.moe:
         ops += _moe_ops(m, tokens, act_b, w_b, stream_b, count, cast)
     else:
-        ops += _mlp_ops(m, tokens, m.intermediate_size, act_b, w_b, stream_b, count, cast, "mlp")
+        ops += _mlp_ops(m, tokens, m.intermediate_size, act_b, w_b, stream_b, count, cast, "mlp", fuse_proj)
     ops.append(_ew("residual_add", tokens * h, 2 * stream_b + act_b, 1, count))
     return ops
 
 
 def _mlp_ops(m: ModelSpec, tokens: int, width: int, act_b: float, w_b: float, stream_b: float, count: int,
-             cast: float, name: str) -> list[Op]:
+             cast: float, name: str, fuse_proj: bool = False) -> list[Op]:
     h = m.hidden_size
     ops = []
     if cast:
         ops.append(_ew(f"{name}_autocast_copies", tokens * h, (2 if m.gated_mlp else 1) * (stream_b + act_b),
                        2 if m.gated_mlp else 1, count))
     if m.gated_mlp:
-        ops += [_mm(f"{name}_gate_up", tokens, 2 * width, h, act_b, w_b, count, 1 if m.family == "phi3" else 2),
+        ops += [_mm(f"{name}_gate_up", tokens, 2 * width, h, act_b, w_b, count,
+                    1 if (fuse_proj or m.family == "phi3") else 2),
                 _ew(f"{name}_act_mul", tokens * width, 5 * act_b, 2, count)]
     else:
         gelu_kernels = 8 if m.activation in ("gelu_new", "gelu_pytorch_tanh") and m.family == "gpt2" else 1
@@ -195,7 +197,7 @@ def _moe_ops(m: ModelSpec, tokens: int, act_b: float, w_b: float, stream_b: floa
 
 def forward_ops(m: ModelSpec, batch: int, new: int, past: int, act_b: float, w_b: float, stream_b: float,
                 head_tokens: int, hf_cache_cat: bool = True, head_w_b: float | None = None,
-                static_len: int | None = None, gqa_fold: bool = False) -> list[Op]:
+                static_len: int | None = None, gqa_fold: bool = False, fuse_proj: bool = False) -> list[Op]:
     """All ops of one forward over ``new`` tokens per sequence with ``past`` cached tokens.
 
     ``head_tokens``: positions the LM head is applied to (generate applies it to the last position only,
@@ -209,10 +211,10 @@ def forward_ops(m: ModelSpec, batch: int, new: int, past: int, act_b: float, w_b
         ops.append(_ew("rotary_cos_sin", tokens * m.head_dim, 8 * 4, 8))
     if n_dense:
         ops += layer_ops(m, tokens, ctx, new, act_b, w_b, stream_b, n_dense, False, hf_cache_cat, batch, static_len,
-                         gqa_fold)
+                         gqa_fold, fuse_proj)
     if n_moe:
         ops += layer_ops(m, tokens, ctx, new, act_b, w_b, stream_b, n_moe, True, hf_cache_cat, batch, static_len,
-                         gqa_fold)
+                         gqa_fold, fuse_proj)
     ops.append(_norm(m, head_tokens, stream_b, act_b, 1))
     hb = act_b if head_w_b is None else head_w_b
     ops.append(_mm("lm_head", head_tokens, m.vocab_size, m.hidden_size, act_b, hb, 1))

@@ -67,6 +67,7 @@ class EngineModel:
     setup_s: float = 2.7e-3  # generate's work once per call before the prefill (config checks, cache, processors)
     kernel_min_s: float = 1.15e-6  # GPU-side floor per elementwise kernel
     matmul_min_s: float = 5.0e-6  # GPU-side floor per GEMM/GEMV (skinny GEMMs of a few MB)
+    matmul_tail_s: float = 4.0e-6  # GPU-side cost per GEMM/GEMV kernel on top of streaming its bytes (see below)
     fused: bool = False  # compiled: chains of elementwise kernels fuse into one kernel per op
 
 
@@ -80,6 +81,11 @@ class EngineModel:
 # - kernel_min_s / matmul_min_s: in a CUDA graph a tiny elementwise kernel took 1.15 us, and a bf16 GEMV of a
 #   1024x4096 or 2048x2048 weight 5-6 us (decode_ceilings.json); large GEMVs stream weights at 78-100% of the
 #   copy bandwidth measured in the same session.
+# - matmul_tail_s: a memory-bound GEMV costs its bytes at the bandwidth plus a fixed part (ramp-up, tail wave,
+#   cuBLAS's split-K reduction kernel). Llama-3.1-8B decode on the H200 (results/2026-11-29-h200-c, doctor kernel
+#   tables, gs-compile b1): a layer's 436 MB of projections took 137.6 us as 7 GEMVs (q, k, v, o, gate, up, down;
+#   5 split-K reductions) and 119.2 us as 4 (q|k|v, o, gate|up, down; `--fuse-proj`): with 4128 GB/s (105.6 us for
+#   the bytes) that is 4.6 and 3.4 us per GEMV; 4.0 us (least squares) puts both within 3%.
 # - setup_s: TTFT minus the forward on tiny models (smoke.jsonl: tiny llama 3.2 ms, tiny gpt2 2.2 ms).
 # A slower or faster host scales all three; `gpuscope` users on other hosts should calibrate (issue: measure).
 ENGINES = {
@@ -155,7 +161,7 @@ def time_ops(ops: list[Op], tflops: float, bw_gbs: float, engine: EngineModel, s
             f_rate = tflops * 1e12
         t_c = o.flops / f_rate if o.flops else 0.0
         bw = bw_gbs * 1e9 * (ELEMENTWISE_BW_FRACTION if o.kind in ("elementwise", "cache") else 1.0)
-        t_m = o.bytes / bw
+        t_m = o.bytes / bw + (o.kernels * engine.matmul_tail_s if o.kind == "matmul" else 0.0)
         kernels = 1 if (engine.fused and o.kind in ("elementwise", "cache")) else o.kernels
         t_l = kernels * (engine.matmul_min_s if o.kind in ("matmul", "attention") else engine.kernel_min_s)
         t = max(t_c, t_m, t_l)

@@ -75,7 +75,8 @@ def estimate_for(case: dict, hw: HardwareSpec):
     if case["kind"] == "infer":
         engine = ENGINE_OF_MEASURED.get(case.get("engine", "hf-eager"), "eager")
         return estimate_infer(m, hw, batch=case["batch"], prompt=case["prompt"], gen=case["gen"],
-                              dtype=case.get("dtype", "bf16"), engine=engine, gqa_fold=case.get("attn") == "gs-gqa")
+                              dtype=case.get("dtype", "bf16"), engine=engine, gqa_fold=case.get("attn") == "gs-gqa",
+                              fuse_proj=bool(case.get("fuse_proj")))
     dist = {}
     if case["kind"] == "train-dist":
         dist = dict(num_gpus=int(case["nproc"]) * int(case.get("nnodes", 1)), strategy=case["strategy"],
