@@ -14,12 +14,10 @@ from pathlib import Path
 import pytest
 
 from gpuscope.explain.compare import compare_record, hardware_for, read_records
+from validation_rows import check_row
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "2026-11-29-h200" / "measurements.jsonl"
 RECORDS = read_records(RESULTS)
-MEMORY_TOL = 0.05
-TIME_TOL = 0.15
-DECODE_TOL = 0.20  # eager decode is host-bound: the host's run-to-run spread on that VM was +-15%
 
 # (case name prefix, metric) -> (bound on |error|, why the model misses)
 KNOWN_MISSES = {
@@ -63,16 +61,4 @@ def test_the_measured_set_is_complete():
 
 @pytest.mark.parametrize("row", ROWS)
 def test_estimate_vs_h200(row):
-    key = (row.case, row.metric)
-    if row.metric.endswith("bytes"):
-        tol = MEMORY_TOL
-    elif row.metric == "decode_s_per_token":
-        tol = DECODE_TOL
-    else:
-        tol = TIME_TOL
-    if key in KNOWN_MISSES:
-        bound, why = KNOWN_MISSES[key]
-        assert abs(row.error) <= bound, f"{why}: now {row.error:+.1%}"
-        assert abs(row.error) > tol, f"{key} is now within {tol:.0%} ({row.error:+.1%}): drop it from KNOWN_MISSES"
-        return
-    assert abs(row.error) <= tol, f"estimated {row.estimated:.4g}, measured {row.measured:.4g} ({row.error:+.1%})"
+    check_row(row, (row.case, row.metric), KNOWN_MISSES)

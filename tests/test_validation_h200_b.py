@@ -3,8 +3,7 @@ beside gpuscope's graph engines (gs-graph: HF's kernels replayed from a CUDA gra
 by torch.compile, then captured), and the single-GPU 7B training configurations of issue 6 (the one
 `gpuscope tune plan` recommends, with and without its gradient accumulation, and plain AMP).
 
-Targets as in test_validation_h200.py: memory 5%, prefill/step 15%, eager decode 20%. Known misses carry a bound
-and a reason; a miss that improves into the target band fails too (then its exception must go).
+Targets (memory 5%, prefill/step 15%, decode 20%) and the known-miss rule: tests/validation_rows.py.
 """
 
 from __future__ import annotations
@@ -14,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from gpuscope.explain.compare import compare_record, hardware_for, read_records
+from validation_rows import check_row
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "2026-11-29-h200-b" / "measurements.jsonl"
 RECORDS = read_records(RESULTS)
-MEMORY_TOL, TIME_TOL, DECODE_TOL = 0.05, 0.15, 0.20
 
 KNOWN_MISSES = {
     ("infer/llama-3.1-8b/b1-p2048-g128-bf16", "decode_s_per_token"):
@@ -48,15 +47,7 @@ def test_the_set_holds_every_engine_and_the_7b_training_cases():
 
 @pytest.mark.parametrize("row", ROWS)
 def test_estimate_vs_h200_second_session(row):
-    key = (row.case, row.metric)
-    tol = MEMORY_TOL if row.metric.endswith("bytes") else DECODE_TOL if row.metric == "decode_s_per_token" \
-        else TIME_TOL
-    if key in KNOWN_MISSES:
-        bound, why = KNOWN_MISSES[key]
-        assert abs(row.error) <= bound, f"{why}: now {row.error:+.1%}"
-        assert abs(row.error) > tol, f"{key} is now within {tol:.0%} ({row.error:+.1%}): drop it from KNOWN_MISSES"
-        return
-    assert abs(row.error) <= tol, f"estimated {row.estimated:.4g}, measured {row.measured:.4g} ({row.error:+.1%})"
+    check_row(row, (row.case, row.metric), KNOWN_MISSES)
 
 
 def test_graph_engines_are_the_fix_doctor_names():

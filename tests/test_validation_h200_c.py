@@ -3,8 +3,7 @@ models on the graph engine with and without fused projections, beside the copy b
 session (issue 3: >= 70% of it), the planner against each case, and the gradient-compression comparison on two
 H200s (issue 4).
 
-Targets as in test_validation_h200.py: memory 5%, prefill 15%, decode 20%. Known misses carry a bound and a reason; a
-miss that improves into the target band fails too (then its exception must go).
+Targets (memory 5%, prefill/step 15%, decode 20%) and the known-miss rule: tests/validation_rows.py.
 """
 
 from __future__ import annotations
@@ -14,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from gpuscope.explain.compare import compare_record, hardware_for, read_records
+from validation_rows import check_row
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "2026-11-29-h200-c" / "measurements.jsonl"
 RECORDS = read_records(RESULTS)
-MEMORY_TOL, TIME_TOL, DECODE_TOL = 0.05, 0.15, 0.20
 HOST_PREFILL = ("TTFT of a 128-token prompt is the eager prefill (the graph engines capture decode only), host "
                 "bound on this VM: the same model's TTFT read 27-49 ms across this session's runs (2 repeats each)")
 KNOWN_MISSES = {
@@ -90,15 +89,7 @@ def _rows():
 
 @pytest.mark.parametrize("attn, row", list(_rows()))
 def test_estimate_vs_h200_third_session(attn, row):
-    key = (row.case, row.metric, attn)
-    tol = MEMORY_TOL if row.metric.endswith("bytes") else DECODE_TOL if row.metric == "decode_s_per_token" \
-        else TIME_TOL
-    if key in KNOWN_MISSES:
-        bound, why = KNOWN_MISSES[key]
-        assert abs(row.error) <= bound, f"{why}: now {row.error:+.1%}"
-        assert abs(row.error) > tol, f"{key} is now within {tol:.0%} ({row.error:+.1%}): drop it from KNOWN_MISSES"
-    else:
-        assert abs(row.error) <= tol, f"{key}: {row.error:+.1%}"
+    check_row(row, (row.case, row.metric, attn), KNOWN_MISSES)
 
 
 def test_graph_decode_within_5_percent_with_the_gemv_tail():
