@@ -126,6 +126,10 @@ def register(app: typer.Typer) -> None:
         plan_only: bool = typer.Option(False, "--plan-only", help="train: no run; the planner's verdict and OOM "
                                        "tiers for --gpu."),
         timeout: float = typer.Option(None, "--timeout", help="Script: seconds before it is stopped."),
+        bare_run: bool = typer.Option(False, "--bare-run", help="Script: run it once without the profiler first "
+                                      "(a step timed at each optimizer step) so the profiler's own cost is measured, "
+                                      "not estimated: truer launch-bound and data-wait shares, twice the run time "
+                                      "(and the script's side effects twice)."),
         device: str = typer.Option(None, "--device", help=DEVICE_HELP),
         markdown: bool = typer.Option(False, "--markdown", help="Print Markdown."),
         as_json: bool = typer.Option(False, "--json", help="Print JSON (schema gpuscope.doctor/1)."),
@@ -137,6 +141,9 @@ def register(app: typer.Typer) -> None:
                             "(gpuscope doctor -- python train.py).")
         if len(args) == 1 and args[0] in ("infer", "train"):
             kind = args[0]
+            if bare_run:
+                raise UserError("--bare-run is for a script (doctor -- python train.py); doctor infer/train always "
+                                "time their workload bare before profiling it.")
             from gpuscope.cli.tune import resolve_config
 
             for name, v in (("batch", batch), ("prompt", prompt), ("gen", gen), ("micro-batch", micro_batch),
@@ -192,7 +199,7 @@ def register(app: typer.Typer) -> None:
             from gpuscope.measure.profile_script import profile_script
 
             try:
-                summary = profile_script(args, device, timeout)
+                summary = profile_script(args, device, timeout, bare_run=bare_run)
             except (ValueError, FileNotFoundError) as e:
                 raise UserError(f"doctor: {e}." if isinstance(e, ValueError)
                                 else f"doctor: script '{e}' does not exist.") from None

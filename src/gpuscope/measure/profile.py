@@ -18,7 +18,8 @@ counter):
   the top-level aten ops stand in for kernels). ``active_s``: first kernel start to last kernel end (a script's
   set-up before its first kernel is left out); ``profiler_overhead_s``: the host time the profiler itself added
   (``active_s - bare_s`` where the workload was also timed without the profiler, ``profiler_overhead_source``
-  ``bare_run``; else ``cpu_events`` x ``profiler_s_per_event``, calibrated on this host before the run,
+  ``bare_run``; a script run bare first, ``doctor --bare-run``: (profiled - bare median step) x steps,
+  ``bare_steps``; else ``cpu_events`` x ``profiler_s_per_event``, calibrated on this host before the run,
   ``per_event``; never more than ``active_s`` less the data-loader wait and ``busy_s``); ``busy_s`` is the union of those intervals, ``idle_fraction`` =
   1 - busy_s / active_s, ``kernel_count``, ``kernel_mean_s``, ``gap_mean_s``/``gap_median_s`` (between consecutive
   intervals of the union, positive gaps only).
@@ -81,10 +82,12 @@ def _activities(dev: Device) -> list:
 
 @contextlib.contextmanager
 def profile_run(device: str | None = None, *, record_shapes: bool = True, nvml: bool = True,
-                nvml_interval_s: float = 0.1, bare_s: float | None = None):
+                nvml_interval_s: float = 0.1, bare_s: float | None = None, bare_step_s: float | None = None):
     """Profile the block; ``session.summary`` holds the summary dict afterwards (also when the block raised).
     ``bare_s``: the same block's time measured without the profiler, where the caller could run it (gpuscope's
-    own workloads): the profiler's overhead is then ``active_s - bare_s``, measured, instead of estimated per event."""
+    own workloads): the profiler's overhead is then ``active_s - bare_s``, measured, instead of estimated per event.
+    ``bare_step_s``: the median step of the same script run bare (``doctor --bare-run``): the overhead is then the
+    profiled median step less it, times the profiled steps."""
     from torch.profiler import profile
 
     from gpuscope.measure.nvml import NvmlSampler
@@ -110,7 +113,8 @@ def profile_run(device: str | None = None, *, record_shapes: bool = True, nvml: 
         prof.__exit__(None, None, None)
         if sampler:
             sampler.stop()
-        sess.summary = summarize_profile(prof, dev, t1 - t0, sess.step_marks, mem0, sampler, per_event, bare_s)
+        sess.summary = summarize_profile(prof, dev, t1 - t0, sess.step_marks, mem0, sampler, per_event, bare_s,
+                                         bare_step_s)
         sess.summary.update(sess.extra)
 
 
@@ -267,7 +271,8 @@ def _allocator(dev: Device, mem0: dict) -> dict:
 
 
 def summarize_profile(prof, dev: Device, wall_s: float, marks: list[float], mem0: dict, sampler=None,
-                      per_event_s: float = 0.0, bare_s: float | None = None) -> dict:
+                      per_event_s: float = 0.0, bare_s: float | None = None,
+                      bare_step_s: float | None = None) -> dict:
     events = list(prof.events() or [])
     cpu_events = sum(1 for e in events if not _is_device(e))
     dev_events = [e for e in events if _is_device(e)]
@@ -333,6 +338,8 @@ def summarize_profile(prof, dev: Device, wall_s: float, marks: list[float], mem0
     # must not turn the rest of the window into a data-loader stall or erase the GPU's busy time.
     if bare_s is not None:
         prof_over, over_source = max(0.0, active - bare_s), "bare_run"
+    elif bare_step_s is not None and steps:
+        prof_over, over_source = max(0.0, statistics.median(steps) - bare_step_s) * len(steps), "bare_steps"
     else:
         prof_over, over_source = cpu_events * per_event_s, "per_event"
     prof_over = min(prof_over, max(0.0, active - dl_s - busy))
@@ -346,6 +353,7 @@ def summarize_profile(prof, dev: Device, wall_s: float, marks: list[float], mem0
         "active_s": active,
         "cpu_events": cpu_events, "profiler_s_per_event": per_event_s,
         "profiler_overhead_s": prof_over, "profiler_overhead_source": over_source, "bare_s": bare_s,
+        "bare_step_s": bare_step_s,
         "busy_s": busy, "idle_fraction": max(0.0, 1.0 - busy / active) if active > 0 else None,
         "kernel_count": len(units), "kernel_mean_s": statistics.fmean(durs) if durs else None,
         "gap_mean_s": statistics.fmean(gaps) if gaps else 0.0,

@@ -59,7 +59,13 @@ def _profile_lines(p: dict) -> list[tuple[str, str]]:
             (f"busy ({p.get('timeline')})", f"{_s(p.get('busy_s'))}, idle {_pct(p.get('idle_fraction'))}"),
             ("kernels", f"{p.get('kernel_count')}, mean {_s(p.get('kernel_mean_s'))}, "
                         f"mean gap {_s(p.get('gap_mean_s'))}"),
-            ("data loader", f"{_s(p.get('dataloader_s'))} ({_pct(p.get('dataloader_fraction'))} of wall)"),
+            ("data loader", f"{_s(p.get('dataloader_s'))} ({_pct(p.get('dataloader_fraction'))} of the window "
+                            "without the profiler's own time)"),
+            ("profiler's own time", f"{_s(p.get('profiler_overhead_s'))} ("
+             + {"bare_run": "measured: the workload timed bare first",
+                "bare_steps": f"measured: bare median step {_s(p.get('bare_step_s'))}",
+                "per_event": "estimated per CPU event; --bare-run measures it"}.get(
+                    p.get("profiler_overhead_source"), "not recorded") + ")"),
             ("memory", f"peak allocated {_b(m.get('peak_allocated_bytes'))}, peak reserved "
                        f"{_b(m.get('peak_reserved_bytes'))}, device {_b(m.get('device_total_bytes'))}")]
     nv = p.get("nvml") or {}
