@@ -22,9 +22,9 @@ if want doctor; then
 step doctor_eager_1b 150 python3 -m gpuscope doctor infer --model llama-3.2-1b --batch 1 --prompt 512 --gen 128 --json
 step doctor_gs_1b 150 python3 -m gpuscope doctor infer --model llama-3.2-1b --batch 1 --prompt 512 --gen 128 --engine gs-graph --json
 fi
-if want loaderdoc; then  # the doctor's verdicts alone (the plain-run figures are in the loader group)
-step doctor_loader_slow 150 python3 -m gpuscope doctor --json -- python3 examples/train_slow_loader.py --steps 15 --warmup 3
-step doctor_loader_fixed 150 python3 -m gpuscope doctor --json -- python3 examples/train_slow_loader.py --steps 15 --warmup 3 --workers 8 --pin-memory --prefetch 4
+if want loaderdoc; then  # the doctor's verdicts with the profiler's cost measured per step (--bare-run)
+step doctor_loader_slow_bare 200 python3 -m gpuscope doctor --bare-run --json -- python3 examples/train_slow_loader.py --steps 15 --warmup 3
+step doctor_loader_fixed_bare 200 python3 -m gpuscope doctor --bare-run --json -- python3 examples/train_slow_loader.py --steps 15 --warmup 3 --workers 8 --pin-memory --prefetch 4
 fi
 if want loader; then
 step loader_slow_plain 120 python3 examples/train_slow_loader.py
@@ -60,7 +60,7 @@ step stock_7b_p128 110 python3 -m gpuscope bench infer --model llama-2-7b --batc
 fi
 if want fusedoc; then  # the fused 8B decode's kernel table
 step doctor_fuse_8b 100 python3 -m gpuscope doctor infer --model llama-3.1-8b --batch 1 --prompt 128 --gen 64 --engine gs-compile --fuse-proj --json
-step doctor_eager_1b 60 python3 -m gpuscope doctor infer --model llama-3.2-1b --batch 1 --prompt 512 --gen 128 --json
+step doctor_eager_1b 150 python3 -m gpuscope doctor infer --model llama-3.2-1b --batch 1 --prompt 512 --gen 128 --json
 fi
 if want moe; then  # the MoE prefill miss (-46%): where Mixtral's prefill spends its time
 step doctor_mixtral 200 python3 -m gpuscope doctor infer --model mixtral-8x7b --batch 1 --prompt 1024 --gen 16 --json
