@@ -24,6 +24,8 @@ HEALTHY = {
                  "self_s": 0.5}],
     "matmul_s": 0.5, "dataloader_s": 0.01, "dataloader_calls": 10, "dataloader_fraction": 0.01,
     "h2d": {"count": 10, "s": 0.001, "pageable_count": 0},
+    "syncs": {"calls": 10, "wait_s": 0.02, "refill_s": 0.005, "callers": [{"op": "aten::_local_scalar_dense",
+                                                                           "count": 10}]},
     "comm": {"kernels": 20, "s": 0.1, "overlap_fraction": 0.9},
     "memory": {"device_total_bytes": 140 * GIB, "allocated_start_bytes": 20 * GIB, "peak_allocated_bytes": 120 * GIB,
                "peak_reserved_bytes": 124 * GIB, "num_alloc_retries": 0, "expandable_segments": False},
@@ -45,6 +47,7 @@ def _with(**changes):
 SICK = {
     "launch_bound": _with(busy_s=0.2, idle_fraction=0.8, kernel_mean_s=4e-6, gap_mean_s=17e-6),
     "dataloader_stall": _with(dataloader_s=0.4, dataloader_fraction=0.4, h2d={"pageable_count": 10}),
+    "host_sync": _with(syncs={"calls": 320, "refill_s": 0.2}),
     "matmul_shapes": _with(matmuls=[{"op": "aten::mm", "m": 8192, "n": 50257, "k": 768, "dtype": "c10::BFloat16",
                                      "count": 10, "self_s": 0.3},
                                     {"op": "aten::mm", "m": 8192, "n": 768, "k": 768, "dtype": "c10::BFloat16",
@@ -161,6 +164,25 @@ def test_doctor_errors_are_one_sentence(tmp_path):
     r = subprocess.run([sys.executable, "-m", "gpuscope", "doctor", "--", "python", str(tmp_path / "missing.py")],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and r.stderr.startswith("error: ") and "Traceback" not in r.stderr
+
+
+def test_host_syncs_gpu_idle_after_each_sync():
+    """Pure: after a sync returns the GPU waits for the next kernel; the rule needs >= 2 syncs and >= 5% idle."""
+    from gpuscope.measure.profile import host_syncs
+
+    kernels = [0.0, 0.010, 0.020, 0.0305, 0.050]
+    syncs = [(0.001, 0.008, "aten::_local_scalar_dense"), (0.021, 0.030, "aten::_local_scalar_dense"),
+             (0.040, 0.045, "aten::nonzero"), (0.055, 0.060, "aten::nonzero")]  # the last: no kernel after it
+    h = host_syncs(syncs, kernels)
+    assert h["calls"] == 4 and h["wait_s"] == pytest.approx(0.007 + 0.009 + 0.005 + 0.005)
+    assert h["refill_s"] == pytest.approx(0.002 + 0.0005 + 0.005)
+    assert h["callers"][0] == {"op": "aten::_local_scalar_dense", "count": 2}
+    f = F.host_sync(_with(syncs=dict(h), active_s=0.1))
+    assert f is not None and f.evidence["fraction_of_window"] == pytest.approx(0.075)
+    assert f.speedup == pytest.approx(1 / (1 - 0.075)) and "item()" in f.fix
+    assert F.host_sync(_with(syncs=dict(h), active_s=1.0)) is None  # 0.75%: below 5%
+    assert F.host_sync(_with(syncs=dict(h, calls=1), active_s=0.1)) is None  # one sync is not a habit
+    assert F.host_sync(_with(syncs=dict(h), active_s=0.1, timeline="cpu_ops")) is None
 
 
 def test_profile_run_in_code_counts_steps_and_matmuls():

@@ -9,6 +9,9 @@ Thresholds (``THRESHOLDS``; each rule documents why):
   between kernels >= the mean kernel. The H200 runs (results/2026-11-29-h200) showed eager batch-1 decode at
   ~17 us host per kernel with kernels of a few us: the GPU idles most of the step. Only on a device timeline.
 - dataloader_stall: >= 10% of the wall time inside ``DataLoader.__next__`` in the main process.
+- host_sync: the GPU idles >= 5% of the window right after host-device synchronisations (``.item()``, ``.cpu()``,
+  ``print(tensor)``, data-dependent shapes such as ``nonzero``): each one drains the device queue, and the GPU waits
+  for the host to launch the next kernel. At least 2 syncs. Only on a device timeline.
 - matmul_shapes: matmuls with n or k not a multiple of 8 (16-bit tensor cores want 16-byte multiples: 8 elements
   for fp16/bf16; cuBLAS picks padded or CUDA-core kernels otherwise) taking >= 5% of matmul time. m is the token
   count and usually not under the model's control, so it is not checked. Only on a device timeline.
@@ -32,6 +35,8 @@ THRESHOLDS = {
     "launch_min_kernels": 100,
     "launch_max_kernel_mean_s": 50e-6,
     "dataloader_fraction": 0.10,
+    "sync_refill_fraction": 0.05,
+    "sync_min_calls": 2,
     "matmul_align": 8,
     "matmul_misaligned_share": 0.05,
     "matmul_misaligned_slowdown": 1.5,  # typical cost of an unaligned 16-bit GEMM vs its padded shape (rough)
@@ -129,6 +134,33 @@ def dataloader_stall(s: dict, t: dict = THRESHOLDS) -> Finding | None:
         "decoding/tokenisation out of __getitem__ (pre-tokenise).",
         f"up to {f:.0%} of the wall time is waiting on data: up to {speedup:.2f}x faster when loading overlaps "
         "compute", speedup=speedup)
+
+
+def host_sync(s: dict, t: dict = THRESHOLDS) -> Finding | None:
+    if s.get("timeline") != "device_kernels":
+        return None
+    n, refill = _num(s, "syncs", "calls"), _num(s, "syncs", "refill_s")
+    window = _num(s, "active_s") or _num(s, "wall_s")
+    if None in (n, refill, window) or window <= 0 or n < t["sync_min_calls"]:
+        return None
+    frac = refill / window
+    if frac < t["sync_refill_fraction"]:
+        return None
+    speedup = 1.0 / max(1e-9, 1.0 - frac)
+    callers = (s.get("syncs") or {}).get("callers") or []
+    ev = {"syncs": n, "gpu_idle_after_syncs_s": refill, "fraction_of_window": frac,
+          "host_wait_s": _num(s, "syncs", "wait_s"), "issued_by": callers}
+    steps = _num(s, "steps")
+    if steps:
+        ev["syncs_per_step"] = n / steps
+    return Finding(
+        "host_sync", "Host-device synchronisations drain the GPU's queue", _sev(speedup), ev,
+        "Keep values on the device inside the loop: no .item(), .cpu(), .tolist() or print(tensor) per step (log "
+        "every N steps, or accumulate the loss on the device); avoid data-dependent shapes (nonzero, boolean "
+        "indexing) and blocking copies (.to(device) from pinned memory with non_blocking=True). "
+        "torch.cuda.set_sync_debug_mode('warn') names each sync's line.",
+        f"the GPU sat idle {refill * 1e3:.1f} ms ({frac:.0%} of the window) after {n:.0f} syncs: up to "
+        f"{speedup:.2f}x faster without them", speedup=speedup)
 
 
 def matmul_shapes(s: dict, t: dict = THRESHOLDS) -> Finding | None:
@@ -266,7 +298,7 @@ def slower_than_planned(s: dict, t: dict = THRESHOLDS) -> Finding | None:
         f"matching the estimate would be {r:.1f}x faster", speedup=r)
 
 
-RULES = (launch_bound, dataloader_stall, matmul_shapes, comm_not_overlapped, fragmentation, throttling,
+RULES = (launch_bound, dataloader_stall, host_sync, matmul_shapes, comm_not_overlapped, fragmentation, throttling,
          memory_headroom, slower_than_planned)
 
 

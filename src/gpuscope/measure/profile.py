@@ -28,6 +28,9 @@ counter):
 - ``dataloader_s``/``dataloader_fraction`` (of ``active_s`` less ``profiler_overhead_s``): CPU time inside ``enumerate(DataLoader)#...__next__`` (the profiler's
   own annotation of every DataLoader iterator), outermost calls only.
 - ``h2d``: host-to-device copies (count, seconds, bytes where known, how many from pageable memory).
+- ``syncs`` (device timelines): host-device synchronisations (:func:`host_syncs`): calls, host wait, the GPU idle
+  they cause until the next kernel (``refill_s``), and the aten ops that issued them (``.item()`` shows as
+  ``aten::_local_scalar_dense``).
 - ``comm``: collective kernels (names with nccl/rccl/ccl): seconds, and the fraction overlapped by compute kernels.
 - ``memory``: allocator statistics (``torch.cuda.memory_stats``): allocated/reserved at start, peaks, retries,
   OOMs, inactive split bytes, device total.
@@ -186,6 +189,36 @@ def _overlap(xs: list[tuple[float, float]], ys_union: list[tuple[float, float]])
     return total
 
 
+SYNC_APIS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "hipStreamSynchronize",
+             "hipDeviceSynchronize", "hipEventSynchronize")
+
+
+def host_syncs(syncs: list[tuple[float, float, str]], kernel_starts: list[float]) -> dict:
+    """Host-device synchronisations and the GPU time they cost. ``syncs``: (start, end, caller) of each runtime
+    sync call (caller: the aten op that issued it, e.g. aten::_local_scalar_dense for ``.item()``);
+    ``kernel_starts``: sorted start times of the device kernels. After a sync returns the device queue is empty, so
+    the GPU idles until the host launches the next kernel: ``refill_s`` sums those gaps (sync end to next kernel
+    start). ``wait_s``: host time blocked inside the syncs."""
+    import bisect
+
+    refill, callers = 0.0, {}
+    for a, b, who in syncs:
+        k = bisect.bisect_left(kernel_starts, b)
+        if k < len(kernel_starts):
+            refill += kernel_starts[k] - b
+        callers[who] = callers.get(who, 0) + 1
+    top = sorted(callers.items(), key=lambda kv: -kv[1])[:5]
+    return {"calls": len(syncs), "wait_s": sum(b - a for a, b, _ in syncs), "refill_s": refill,
+            "callers": [{"op": k, "count": v} for k, v in top]}
+
+
+def _caller(e) -> str:
+    p = e.cpu_parent
+    while p is not None and not p.name.startswith("aten::"):
+        p = p.cpu_parent
+    return p.name if p is not None else "(python)"
+
+
 def _is_device(e) -> bool:
     from torch.autograd import DeviceType
 
@@ -326,6 +359,11 @@ def summarize_profile(prof, dev: Device, wall_s: float, marks: list[float], mem0
                  "overlap_fraction": (_overlap(comm_iv, compute_u) / comm_s) if comm_s > 0 else None}
 
     steps = [b - a for a, b in zip(marks, marks[1:])]
+    sync_info = None
+    if use_device:
+        syncs = [(e.time_range.start / 1e6, e.time_range.end / 1e6, _caller(e)) for e in events
+                 if not _is_device(e) and e.name in SYNC_APIS]
+        sync_info = host_syncs(sorted(syncs), sorted(a for a, _ in iv))
     mms = _matmuls(events, use_device)
     nv = None
     if sampler is not None:
@@ -366,6 +404,7 @@ def summarize_profile(prof, dev: Device, wall_s: float, marks: list[float], mem0
         # of the active window less the profiler's own host time (the loader's wait is not inflated by it)
         "dataloader_fraction": dl_s / (active - prof_over) if active - prof_over > 0 else None,
         "h2d": h2d_info,
+        "syncs": sync_info,
         "comm": comm_info,
         "memory": _allocator(dev, mem0),
         "nvml": nv if nv is not None else {"unavailable": "no NVIDIA device profiled"},

@@ -68,6 +68,9 @@ def _profile_lines(p: dict) -> list[tuple[str, str]]:
                     p.get("profiler_overhead_source"), "not recorded") + ")"),
             ("memory", f"peak allocated {_b(m.get('peak_allocated_bytes'))}, peak reserved "
                        f"{_b(m.get('peak_reserved_bytes'))}, device {_b(m.get('device_total_bytes'))}")]
+    sy = p.get("syncs")
+    if sy:
+        rows.append(("host syncs", f"{sy.get('calls')}, GPU idle after them {_s(sy.get('refill_s'))}"))
     nv = p.get("nvml") or {}
     if nv.get("unavailable"):
         rows.append(("NVML", str(nv["unavailable"])))
