@@ -41,6 +41,8 @@ def register(app: typer.Typer) -> None:
         tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree."),
         mla_cache: str = typer.Option("full", "--mla-cache", help="MLA models: full (per-head K/V, as transformers "
                                       "caches) or latent (vLLM/SGLang/FlashMLA: the compressed latent)."),
+        fuse_proj: bool = typer.Option(False, "--fuse-proj", help="q|k|v and gate|up as one GEMM each (as "
+                                       "gpt-fast and vLLM load Llama; bench infer --fuse-proj measures it)."),
         ops: bool = typer.Option(False, "--ops", help="Show the per-operation breakdown."),
         calibrated: bool = typer.Option(False, "--calibrated", help=CALIBRATED_HELP),
         as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
@@ -52,7 +54,7 @@ def register(app: typer.Typer) -> None:
 
         est = estimate_infer(load_model(model), _hardware(gpu, calibrated), batch=batch, prompt=prompt, gen=gen,
                              dtype=dtype, kv_dtype=kv_dtype, engine=engine, num_gpus=num_gpus, tp=tp, with_ops=ops,
-                             mla_cache=mla_cache)
+                             mla_cache=mla_cache, fuse_proj=fuse_proj)
         typer.echo(to_json_text(est)) if as_json else render(est, _console(), show_ops=ops)
 
     @plan.command("train")
