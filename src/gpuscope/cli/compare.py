@@ -170,6 +170,19 @@ def register(app: typer.Typer) -> None:
             raise UserError("--gpu is required: give one or more GPUs to compare (`gpuscope hardware` lists them).")
         return load_model(model), gpus_from(names)
 
+    def _run(model, gpu, w, econ, prices, measured, db, no_db, as_json, as_md) -> None:
+        """One comparison: the workload on every GPU asked, with stored or given measurements beside it."""
+        from gpuscope.explain.compare_hw import compare
+        from gpuscope.report.compare_view import compare_markdown, render_compare
+        from gpuscope.specs.prices import load_prices
+
+        table = load_prices(prices)
+        m, gpus = _inputs(model, gpu)
+        meas, origin, store = gather_measured(m, w, measured, db, no_db)
+        c = compare(m, gpus, w, prices=table, econ=econ, measured=meas)
+        j = with_measured_sources(c, origin, store, measured)
+        emit(j, compare_markdown(c) if as_md else None, as_json, as_md, lambda con: render_compare(c, con))
+
     @cmp_app.command("infer")
     def infer(
         model: Optional[str] = typer.Option(None, "--model", help=MODEL_HELP),
@@ -195,19 +208,12 @@ def register(app: typer.Typer) -> None:
         as_md: bool = OPT_MARKDOWN,
     ) -> None:
         """Inference: fewest cards per dtype, TTFT, tokens/s, tokens/J, $ per 1M tokens, TCO."""
-        from gpuscope.explain.compare_hw import InferWorkload, compare
-        from gpuscope.report.compare_view import compare_markdown, render_compare
-        from gpuscope.specs.prices import load_prices
+        from gpuscope.explain.compare_hw import InferWorkload
 
-        econ = econ_from(electricity, pue, hours_per_year, years, utilisation, idle_fraction)
-        table = load_prices(prices)
-        m, gpus = _inputs(model, gpu)
         w = InferWorkload(batch=batch, prompt=prompt, gen=gen, dtype=dtype, kv_dtype=kv_dtype, engine=engine,
                           max_gpus=max_gpus)
-        meas, origin, store = gather_measured(m, w, measured, db, no_db)
-        c = compare(m, gpus, w, prices=table, econ=econ, measured=meas)
-        j = with_measured_sources(c, origin, store, measured)
-        emit(j, compare_markdown(c) if as_md else None, as_json, as_md, lambda con: render_compare(c, con))
+        _run(model, gpu, w, econ_from(electricity, pue, hours_per_year, years, utilisation, idle_fraction), prices,
+             measured, db, no_db, as_json, as_md)
 
     @cmp_app.command("train")
     def train(
@@ -236,19 +242,12 @@ def register(app: typer.Typer) -> None:
         as_md: bool = OPT_MARKDOWN,
     ) -> None:
         """Training on one card: fit, tokens/s, MFU, energy, cost, and a 6ND token budget on N cards."""
-        from gpuscope.explain.compare_hw import TrainWorkload, compare
-        from gpuscope.report.compare_view import compare_markdown, render_compare
-        from gpuscope.specs.prices import load_prices
+        from gpuscope.explain.compare_hw import TrainWorkload
 
-        econ = econ_from(electricity, pue, hours_per_year, years, utilisation, idle_fraction)
-        table = load_prices(prices)
-        m, gpus = _inputs(model, gpu)
         w = TrainWorkload(micro_batch=micro_batch, seq=seq, precision=precision, optimizer=optimizer,
                           recompute=recompute, grad_accum=grad_accum, offload=offload, tokens=tokens,
                           num_gpus=num_gpus)
-        meas, origin, store = gather_measured(m, w, measured, db, no_db)
-        c = compare(m, gpus, w, prices=table, econ=econ, measured=meas)
-        j = with_measured_sources(c, origin, store, measured)
-        emit(j, compare_markdown(c) if as_md else None, as_json, as_md, lambda con: render_compare(c, con))
+        _run(model, gpu, w, econ_from(electricity, pue, hours_per_year, years, utilisation, idle_fraction), prices,
+             measured, db, no_db, as_json, as_md)
 
     app.add_typer(cmp_app)
