@@ -54,7 +54,8 @@ import torch
 import torch.distributed as dist
 
 from gpuscope.measure.device import Device, summarize
-from gpuscope.measure.dist_train import (env_ranks, gather, make_batches, read_case, run_worker)
+from gpuscope.measure.dist_case import read_case
+from gpuscope.measure.dist_train import env_ranks, gather, make_batches, run_worker
 from gpuscope.measure.llm_infer import _release, build_model, case_config, model_bytes, vocab_size
 from gpuscope.measure.llm_train import PRECISIONS
 
