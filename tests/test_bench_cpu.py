@@ -197,12 +197,39 @@ def test_bench_infer_loads_a_local_checkpoint_with_from_pretrained(tmp_path):
     (("bench", "train", "--model", "gpt2", "--precision", "fp64"), "--precision"),
     (("bench", "micro", "--dtype", "fp64"), "--dtype"),
     (("bench", "micro", "--device", "tpu"), "--device"),
+    (("bench", "micro", "--shapes", "2048x2048"), "MxNxK"),
+    (("bench", "micro", "--shapes", "0x8x8"), "MxNxK"),
+    (("bench", "micro", "--iters", "0"), "--iters"),
+    (("bench", "micro", "--warmup", "-1"), "--warmup"),
     (("results", "export", "--csv", "--json"), "exactly one"),
 ])
 def test_user_errors_exit_2(args, word, tmp_path):
     r = run(*args, "--db", str(tmp_path / "r.sqlite"))
     assert r.returncode == 2, (r.stdout, r.stderr)
     assert word in r.stderr and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_micro_at_given_shapes_with_mamf_iterations(tmp_path):
+    """--shapes times the matmul only, at exactly those shapes, with at least --iters timed iterations each (the
+    public MAMF table's convention is 100 after 50); the stored name says the shapes were chosen."""
+    r = run("bench", "micro", "--device", "cpu", "--dtype", "fp32", "--shapes", "96x64x128, 64x32x48", "--iters", "7",
+            "--warmup", "2", "--db", str(tmp_path / "r.sqlite"), "--json")
+    assert r.returncode == 0, r.stderr
+    (m,) = json.loads(r.stdout)["measurements"]
+    assert m["name"] == "micro/matmul/fp32/quick-shapes"
+    rows = m["result"]["shapes"]
+    assert [(x["m"], x["n"], x["k"]) for x in rows] == [(96, 64, 128), (64, 32, 48)]
+    assert all(x["iters"] >= 7 for x in rows)
+
+
+def test_thorough_sweep_holds_the_published_best_shapes():
+    from types import SimpleNamespace
+
+    from gpuscope.measure.micro import PUBLISHED_BEST, matmul_shapes
+
+    sweep = matmul_shapes("sweep", SimpleNamespace(type="cuda"))
+    assert set(PUBLISHED_BEST) <= set(sweep) and len(sweep) == len(set(sweep))
+    assert (2048, 2048, 13312) in sweep  # H100 SXM's 794.5 TFLOP/s shape
 
 
 def test_corrupt_db_exit_2_and_untouched(tmp_path):

@@ -130,7 +130,8 @@ class Session:
 
 
 # --- micro -----------------------------------------------------------------------------------------------------
-def run_micro(s: Session, device: str | None, mode: str, dtypes, benches=("matmul", "memory", "transfer")) -> list[dict]:
+def run_micro(s: Session, device: str | None, mode: str, dtypes, benches=("matmul", "memory", "transfer"),
+              **matmul) -> list[dict]:
     """Run (or, with resume, reuse) every micro item; returns the result dicts (stored ones included)."""
     from gpuscope.measure.device import Device, pick_device
     from gpuscope.measure.micro import Runner, item_key, item_name, micro_configs
@@ -140,7 +141,7 @@ def run_micro(s: Session, device: str | None, mode: str, dtypes, benches=("matmu
         dev = Device(pick_device(device))
     except RuntimeError as e:
         raise UserError(f"--device: {e}.") from None
-    configs = micro_configs(dev, mode, dtypes, benches)
+    configs = micro_configs(dev, mode, dtypes, benches, **matmul)
     prov = provenance(dev)
     runner = Runner(dev)
     results = []
@@ -353,17 +354,34 @@ def register(app: typer.Typer) -> None:
         quick: bool = typer.Option(True, "--quick/--thorough", help="A few shapes (default) or the full sweep."),
         dtype: list[str] = typer.Option(None, "--dtype", help="Matmul dtypes (repeat or comma-separate): "
                                         "fp32, tf32, bf16, fp16, fp8, int8 (default: all)."),
+        shapes: str = typer.Option(None, "--shapes", help="Matmul only, at these MxNxK shapes (comma-separated, "
+                                   "e.g. 2048x2048x13312,1024x15360x4096: the public MAMF table's best)."),
+        iters: int = typer.Option(None, "--iters", help="At least this many timed iterations per shape "
+                                  "(mamf-finder's table: 100)."),
+        warmup: int = typer.Option(None, "--warmup", help="Untimed iterations per shape first (mamf-finder: 50)."),
         db: str = typer.Option(None, "--db", help=DB_HELP),
         resume: bool = typer.Option(False, "--resume", help=RESUME_HELP),
         as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
         device: str = typer.Option(None, "--device", help=DEVICE_HELP),
     ) -> None:
         """Matmul per dtype, device memory copy/read/write, host<->device copies (pinned and pageable)."""
+        from gpuscope.measure.micro import parse_shapes
+
         require_torch()
         device = check_device(device)
         dts = _dtypes(dtype)
+        if iters is not None:
+            _positive(iters=iters)
+        if warmup is not None and warmup < 0:
+            raise UserError(f"--warmup must be 0 or more, not {warmup}.")
+        try:
+            shape_list = parse_shapes(shapes) if shapes is not None else None
+        except ValueError as e:
+            raise UserError(f"--shapes: {e}.") from None
+        benches = ("matmul",) if shape_list else ("matmul", "memory", "transfer")
         s = Session(db, "bench micro", resume, as_json)
-        guarded(s, lambda: run_micro(s, device, "quick" if quick else "sweep", dts))
+        guarded(s, lambda: run_micro(s, device, "quick" if quick else "sweep", dts, benches, shapes=shape_list,
+                                     iters=iters, warmup=warmup))
 
     @bench.command("infer")
     def infer(

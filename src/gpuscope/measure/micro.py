@@ -73,7 +73,32 @@ def matmul_shapes(mode: str, dev: Device) -> list[tuple[int, int, int]]:
     grid = [(m, n, k) for m in (4096, 6144, 8192) for n in (8192, 12288, 16384, 17920)
             for k in (2048, 2816, 4096, 8192)]
     rect = [(16384, 8192, 4096), (4096, 14336, 4096), (8192, 28672, 4096)]
-    return squares + grid + rect
+    return list(dict.fromkeys(squares + grid + rect + PUBLISHED_BEST))  # in order, each once (8192^3 was twice)
+
+
+# The best bf16 shapes the public MAMF table lists (stas00/ml-engineering, compute/accelerator/README.md, "Maximum
+# Achievable Matmul FLOPS comparison table": mean of 100 iterations after 50 warm-up ones per shape): H100 SXM
+# 794.5 TFLOP/s at 2048x2048x13312 (an earlier run: 792.1 at 6144x17920x2816), GH200 828.6 at 1024x15360x4096 (821.0
+# at 11264x19712x1536), A100 SXM 271.2 at 1024x10240x5120, A100 PCIe 252.9 at 2048x5120x6144. Small M with a long K
+# is where Hopper peaks there, and the grid above has none: they join the thorough sweep.
+PUBLISHED_BEST = [(2048, 2048, 13312), (6144, 17920, 2816), (1024, 15360, 4096), (11264, 19712, 1536),
+                  (1024, 10240, 5120), (2048, 5120, 6144)]
+
+
+def parse_shapes(spec: str) -> list[tuple[int, int, int]]:
+    """``"2048x2048x13312,1024x15360x4096"`` -> [(2048, 2048, 13312), (1024, 15360, 4096)] (MxNxK)."""
+    out = []
+    for item in str(spec).split(","):
+        item = item.strip().lower()
+        if not item:
+            continue
+        parts = item.split("x")
+        if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
+            raise ValueError(f"shape '{item}' is not MxNxK with three positive integers (e.g. 2048x2048x13312)")
+        out.append(tuple(int(p) for p in parts))
+    if not out:
+        raise ValueError("no shape given (MxNxK, comma-separated)")
+    return out
 
 
 def memory_bytes(mode: str, dev: Device) -> int:
@@ -289,24 +314,30 @@ def item_key(config: dict) -> str:
 
 def item_name(c: dict) -> str:
     if c["bench"] == "matmul":
-        return f"micro/matmul/{c['dtype']}/{c['mode']}"
+        return f"micro/matmul/{c['dtype']}/{c['mode']}" + ("-shapes" if c.get("shapes_given") else "")
     if c["bench"] == "memory":
         return f"micro/memory/{c['op']}/{c['mode']}"
     return f"micro/transfer/{c['op']}-{'pinned' if c['pinned'] else 'pageable'}/{c['mode']}"
 
 
-def micro_configs(dev: Device, mode: str = "quick", dtypes=None, benches=("matmul", "memory", "transfer")) -> list[dict]:
-    """The configuration of every microbenchmark of a run (each is one stored measurement)."""
+def micro_configs(dev: Device, mode: str = "quick", dtypes=None, benches=("matmul", "memory", "transfer"),
+                  shapes=None, iters: int | None = None, warmup: int | None = None) -> list[dict]:
+    """The configuration of every microbenchmark of a run (each is one stored measurement). ``shapes``: the matmul
+    shapes to time instead of the mode's set; ``iters``/``warmup``: at least that many timed / untimed iterations
+    per shape (mamf-finder's table: 100 after 50)."""
     if mode not in ("quick", "sweep"):
         raise ValueError(f"mode '{mode}' is not quick or sweep")
     base = {"kind": "micro", "mode": mode, "device": dev.name}
     st = settings(mode, dev)
-    timing = {"warmup": st.warmup, "min_iters": st.min_iters, "min_time_s": st.min_time_s}
+    timing = {"warmup": st.warmup if warmup is None else warmup,
+              "min_iters": st.min_iters if iters is None else iters, "min_time_s": st.min_time_s}
     out = []
     if "matmul" in benches:
-        shapes = [list(s) for s in matmul_shapes(mode, dev)]
+        shapes_given = bool(shapes)
+        shapes = [list(s) for s in (shapes or matmul_shapes(mode, dev))]
         for d in dtypes or MATMUL_DTYPES:
-            out.append({**base, "bench": "matmul", "dtype": d, "shapes": shapes, **timing})
+            given = {"shapes_given": True} if shapes_given else {}
+            out.append({**base, "bench": "matmul", "dtype": d, "shapes": shapes, **timing, **given})
     if "memory" in benches:
         for op in MEMORY_OPS:
             out.append({**base, "bench": "memory", "op": op, "bytes": memory_bytes(mode, dev), **timing})
