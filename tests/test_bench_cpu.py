@@ -345,3 +345,24 @@ def test_host_costs_refuse_a_fit_that_does_not_grow_with_depth(monkeypatch):
         "layer_s": -1e-5, "generate_step_s": 0.0})
     c = host_costs("cpu")
     assert "host_launch_s" not in c and "do not grow" in c["host_invalid"]
+
+
+def test_energy_per_token_and_per_step_with_a_fake_nvml(monkeypatch):
+    """J/token of the generate phase and J per training step come from NVML's energy counter read around exactly
+    those repeats/steps (the fake counter advances 50 J per read: 50 J per phase); decode_weights_gbs is the issue's
+    achieved bandwidth, weights bytes x decode steps per second."""
+    from gpuscope.measure import llm_infer, llm_train, nvml
+
+    monkeypatch.setitem(sys.modules, "pynvml", _FakeNvml())
+    monkeypatch.setattr(nvml, "device_sampler", lambda dev, interval_s=0.05: nvml.NvmlSampler(interval_s, index=0))
+    r = llm_infer.run_infer({"kind": "infer", "model": "tiny-llama", "config": TINY_LLAMA, "batch": 2, "prompt": 8,
+                             "gen": 4, "dtype": "fp32", "repeats": 2, "decode_iters": 2, "device": "cpu"})
+    assert r["status"] == "ok", r
+    assert r["generate_energy_j"] == 50.0 and r["energy_source"] == "total_energy_counter"
+    assert r["j_per_token"] == pytest.approx(50.0 / (2 * 2 * 4))
+    assert r["decode_weights_gbs"] == pytest.approx(r["weights_bytes"] / r["tpot_s"] / 1e9)
+    t = llm_train.run_train({"kind": "train", "model": "tiny-llama", "config": TINY_LLAMA, "micro_batch": 2,
+                             "seq": 16, "precision": "fp32", "recompute": "none", "steps": 2, "warmup": 1,
+                             "device": "cpu"})
+    assert t["status"] == "ok", t
+    assert t["step_energy_j"] == 25.0 and t["j_per_token"] == pytest.approx(50.0 / (2 * 2 * 16))

@@ -174,15 +174,20 @@ def headline(r: dict) -> str:
     if r.get("kind") == "micro":
         if r.get("bench") == "matmul":
             m, n, k = r["best_shape"]
-            fast = f"; fastest iteration {r['tflops_best_iteration']:.4g}" if r.get("tflops_best_iteration") else ""
+            fast = (f"; mean {r['tflops_best_mean']:.4g}, fastest iteration {r['tflops_best_iteration']:.4g}"
+                    if r.get("tflops_best_iteration") and r.get("tflops_best_mean") else "")
             return (f"{r['tflops']:.4g} {r.get('unit', 'TFLOPS')} (best median of {len(r['shapes'])} shapes, at "
                     f"{m}x{n}x{k}{fast})")
         return f"{r['gbs']:.4g} GB/s (median of {r['iters']}, spread {r.get('rel_iqr') or 0:.1%})"
+    joules = f", {r['j_per_token']:.3g} J/token" if r.get("j_per_token") else ""
     if r.get("kind") == "infer":
+        if r.get("tpot_s") is None:  # one generated token: no decode step
+            return f"ttft {r['ttft_s'] * 1e3:.2f} ms{joules}"
+        gbs = f", weights read at {r['decode_weights_gbs']:.0f} GB/s" if r.get("decode_weights_gbs") else ""
         return (f"ttft {r['ttft_s'] * 1e3:.2f} ms, tpot {r['tpot_s'] * 1e3:.2f} ms, "
-                f"{r['decode_tokens_per_s']:.1f} tok/s decode")
+                f"{r['decode_tokens_per_s']:.1f} tok/s decode{gbs}{joules}")
     if r.get("kind") == "train":
-        return f"step {r['step_s'] * 1e3:.2f} ms, {r['tokens_per_s']:.0f} tok/s"
+        return f"step {r['step_s'] * 1e3:.2f} ms, {r['tokens_per_s']:.0f} tok/s{joules}"
     return "ok"
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 
 from gpuscope.measure.device import Device, is_oom, oom_result, pick_device, summarize
+from gpuscope.measure.nvml import PhaseEnergy
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
@@ -208,6 +209,9 @@ METRIC_FORMULAS = {
     "decode_forward_s": "median of time(model(next_ids[B,1], past_key_values, use_cache=True)), after 2 warm steps",
     "generate_overhead_per_token_s": "tpot_s - decode_forward_s",
     "peak_*_bytes": "torch.cuda.max_memory_allocated after reset_peak_memory_stats, max over repeats",
+    "decode_weights_gbs": "weights_bytes / tpot_s / 1e9 (the weights read once per decode step; KV reads not counted)",
+    "j_per_token": "generate_energy_j / (repeats * batch * generated_tokens): NVML energy over the E2E repeats "
+                   "(prefill included, as a user's request pays it)",
 }
 
 
@@ -354,16 +358,20 @@ def _run_infer(case: dict, dev: Device, state: dict) -> dict:
     # (b) E2E: exactly G new tokens.
     state["phase"] = "generate"
     e2e, e2e_wall, peaks, rpeaks, n_out = [], [], [], [], None
-    for _ in range(repeats):
-        dev.reset_peak()
-        with dev.timer() as t:
-            out = _generate(model, ids, mask, G, engine)
-        e2e.append(t.s)
-        e2e_wall.append(t.wall_s)
-        peaks.append(dev.peak_allocated())
-        rpeaks.append(dev.peak_reserved())
-        n_out = int(out.shape[1]) - P
-        del out
+    with PhaseEnergy(dev) as energy:  # every timer below synchronises: the counter covers the repeats' work
+        for _ in range(repeats):
+            dev.reset_peak()
+            with dev.timer() as t:
+                out = _generate(model, ids, mask, G, engine)
+            e2e.append(t.s)
+            e2e_wall.append(t.wall_s)
+            peaks.append(dev.peak_allocated())
+            rpeaks.append(dev.peak_reserved())
+            n_out = int(out.shape[1]) - P
+            del out
+    res["generate_energy_j"] = energy.joules
+    res["energy_source"] = energy.source
+    res["j_per_token"] = energy.joules / (repeats * B * n_out) if energy.joules and n_out else None
     res["peak_generate_bytes"] = _max_or_none(peaks)
     res["peak_generate_reserved_bytes"] = _max_or_none(rpeaks)
     res["generated_tokens"] = n_out
@@ -417,6 +425,7 @@ def _run_infer(case: dict, dev: Device, state: dict) -> dict:
         "e2e_wall_s": statistics.median(e2e_wall),
         "tpot_s": tpot,
         "decode_tokens_per_s": (B / tpot) if tpot and tpot > 0 else None,
+        "decode_weights_gbs": res["weights_bytes"] / tpot / 1e9 if tpot and tpot > 0 else None,
         "prefill_tokens_per_s": B * P / s_ttft["median"] if s_ttft["median"] else None,
         "prefill_forward_s": s_pf["median"], "prefill_forward_s_min": s_pf["min"], "prefill_forward_s_max": s_pf["max"],
         "decode_forward_s": s_dec["median"], "decode_forward_s_min": s_dec["min"], "decode_forward_s_max": s_dec["max"],

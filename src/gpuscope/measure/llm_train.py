@@ -26,6 +26,7 @@ from functools import partial
 import torch
 
 from gpuscope.measure.device import Device, summarize
+from gpuscope.measure.nvml import PhaseEnergy
 from gpuscope.measure.llm_infer import _release, build_model, case_config, model_bytes, run_as_result, vocab_size
 
 PRECISIONS = {  # name -> (parameter dtype, autocast dtype or None)
@@ -49,6 +50,8 @@ METRIC_FORMULAS = {
     "peak_optimizer_bytes": "max_memory_allocated during optimizer step + zero_grad (reset before)",
     "peak_bytes": "max_memory_allocated over the timed steps (reset before the first)",
     "optimizer_state_bytes": "sum of bytes of all tensors in optimizer.state",
+    "step_energy_j": "NVML energy over the timed steps (total-energy counter, else the power integral) / steps",
+    "j_per_token": "that energy / (steps * micro_batch * seq * grad_accum)",
 }
 
 
@@ -231,14 +234,16 @@ def _run_train(case: dict, dev: Device, state: dict) -> dict:
     stage[0] = "timed"
     dev.reset_peak()
     st = dev.step_timer()
-    st.start()
-    for _ in range(steps):
-        accumulate(accum - 1)
-        loss = forward()
-        backward(loss)
-        opt_step()
-        st.mark()
-    times = st.times_s()
+    with PhaseEnergy(dev) as energy:
+        st.start()
+        for _ in range(steps):
+            accumulate(accum - 1)
+            loss = forward()
+            backward(loss)
+            opt_step()
+            st.mark()
+        times = st.times_s()
+        dev.synchronize()  # the counter is read after the last step's kernels
     res["peak_bytes"] = dev.peak_allocated()
     res["peak_reserved_bytes"] = dev.peak_reserved()
     loss_last = float(loss.detach().float())
@@ -249,6 +254,9 @@ def _run_train(case: dict, dev: Device, state: dict) -> dict:
         "step_s": s["median"], "step_s_min": s["min"], "step_s_max": s["max"],
         "tokens_per_s": B * S * accum / s["median"] if s["median"] else None,
         "tokens_per_s_wall": B * S * accum * steps / st.wall_s if st.wall_s else None,
+        "step_energy_j": energy.joules / steps if energy.joules else None,
+        "j_per_token": energy.joules / (steps * B * S * accum) if energy.joules else None,
+        "energy_source": energy.source,
         "loss_instrumented_step": loss_warm,
         "loss_last": loss_last,
         "loss_finite": math.isfinite(loss_last),

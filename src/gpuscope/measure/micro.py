@@ -399,12 +399,9 @@ class Runner:
 
 
 def _sampler(dev: Device):
-    if dev.type != "cuda":
-        return None
-    from gpuscope.measure.nvml import NvmlSampler
+    from gpuscope.measure.nvml import device_sampler
 
-    uuid = str(getattr(torch.cuda.get_device_properties(dev._index()), "uuid", "") or "") or None
-    return NvmlSampler(interval_s=0.05, uuid=uuid)
+    return device_sampler(dev)
 
 
 def _clean(obj):

@@ -185,3 +185,37 @@ class NvmlSampler:
         flagged = summ["throttled_fraction"]
         return {"schema": SCHEMA, "unavailable": None, "samples": self.samples if with_samples else [],
                 "summary": summ, "throttled": (summ["throttled_samples"] > 0) if flagged is not None else None}
+
+
+def device_sampler(dev, interval_s: float = 0.05) -> "NvmlSampler | None":
+    """A sampler for the CUDA device ``dev`` (a measure.device.Device), found by its UUID so the right GPU is read
+    under CUDA_VISIBLE_DEVICES and several GPUs; None on other devices."""
+    if getattr(dev, "type", None) != "cuda":
+        return None
+    import torch
+
+    uuid = str(getattr(torch.cuda.get_device_properties(dev._index()), "uuid", "") or "") or None
+    return NvmlSampler(interval_s=interval_s, uuid=uuid)
+
+
+class PhaseEnergy:
+    """Joules the device used inside a ``with`` block (the total-energy counter, else the power integral; ``joules``
+    stays None without NVML). The caller synchronises the device before the block ends, so the counter covers the
+    work. Used for J/token of a generate phase and J per training step."""
+
+    def __init__(self, dev, interval_s: float = 0.05):
+        self.sampler = device_sampler(dev, interval_s)
+        self.joules: float | None = None
+        self.source: str | None = None
+
+    def __enter__(self) -> "PhaseEnergy":
+        if self.sampler is not None:
+            self.sampler.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.sampler is None:
+            return
+        self.sampler.stop()
+        s = self.sampler.summary()
+        self.joules, self.source = s.get("energy_j"), s.get("energy_source")

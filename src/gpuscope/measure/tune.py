@@ -170,11 +170,10 @@ def compare_policies(res: dict, fixed_row: dict | None, dyn: dict) -> list[dict]
 
 # --- trials on a real model ---------------------------------------------------------------------------------------
 def _nvml_util(dev: Device):
-    if dev.type != "cuda":
-        return contextlib.nullcontext(None)
-    from gpuscope.measure.nvml import NvmlSampler
+    from gpuscope.measure.nvml import device_sampler
 
-    return NvmlSampler(interval_s=0.05)
+    smp = device_sampler(dev)  # this device's GPU (by UUID), not NVML's first one
+    return smp if smp is not None else contextlib.nullcontext(None)
 
 
 def _util_of(sampler) -> float | None:
