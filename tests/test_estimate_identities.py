@@ -232,3 +232,17 @@ def test_static_cache_attention_pays_repeat_kv_unless_folded():
     slow = estimate_infer(m, H200, batch=1, prompt=2048, gen=128, engine="graph")
     fast = estimate_infer(m, H200, batch=1, prompt=2048, gen=128, engine="graph", gqa_fold=True)
     assert fast.time["decode_s_per_token"] < slow.time["decode_s_per_token"]
+
+
+def test_generate_moe_decode_holds_both_gathered_expert_copies():
+    """batched_mm decode (generate on a GPU) keeps the gate|up and the down copies of each routed row's expert live
+    at once: batch x top-k x 3 x I x H x bytes on top of the decode peak; dense models are unaffected."""
+    from gpuscope.estimate.infer import _memory
+
+    m = load_model("mixtral-8x7b")
+    args = (m, 4, 512, 32, "bf16", "bf16", 2.0, 1)
+    plain, batched = (_memory(*args, moe_batched=b)["phases"]["decode_end"] for b in (False, True))
+    assert batched - plain == 4 * 2 * 3 * 14336 * 4096 * 2
+    dense = load_model("llama-3.1-8b")
+    dargs = (dense, 4, 512, 32, "bf16", "bf16", 2.0, 1)
+    assert _memory(*dargs, moe_batched=True) == _memory(*dargs)

@@ -125,3 +125,31 @@ def test_compression_on_two_h200s():
     assert v["none"]["speedup_vs_reference"] == pytest.approx(1.0, abs=0.01)
     assert all(v[h]["speedup_vs_reference"] < 1.0 for h in ("fp16", "bf16", "powersgd1", "powersgd2", "powersgd4",
                                                               "sign"))
+
+
+def test_generate_decode_experts_read_as_batched_mm():
+    """Plain generate on a GPU runs MoE decode steps with transformers' batched_mm (each routed row gathers a copy of
+    its expert's weights, then a bmm): the Mixtral-8x7B b1 kernel table (doctor_mixtral.json) has the gathers and
+    bmms at 16.6 ms per decode step; the planner's routed-experts op must match within 10% (one read of the two
+    experts would be 5.5 ms), and only for the generate engine."""
+    import json
+
+    from gpuscope.estimate.infer import estimate_infer
+    from gpuscope.specs.hardware import load_hardware
+    from gpuscope.specs.models import load_model
+
+    d = json.loads((RESULTS.parent / "doctor_mixtral.json").read_text())
+    p = d["profile"]
+    decode_steps = d["target"]["case"]["gen"] - 1
+    gather = sum(o["self_s"] for o in p["top_ops"] if o["name"].startswith("void at::native::vectorized_gather"))
+    bmm = sum(x["self_s"] for x in p["matmuls"] if x["op"] == "aten::bmm" and x["n"] == 1 and x["m"] >= 4096)
+    measured = (gather + bmm) / decode_steps
+    assert 0.015 < measured < 0.018
+    m, hw = load_model("mixtral-8x7b"), load_hardware("h200")
+
+    def experts_s(engine):
+        e = estimate_infer(m, hw, batch=1, prompt=1024, gen=16, engine=engine, with_ops=True)
+        return sum(o["gpu_s"] for o in e.ops if o["phase"] == "decode" and o["name"] == "experts")
+
+    assert experts_s("eager") == pytest.approx(measured, rel=0.10)
+    assert experts_s("graph") < 0.5 * measured  # gpuscope's graph loops keep grouped_mm: one read per expert

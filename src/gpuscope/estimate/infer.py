@@ -32,6 +32,11 @@ from gpuscope.estimate.roofline import ENGINES, STATIC_CACHE_ENGINES, engine_for
 from gpuscope.estimate.runtime import CUBLAS_WORKSPACE_BYTES, runtime_overheads
 from gpuscope.specs.model import ModelSpec
 
+# The planner engine of plain HF `generate`: on a GPU its decode steps switch MoE experts from grouped_mm to
+# batched_mm (ops._moe_ops). hf-graph goes through generate too, but shares the "graph" engine with gpuscope's own
+# graph loops (gs-compile, which keep grouped_mm), and is planned without the switch.
+GENERATE_ENGINE = "eager"
+
 
 
 def _positive(name: str, value: int) -> int:
@@ -125,7 +130,8 @@ def estimate_infer(m: ModelSpec, hw, *, batch: int, prompt: int, gen: int, dtype
     else:
         note_ctx = ""
 
-    memory = _memory(m, batch, prompt, gen, dtype, kv_dtype, act_b, tp, static=engine in STATIC_CACHE_ENGINES)
+    memory = _memory(m, batch, prompt, gen, dtype, kv_dtype, act_b, tp, static=engine in STATIC_CACHE_ENGINES,
+                     moe_batched=engine == GENERATE_ENGINE)
     peak = max(memory["phases"].values())
     overheads = runtime_overheads(peak)
     fits = peak + sum(overheads.values()) <= hw.device_total_bytes
@@ -149,7 +155,7 @@ def estimate_infer(m: ModelSpec, hw, *, batch: int, prompt: int, gen: int, dtype
     mid_past = prompt + (gen - 1) / 2.0
     dec_ops = opsmod.forward_ops(m, batch, 1, int(round(mid_past)), act_b, w_b, act_b, head_tokens=batch,
                                  hf_cache_cat=not graph, head_w_b=act_b, static_len=static_len, gqa_fold=gqa_fold,
-                                 fuse_proj=fuse_proj)
+                                 fuse_proj=fuse_proj, moe_batched=engine == GENERATE_ENGINE)
     if kv_b != act_b:  # KV traffic at the cache's dtype
         dec_ops = [o if o.kind not in ("cache",) else opsmod.Op(o.name, o.kind, o.flops, o.bytes * kv_b / act_b,
                                                                o.kernels, o.count) for o in dec_ops]
@@ -203,7 +209,8 @@ def estimate_infer(m: ModelSpec, hw, *, batch: int, prompt: int, gen: int, dtype
         est.assumptions.append(
             f"KV cache as transformers keeps MLA: per-head K and V; engines that cache the {a.kv_lora_rank}+"
             f"{a.qk_rope_head_dim} latent (vLLM, SGLang, FlashMLA) need {latent:.1%} of it")
-    est.limits = max_fit(m, hw, batch, prompt, gen, dtype, kv_dtype, act_b, tp, engine in STATIC_CACHE_ENGINES)
+    est.limits = max_fit(m, hw, batch, prompt, gen, dtype, kv_dtype, act_b, tp, engine in STATIC_CACHE_ENGINES,
+                         engine == GENERATE_ENGINE)
     est.verdict, est.suggestions = verdict_infer(est, m, hw, dtype, tp)
     if with_ops:
         est.ops = [dict(phase="prefill", **t.__dict__) for t in pre_times] + \
@@ -212,9 +219,11 @@ def estimate_infer(m: ModelSpec, hw, *, batch: int, prompt: int, gen: int, dtype
 
 
 def _memory(m: ModelSpec, batch: int, prompt: int, gen: int, dtype: str, kv_dtype: str, act_b: float,
-            tp: int, static: bool = False) -> dict:
+            tp: int, static: bool = False, moe_batched: bool = False) -> dict:
     """Phase peaks. ``static``: a StaticCache of prompt + gen tokens is allocated before the prefill and updated
-    in place (no torch.cat copies)."""
+    in place (no torch.cat copies). ``moe_batched``: generate's batched_mm experts in decode gather a copy of the
+    gate|up and then the down weights for each of the batch x top-k routed rows; the first copy is still referenced
+    while the second is made (``selected_weights`` is reassigned), so both are live: batch x k x 3 x I x H."""
     w = weight_bytes(m, dtype, tp)["weights"]
     if static:
         kv_prefill = kv_end = kv_cache_bytes(m, batch, prompt + gen, kv_dtype, tp)
@@ -227,7 +236,12 @@ def _memory(m: ModelSpec, batch: int, prompt: int, gen: int, dtype: str, kv_dtyp
     logits = batch * m.vocab_size / tp * (act_b + 4 + 4)
     ws = CUBLAS_WORKSPACE_BYTES
     prefill = w + kv_prefill + act_peak + ws
-    decode_end = w + kv_end + kv_one_layer_k + logits + ws
+    gathered = 0.0
+    if moe_batched and m.moe:
+        n_mats = 3 if m.gated_mlp else 2
+        gathered = batch * m.moe.experts_per_token * n_mats * m.hidden_size * m.moe.expert_intermediate_size \
+            * nbytes(dtype) / tp
+    decode_end = w + kv_end + kv_one_layer_k + logits + ws + gathered
     phases = {"prefill": prefill, "decode_end": decode_end}
     at_peak_prefill = prefill >= decode_end
     breakdown = {
@@ -238,6 +252,8 @@ def _memory(m: ModelSpec, batch: int, prompt: int, gen: int, dtype: str, kv_dtyp
         "logits": 0.0 if at_peak_prefill else logits,
         "workspace": ws,
     }
+    if gathered:
+        breakdown["moe_gathered_weights"] = 0.0 if at_peak_prefill else gathered
     return {"phases": phases, "breakdown": breakdown}
 
 
@@ -251,11 +267,11 @@ def _tp_comm_s(m: ModelSpec, hw, tp: int, tokens: int, act_b: float) -> float:
 
 
 def max_fit(m: ModelSpec, hw, batch: int, prompt: int, gen: int, dtype: str, kv_dtype: str, act_b: float,
-            tp: int, static: bool = False) -> dict[str, int | None]:
+            tp: int, static: bool = False, moe_batched: bool = False) -> dict[str, int | None]:
     """Largest batch (at this prompt+gen) and largest prompt (at this batch, within the model's context) that fit."""
 
     def fits(b: int, p: int) -> bool:
-        peak = max(_memory(m, b, p, gen, dtype, kv_dtype, act_b, tp, static)["phases"].values())
+        peak = max(_memory(m, b, p, gen, dtype, kv_dtype, act_b, tp, static, moe_batched)["phases"].values())
         return peak + sum(runtime_overheads(peak).values()) <= hw.device_total_bytes
 
     def search(f, hi_cap: int) -> int | None:

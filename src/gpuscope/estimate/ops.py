@@ -52,12 +52,13 @@ def _norm(m: ModelSpec, tokens: int, stream_b: float, act_b: float, count: int) 
 
 def layer_ops(m: ModelSpec, tokens: int, ctx: int, new: int, act_b: float, w_b: float, stream_b: float,
               count: int, moe: bool, hf_cache_cat: bool, batch: int, static_len: int | None = None,
-              gqa_fold: bool = False, fuse_proj: bool = False) -> list[Op]:
+              gqa_fold: bool = False, fuse_proj: bool = False, moe_batched: bool = False) -> list[Op]:
     """Ops of ``count`` identical decoder layers processing ``tokens`` = batch * new tokens whose queries see
     ``ctx`` keys in the end (ctx = past + new). ``static_len``: the length of a static KV cache (transformers'
     StaticCache, as the graph engines use), whose every slot attention reads under an explicit mask. ``gqa_fold``:
     gpuscope's GQA-folding SDPA (measure/gqa_attention.py, `--attn gs-gqa`) instead of transformers' repeat_kv.
-    ``fuse_proj``: q|k|v and gate|up as one GEMM each (measure/fused_proj.py, `--fuse-proj`)."""
+    ``fuse_proj``: q|k|v and gate|up as one GEMM each (measure/fused_proj.py, `--fuse-proj`). ``moe_batched``:
+    routed experts as transformers' batched_mm (generate's decode steps on a GPU, see _moe_ops)."""
     h = m.hidden_size
     ops = [_norm(m, tokens, stream_b, act_b, count)]
     cast = 0.0 if stream_b == act_b else 1.0  # autocast copies the fp32 norm output before each projection
@@ -143,7 +144,7 @@ def layer_ops(m: ModelSpec, tokens: int, ctx: int, new: int, act_b: float, w_b: 
     if m.norms_per_layer == 4:  # Gemma-2: post-attention and post-feedforward norms on the branch outputs
         ops.append(_norm(m, tokens, act_b, act_b, 2 * count))
     if moe and m.moe:
-        ops += _moe_ops(m, tokens, act_b, w_b, stream_b, count, cast)
+        ops += _moe_ops(m, tokens, act_b, w_b, stream_b, count, cast, moe_batched)
     else:
         ops += _mlp_ops(m, tokens, m.intermediate_size, act_b, w_b, stream_b, count, cast, "mlp", fuse_proj)
     ops.append(_ew("residual_add", tokens * h, 2 * stream_b + act_b, 1, count))
@@ -170,9 +171,14 @@ def _mlp_ops(m: ModelSpec, tokens: int, width: int, act_b: float, w_b: float, st
 
 
 def _moe_ops(m: ModelSpec, tokens: int, act_b: float, w_b: float, stream_b: float, count: int,
-             cast: float) -> list[Op]:
+             cast: float, batched: bool = False) -> list[Op]:
     """MoE block as transformers runs it: router GEMM, softmax/top-k, then the routed experts; each expert that
-    receives a token has its weights read once per forward."""
+    receives a token has its weights read once per forward. ``batched``: transformers' ``batched_mm`` experts, which
+    `generate` switches to for every decode step on a GPU (generation/utils.py `_optimize_model_for_decode`,
+    transformers 5.x): each of the tokens x top-k routed rows gathers its expert's weights (``W[expert_ids]``, a
+    copy) and multiplies them with a bmm, so the weights are read, written and read again per routed row, repeats
+    included. H200, Mixtral-8x7B b1 decode (results/2026-11-29-h200-c/doctor_mixtral.json): the gathers and bmms
+    took 16.6 ms per step, this model 16.4 ms (one read of the two experts: 5.5 ms)."""
     e = m.moe
     assert e is not None
     h = m.hidden_size
@@ -184,7 +190,8 @@ def _moe_ops(m: ModelSpec, tokens: int, act_b: float, w_b: float, stream_b: floa
     width = e.expert_intermediate_size
     n_mats = 3 if m.gated_mlp else 2
     flops = 2.0 * routed_tokens * h * width * n_mats
-    bytes_ = hit * n_mats * h * width * w_b + routed_tokens * (2 * h + (n_mats + 2) * width) * act_b
+    expert_w = (3 * routed_tokens if batched else hit) * n_mats * h * width * w_b
+    bytes_ = expert_w + routed_tokens * (2 * h + (n_mats + 2) * width) * act_b
     # transformers 5 runs the routed experts as grouped GEMMs over expert-sorted tokens (its fused 3-D expert
     # weights): a fixed dozen kernels per layer (sort/count, gather, grouped gate_up, act, grouped down, scatter),
     # not a Python loop over experts.
@@ -197,7 +204,8 @@ def _moe_ops(m: ModelSpec, tokens: int, act_b: float, w_b: float, stream_b: floa
 
 def forward_ops(m: ModelSpec, batch: int, new: int, past: int, act_b: float, w_b: float, stream_b: float,
                 head_tokens: int, hf_cache_cat: bool = True, head_w_b: float | None = None,
-                static_len: int | None = None, gqa_fold: bool = False, fuse_proj: bool = False) -> list[Op]:
+                static_len: int | None = None, gqa_fold: bool = False, fuse_proj: bool = False,
+                moe_batched: bool = False) -> list[Op]:
     """All ops of one forward over ``new`` tokens per sequence with ``past`` cached tokens.
 
     ``head_tokens``: positions the LM head is applied to (generate applies it to the last position only,
@@ -214,7 +222,7 @@ def forward_ops(m: ModelSpec, batch: int, new: int, past: int, act_b: float, w_b
                          gqa_fold, fuse_proj)
     if n_moe:
         ops += layer_ops(m, tokens, ctx, new, act_b, w_b, stream_b, n_moe, True, hf_cache_cat, batch, static_len,
-                         gqa_fold, fuse_proj)
+                         gqa_fold, fuse_proj, moe_batched)
     ops.append(_norm(m, head_tokens, stream_b, act_b, 1))
     hb = act_b if head_w_b is None else head_w_b
     ops.append(_mm("lm_head", head_tokens, m.vocab_size, m.hidden_size, act_b, hb, 1))
