@@ -192,6 +192,7 @@ def test_bench_infer_loads_a_local_checkpoint_with_from_pretrained(tmp_path):
 @pytest.mark.parametrize("args,word", [
     (("bench", "infer", "--model", "gpt2", "--weights"), "checkpoint directory"),
     (("bench", "infer", "--model", "gpt2", "--device-map", "auto"), "need --weights"),
+    (("bench", "infer", "--model", "gpt2", "--fuse-proj", "--device-map", "auto"), "--fuse-proj"),
     (("bench", "infer", "--model", "no-such-model-xyz"), "no-such-model-xyz"),
     (("bench", "infer", "--model", "gpt2", "--batch", "0"), "--batch"),
     (("bench", "train", "--model", "gpt2", "--precision", "fp64"), "--precision"),

@@ -434,6 +434,9 @@ def register(app: typer.Typer) -> None:
         if attn != "sdpa":
             extra["attn"] = attn
         if fuse_proj:
+            if device_map:
+                raise UserError("--fuse-proj cannot be combined with --device-map: accelerate's offload hooks hold "
+                                "the separate q/k/v and gate/up weights it would replace.")
             extra["fuse_proj"] = True
         extra.update(_checkpoint_options(model, weights, device_map, max_memory))
         if weights:

@@ -34,6 +34,8 @@ MLP = ("LlamaMLP", "MistralMLP", "Qwen2MLP")
 
 
 def _concat_linear(parts: list[nn.Linear]) -> nn.Linear:
+    if any(p.weight.device.type == "meta" for p in parts):
+        raise ValueError("fuse_proj: weights on the meta device (offloaded by accelerate) cannot be fused")
     w = torch.cat([p.weight.detach() for p in parts], dim=0)
     bias = parts[0].bias is not None
     out = nn.Linear(w.shape[1], w.shape[0], bias=bias, device="meta")
