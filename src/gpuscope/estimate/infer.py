@@ -33,8 +33,9 @@ from gpuscope.estimate.runtime import CUBLAS_WORKSPACE_BYTES, runtime_overheads
 from gpuscope.specs.model import ModelSpec
 
 # The planner engine of plain HF `generate`: on a GPU its decode steps switch MoE experts from grouped_mm to
-# batched_mm (ops._moe_ops). hf-graph goes through generate too, but shares the "graph" engine with gpuscope's own
-# graph loops (gs-compile, which keep grouped_mm), and is planned without the switch.
+# batched_mm (ops._moe_ops). hf-graph goes through generate too but shares the "graph" engine with gpuscope's own
+# graph loops (gs-compile, which keep grouped_mm): estimate_infer(moe_batched=True) says so for a measured hf-graph
+# case (explain.compare.estimate_for).
 GENERATE_ENGINE = "eager"
 
 
@@ -103,7 +104,7 @@ def prefill_activation_bytes(m: ModelSpec, batch: int, prompt: int, act_b: float
 def estimate_infer(m: ModelSpec, hw, *, batch: int, prompt: int, gen: int, dtype: str = "bf16",
                    kv_dtype: str | None = None, engine: str = "eager", num_gpus: int = 1, tp: int = 1,
                    with_ops: bool = False, mla_cache: str = "full", gqa_fold: bool = False,
-                   fuse_proj: bool = False) -> Estimate:
+                   fuse_proj: bool = False, moe_batched: bool | None = None) -> Estimate:
     _positive("batch", batch)
     _positive("prompt", prompt)
     _positive("gen", gen)
@@ -130,8 +131,10 @@ def estimate_infer(m: ModelSpec, hw, *, batch: int, prompt: int, gen: int, dtype
     else:
         note_ctx = ""
 
+    if moe_batched is None:  # generate's decode on a GPU: batched_mm experts
+        moe_batched = engine == GENERATE_ENGINE
     memory = _memory(m, batch, prompt, gen, dtype, kv_dtype, act_b, tp, static=engine in STATIC_CACHE_ENGINES,
-                     moe_batched=engine == GENERATE_ENGINE)
+                     moe_batched=moe_batched)
     peak = max(memory["phases"].values())
     overheads = runtime_overheads(peak)
     fits = peak + sum(overheads.values()) <= hw.device_total_bytes
@@ -155,7 +158,7 @@ def estimate_infer(m: ModelSpec, hw, *, batch: int, prompt: int, gen: int, dtype
     mid_past = prompt + (gen - 1) / 2.0
     dec_ops = opsmod.forward_ops(m, batch, 1, int(round(mid_past)), act_b, w_b, act_b, head_tokens=batch,
                                  hf_cache_cat=not graph, head_w_b=act_b, static_len=static_len, gqa_fold=gqa_fold,
-                                 fuse_proj=fuse_proj, moe_batched=engine == GENERATE_ENGINE)
+                                 fuse_proj=fuse_proj, moe_batched=moe_batched)
     if kv_b != act_b:  # KV traffic at the cache's dtype
         dec_ops = [o if o.kind not in ("cache",) else opsmod.Op(o.name, o.kind, o.flops, o.bytes * kv_b / act_b,
                                                                o.kernels, o.count) for o in dec_ops]
@@ -210,7 +213,7 @@ def estimate_infer(m: ModelSpec, hw, *, batch: int, prompt: int, gen: int, dtype
             f"KV cache as transformers keeps MLA: per-head K and V; engines that cache the {a.kv_lora_rank}+"
             f"{a.qk_rope_head_dim} latent (vLLM, SGLang, FlashMLA) need {latent:.1%} of it")
     est.limits = max_fit(m, hw, batch, prompt, gen, dtype, kv_dtype, act_b, tp, engine in STATIC_CACHE_ENGINES,
-                         engine == GENERATE_ENGINE)
+                         moe_batched)
     est.verdict, est.suggestions = verdict_infer(est, m, hw, dtype, tp)
     if with_ops:
         est.ops = [dict(phase="prefill", **t.__dict__) for t in pre_times] + \

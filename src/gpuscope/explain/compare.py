@@ -76,7 +76,10 @@ def estimate_for(case: dict, hw: HardwareSpec):
         engine = ENGINE_OF_MEASURED.get(case.get("engine", "hf-eager"), "eager")
         return estimate_infer(m, hw, batch=case["batch"], prompt=case["prompt"], gen=case["gen"],
                               dtype=case.get("dtype", "bf16"), engine=engine, gqa_fold=case.get("attn") == "gs-gqa",
-                              fuse_proj=bool(case.get("fuse_proj")))
+                              fuse_proj=bool(case.get("fuse_proj")),
+                              # generate's decode on a GPU switches MoE experts to batched_mm (estimate/ops.py)
+                              moe_batched=case.get("engine", "hf-eager") in ("hf-eager", "hf-graph")
+                              and case.get("device", "cuda") != "cpu")
     dist = {}
     if case["kind"] == "train-dist":
         dist = dict(num_gpus=int(case["nproc"]) * int(case.get("nnodes", 1)), strategy=case["strategy"],
