@@ -67,6 +67,8 @@ step micro_mamf 200 python3 -m gpuscope bench micro --dtype bf16 --shapes 2048x2
 fi
 if want moe; then  # the MoE prefill miss (-46%): where Mixtral's prefill spends its time
 step doctor_mixtral 200 python3 -m gpuscope doctor infer --model mixtral-8x7b --batch 1 --prompt 1024 --gen 16 --json
+# generate's batched_mm MoE decode at batch 8: the planner says GPU-bound at ~136 ms/token (16 gathered expert copies)
+step mixtral_b8 200 python3 -m gpuscope bench infer --model mixtral-8x7b --batch 8 --prompt 128 --gen 32 --repeats 2 --json
 fi
 if want benchall; then
 step bench_all_quick 400 python3 -m gpuscope bench all --json

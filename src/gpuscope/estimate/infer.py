@@ -212,6 +212,11 @@ def estimate_infer(m: ModelSpec, hw, *, batch: int, prompt: int, gen: int, dtype
         est.assumptions.append(
             f"KV cache as transformers keeps MLA: per-head K and V; engines that cache the {a.kv_lora_rank}+"
             f"{a.qk_rope_head_dim} latent (vLLM, SGLang, FlashMLA) need {latent:.1%} of it")
+    if moe_batched and m.is_moe:
+        est.assumptions.append(
+            "MoE decode as HF generate runs it on a GPU (batched_mm experts): each of the batch x top-k routed rows "
+            "gathers a copy of its expert's weights, so a step reads them three times and holds both copies "
+            "(--engine graph, a static-cache loop with grouped_mm, reads each routed expert once)")
     est.limits = max_fit(m, hw, batch, prompt, gen, dtype, kv_dtype, act_b, tp, engine in STATIC_CACHE_ENGINES,
                          moe_batched)
     est.verdict, est.suggestions = verdict_infer(est, m, hw, dtype, tp)
