@@ -162,3 +162,20 @@ def test_results_compare_puts_the_planner_beside_stored_h200_runs(tmp_path):
     for got, exp in zip(sorted(rows, key=lambda x: (x["case"], x["metric"])),
                         sorted(expected, key=lambda x: (x.case, x.metric))):
         assert got["metric"] == exp.metric and got["error"] == pytest.approx(exp.error)
+    summary = json.loads(out.stdout)["summary"]
+    assert sum(v["of"] for v in summary.values()) == len([r for r in expected if r.metric not in ("mfu",)])
+    assert summary["memory"]["band"] == 0.05 and summary["step_s"]["band"] == 0.15
+    for key, v in summary.items():
+        mine = [r for r in expected if (r.metric.endswith("bytes") if key == "memory" else r.metric == key)]
+        assert v["of"] == len(mine) and v["within"] == sum(abs(r.error) <= v["band"] for r in mine)
+
+
+def test_accuracy_summary_pools_memory_and_counts_within_band():
+    from gpuscope.explain.compare import Row, accuracy_lines, accuracy_summary
+
+    rows = [Row("a", "peak_bytes", 104, 100), Row("a", "forward_peak_bytes", 94, 100), Row("a", "step_s", 1.1, 1.0),
+            Row("b", "step_s", 1.2, 1.0), Row("b", "mfu", 0.5, 0.1), {"metric": "prefill_s", "error": -0.15}]
+    s = accuracy_summary(rows)
+    assert s == {"memory": {"within": 1, "of": 2, "band": 0.05}, "step_s": {"within": 1, "of": 2, "band": 0.15},
+                 "prefill_s": {"within": 1, "of": 1, "band": 0.15}}
+    assert accuracy_lines(s)[0] == "memory: 1/2 within 5%"

@@ -117,9 +117,12 @@ def register(app: typer.Typer) -> None:
                                 "estimated": row.estimated, "measured": row.measured, "error": row.error})
             except UserError as exc:
                 skipped.append({"id": rec["id"], "why": str(exc)})
+        from gpuscope.explain.compare import accuracy_lines, accuracy_summary
+
+        summary = accuracy_summary(out)
         if as_json:
-            typer.echo(json.dumps({"schema": "gpuscope.results-compare/1", "rows": out, "skipped": skipped},
-                                  indent=1))
+            typer.echo(json.dumps({"schema": "gpuscope.results-compare/1", "rows": out, "skipped": skipped,
+                                   "summary": summary}, indent=1))
             return
         if not out and not skipped:
             typer.echo("no inference or training measurements in the database yet; run `gpuscope bench infer|train`.")
@@ -136,6 +139,8 @@ def register(app: typer.Typer) -> None:
                       f"{r['measured'] / scale:,.2f}{unit}", f"{r['error']:+.1%}")
         console = Console()
         (console if console.is_terminal else Console(width=160)).print(t)
+        for line in accuracy_lines(summary):
+            typer.echo(line)
         for sk in skipped:
             typer.echo(f"skipped measurement {sk['id']}: {sk['why']}", err=True)
 

@@ -132,3 +132,28 @@ def compare_file(path: str | Path, ceilings: dict | None = None, gpu: str | None
             hw = calibrated(hw, ceilings.get("matmul_tflops"), ceilings.get("memory_bw_gbs"))
         rows += compare_record(rec, hw)
     return rows
+
+
+# The measurement suite's accuracy targets (issue "measurement suite"): peak memory within 5%, times within 15%.
+ACCURACY_BANDS = {"memory": 0.05, "time": 0.15}
+
+
+def accuracy_summary(rows) -> dict[str, dict]:
+    """Per metric (peak memory rows pooled as ``memory``), how many rows fall within the target band:
+    {"memory": {"within": 95, "of": 95, "band": 0.05}, "prefill_s": {...}, ...}. ``rows``: Row objects or dicts
+    with ``metric`` and ``error``. Derived rows (MFU, scaling efficiency) are left out: they restate a time."""
+    out: dict[str, dict] = {}
+    for r in rows:
+        metric, err = (r["metric"], r["error"]) if isinstance(r, dict) else (r.metric, r.error)
+        if metric in ("mfu", "scaling_efficiency"):
+            continue
+        key = "memory" if metric.endswith("bytes") else metric
+        band = ACCURACY_BANDS["memory" if key == "memory" else "time"]
+        s = out.setdefault(key, {"within": 0, "of": 0, "band": band})
+        s["of"] += 1
+        s["within"] += abs(err) <= band
+    return out
+
+
+def accuracy_lines(summary: dict[str, dict]) -> list[str]:
+    return [f"{k}: {v['within']}/{v['of']} within {v['band']:.0%}" for k, v in summary.items()]
