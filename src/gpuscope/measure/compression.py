@@ -57,7 +57,7 @@ from gpuscope.measure.device import Device, summarize
 from gpuscope.measure.dist_case import read_case
 from gpuscope.measure.dist_train import env_ranks, gather, make_batches, run_worker
 from gpuscope.measure.llm_infer import _release, build_model, case_config, model_bytes, vocab_size
-from gpuscope.measure.llm_train import PRECISIONS
+from gpuscope.measure.llm_train import PRECISIONS, optimizer_step
 
 HOOKS = ("none", "fp16", "bf16", "powersgd1", "powersgd2", "powersgd4", "sign")
 MIN_COMPRESSION_RATE = 2
@@ -306,12 +306,7 @@ def run_variant(scheme: str | None, case: dict, dev: Device, state: dict) -> dic
         with autocast():
             loss = ddp(input_ids=ids, labels=ids, use_cache=False).loss
         (scaler.scale(loss) if scaler else loss).backward()
-        if scaler:
-            scaler.step(opt)
-            scaler.update()
-        else:
-            opt.step()
-        opt.zero_grad(set_to_none=True)
+        optimizer_step(opt, scaler)
         losses[t] = loss.detach().float()
         st.mark()
         counter.end_step()

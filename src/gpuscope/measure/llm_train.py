@@ -101,6 +101,17 @@ class _Autocast:
         return torch.autocast(device_type=self.dev.type, dtype=self.dtype) if self.dtype else contextlib.nullcontext()
 
 
+def optimizer_step(opt, scaler) -> None:
+    """The optimizer step of every training loop here: through the fp16 loss scaler when there is one (unscale,
+    skip on inf/nan, adjust the scale), then gradients dropped (``set_to_none``: no zeroing kernels, memory freed)."""
+    if scaler:
+        scaler.step(opt)
+        scaler.update()
+    else:
+        opt.step()
+    opt.zero_grad(set_to_none=True)
+
+
 def step_functions(model, opt, scaler, ac_dtype, dev: Device, batches, state: dict, stage: list):
     """(forward, backward, optimizer step) of one training step, shared by the single-GPU and distributed
     workloads. Each records its phase in ``state`` (for OOM results) as "<stage>/<phase>"; the forward drops the
@@ -119,12 +130,7 @@ def step_functions(model, opt, scaler, ac_dtype, dev: Device, batches, state: di
 
     def opt_step():
         state["phase"] = f"{stage[0]}/optimizer"
-        if scaler:
-            scaler.step(opt)
-            scaler.update()
-        else:
-            opt.step()
-        opt.zero_grad(set_to_none=True)
+        optimizer_step(opt, scaler)
 
     return forward, backward, opt_step
 

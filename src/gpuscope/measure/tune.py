@@ -36,6 +36,7 @@ import time
 import torch
 
 from gpuscope.measure.device import Device, is_oom
+from gpuscope.measure.llm_train import optimizer_step
 
 SCHEMA_BATCH = "gpuscope.tune.batch/1"
 SCHEMA_PRECISION = "gpuscope.tune.precision/1"
@@ -241,12 +242,7 @@ class TrainTrial:
         with ctx:
             loss = self.model(input_ids=ids, labels=ids, use_cache=False).loss
         (self.scaler.scale(loss) if self.scaler else loss).backward()
-        if self.scaler:
-            self.scaler.step(self.opt)
-            self.scaler.update()
-        else:
-            self.opt.step()
-        self.opt.zero_grad(set_to_none=True)
+        optimizer_step(self.opt, self.scaler)
 
     def __call__(self, b: int) -> dict:
         ids = torch.randint(0, self.vocab, (b, self.seq), device=self.dev.torch_device)
@@ -437,12 +433,7 @@ def _train_mode(base, mode: str, dev: Device, batches, steps: int) -> dict:
                 with ctx:
                     loss = model(input_ids=ids, labels=ids, use_cache=False).loss
                 (scaler.scale(loss) if scaler else loss).backward()
-                if scaler:
-                    scaler.step(opt)
-                    scaler.update()
-                else:
-                    opt.step()
-                opt.zero_grad(set_to_none=True)
+                optimizer_step(opt, scaler)
             losses.append(float(loss.detach().float()))
             times.append(t.s)
     step = statistics.median(times[1:] or times)
