@@ -54,8 +54,8 @@ import torch
 import torch.distributed as dist
 
 from gpuscope.measure.device import Device, summarize
-from gpuscope.measure.dist_case import read_case
-from gpuscope.measure.dist_train import env_ranks, gather, make_batches, run_worker
+from gpuscope.measure.dist_case import add_model_and_device, read_case
+from gpuscope.measure.dist_train import env_ranks, gather, make_batches, worker_main
 from gpuscope.measure.llm_infer import _release, build_model, case_config, model_bytes, vocab_size
 from gpuscope.measure.llm_train import PRECISIONS, optimizer_step
 
@@ -433,23 +433,11 @@ def parse_case(argv):
             "steps": a.steps, "warmup": a.warmup, "hooks": a.hooks, "lr": a.lr, "pool": a.pool,
             "start_powersgd_iter": a.start_powersgd_iter, "bucket_cap_mb": a.bucket_cap_mb, "seed": a.seed,
             "timeout_s": a.timeout_s}
-    if a.model:
-        case["model"] = a.model
-    if a.config:
-        case["config"] = read_case(a.config) if a.config.lstrip().startswith("{") else a.config
-    if a.device:
-        case["device"] = a.device
-    return case, a
+    return add_model_and_device(case, a), a
 
 
 def main(argv=None) -> int:
-    try:
-        case, a = parse_case(argv)
-        check_case(case)
-    except (OSError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    return run_worker(case, a.out, _body)
+    return worker_main(argv, parse_case, check_case, _body)
 
 
 if __name__ == "__main__":

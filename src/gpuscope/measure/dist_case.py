@@ -65,13 +65,20 @@ def parse_case(argv: list[str] | None) -> tuple[dict, argparse.Namespace]:
                 "seed": a.seed, "bucket_cap_mb": a.bucket_cap_mb, "gradient_as_bucket_view": a.gradient_as_bucket_view,
                 "reshard_after_forward": not a.no_reshard_after_forward, "baseline": a.baseline,
                 "timeout_s": a.timeout_s}
-        if a.model:
-            case["model"] = a.model
-        if a.config:
-            case["config"] = read_case(a.config) if a.config.lstrip().startswith("{") else a.config
-        if a.device:
-            case["device"] = a.device
+        add_model_and_device(case, a)
     return case, a
+
+
+def add_model_and_device(case: dict, a: argparse.Namespace) -> dict:
+    """The keys every torchrun worker's command line shares: --model, --config (inline JSON is parsed, a path stays
+    a path: case_config reads it) and --device."""
+    if a.model:
+        case["model"] = a.model
+    if a.config:
+        case["config"] = read_case(a.config) if a.config.lstrip().startswith("{") else a.config
+    if a.device:
+        case["device"] = a.device
+    return case
 
 
 def read_case(arg: str):

@@ -404,14 +404,20 @@ def _body(case: dict, dev: Device, state: dict) -> dict | None:
     return combine(case, shared, ranks, baseline, world)
 
 
-def main(argv: list[str] | None = None) -> int:
+def worker_main(argv, parse, check, body) -> int:
+    """A torchrun worker's entry point: parse and check its case (bad input: one line on stderr, exit 2), then
+    ``run_worker`` with ``body``."""
     try:
-        case, a = parse_case(argv)
-        check_case(case)
+        case, a = parse(argv)
+        check(case)
     except (OSError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    return run_worker(case, a.out, _body)
+    return run_worker(case, a.out, body)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return worker_main(argv, parse_case, check_case, _body)
 
 
 if __name__ == "__main__":
