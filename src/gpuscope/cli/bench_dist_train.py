@@ -188,6 +188,22 @@ def _exit_on_error(s: Session) -> None:
         raise typer.Exit(1)
 
 
+def _run_job(kind: str, module: str, case: dict, name: str, device: str | None, launch: tuple, db: str | None,
+             as_json: bool, table, estimate=None) -> None:
+    """One torchrun job of ``module`` for ``case`` (``launch``: nproc, nnodes, node_rank, rdzv, timeout), stored
+    under ``name`` and printed with ``table``; ``estimate(result)`` gives the planner's rows beside it."""
+    if device:
+        case["device"] = device
+    s = Session(db, f"bench {kind}", False, as_json)
+
+    def go():
+        res, prov, wall = _launch(module, case, *launch)
+        _record(s, kind, name, case, res, prov, wall, table, estimate(res) if estimate else None)
+
+    guarded(s, go)
+    _exit_on_error(s)
+
+
 def register_dist_train(bench: typer.Typer) -> None:
     @bench.command("train-dist")
     def train_dist(
@@ -234,18 +250,10 @@ def register_dist_train(bench: typer.Typer) -> None:
                 "baseline": baseline, "nproc": nproc, "nnodes": nnodes, "timeout_s": timeout}
         if strategy == "ddp":
             case.update(bucket_cap_mb=bucket_cap_mb, gradient_as_bucket_view=grad_bucket_view)
-        if device:
-            case["device"] = device
         m = model or case["config"]["model_type"]
         name = f"train-dist/{m}/{strategy}-{nnodes * nproc}p-mb{micro_batch}-s{seq}-{precision}-rc_{recompute}"
-        s = Session(db, "bench train-dist", False, as_json)
-
-        def go():
-            res, prov, wall = _launch("gpuscope.measure.dist_train", case, nproc, nnodes, node_rank, rdzv, timeout)
-            _record(s, "train-dist", name, case, res, prov, wall, train_table, dist_estimate(case, res, gpu))
-
-        guarded(s, go)
-        _exit_on_error(s)
+        _run_job("train-dist", "gpuscope.measure.dist_train", case, name, device, (nproc, nnodes, node_rank, rdzv,
+                 timeout), db, as_json, train_table, lambda res: dist_estimate(case, res, gpu))
 
     @bench.command("compression")
     def compression(
@@ -291,15 +299,7 @@ def register_dist_train(bench: typer.Typer) -> None:
         case = {"kind": "compression", **_model_case(model, config), "micro_batch": micro_batch, "seq": seq,
                 "precision": precision, "steps": steps, "warmup": warmup, "hooks": hook_list, "lr": lr,
                 "start_powersgd_iter": start_powersgd_iter, "nproc": nproc, "nnodes": nnodes, "timeout_s": timeout}
-        if device:
-            case["device"] = device
         m = model or case["config"]["model_type"]
         name = f"compression/{m}/{nnodes * nproc}p-mb{micro_batch}-s{seq}-{precision}-{'+'.join(hook_list)}"
-        s = Session(db, "bench compression", False, as_json)
-
-        def go():
-            res, prov, wall = _launch("gpuscope.measure.compression", case, nproc, nnodes, node_rank, rdzv, timeout)
-            _record(s, "compression", name, case, res, prov, wall, compression_table)
-
-        guarded(s, go)
-        _exit_on_error(s)
+        _run_job("compression", "gpuscope.measure.compression", case, name, device, (nproc, nnodes, node_rank,
+                 rdzv, timeout), db, as_json, compression_table)
