@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuscope.explain.compare import compare_record, hardware_for, read_records
-from validation_rows import check_row
+from gpuscope.explain.compare import hardware_for, read_records
+from validation_rows import check_row, row_params
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "2026-11-29-h200-b" / "measurements.jsonl"
 RECORDS = read_records(RESULTS)
@@ -28,14 +28,7 @@ KNOWN_MISSES = {
 }
 
 
-def _rows():
-    for rec in RECORDS:
-        hw = hardware_for(rec["result"]["device_name"])
-        for row in compare_record(rec, hw):
-            yield pytest.param(row, id=f"{row.case}:{row.metric}")
-
-
-ROWS = list(_rows())
+ROWS = row_params(RECORDS)
 
 
 def test_the_set_holds_every_engine_and_the_7b_training_cases():

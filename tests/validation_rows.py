@@ -24,3 +24,13 @@ def check_row(row, key, known_misses: dict) -> None:
         return
     assert abs(row.error) <= tol, f"{key}: estimated {row.estimated:.4g}, measured {row.measured:.4g} " \
                                   f"({row.error:+.1%})"
+
+
+def row_params(records, kinds=("infer", "train")) -> list:
+    """One pytest param per planner-vs-measured row of ``records`` (each planned for the device that ran it)."""
+    import pytest
+
+    from gpuscope.explain.compare import compare_record, hardware_for
+
+    return [pytest.param(row, id=f"{row.case}:{row.metric}") for rec in records if rec["case"]["kind"] in kinds
+            for row in compare_record(rec, hardware_for(rec["result"]["device_name"]))]
