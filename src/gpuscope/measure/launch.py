@@ -120,6 +120,23 @@ def _kill_group(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
             continue
 
 
+def json_dict_lines(text: str) -> list[dict]:
+    """The lines of ``text`` that parse as JSON objects (blank, torn or foreign lines are skipped): how every
+    results file and worker stream here is read."""
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict):
+            out.append(rec)
+    return out
+
+
 class _Reader:
     """Reads complete JSON lines appended to a file since the last call."""
 
@@ -138,16 +155,7 @@ class _Reader:
             return []
         self.pos += end + 1
         new = []
-        for line in data[:end].decode("utf-8", "replace").splitlines():
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
-            if not isinstance(rec, dict):
-                continue
+        for rec in json_dict_lines(data[:end].decode("utf-8", "replace")):
             if ERROR_KEY in rec:
                 self.errors.append(rec)
             else:

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from gpuscope.measure.cases import case_id, case_name
+from gpuscope.measure.launch import json_dict_lines
 
 SCHEMA = "gpuscope.measurement/1"
 _SRC = str(Path(__file__).resolve().parents[2])  # the directory that holds the gpuscope package
@@ -31,18 +32,7 @@ def read_results(path) -> list[dict]:
     p = Path(path)
     if not p.exists():
         return []
-    out = []
-    for line in p.read_text().splitlines():
-        line = line.strip()
-        if not line:
-            continue
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(rec, dict) and "case_id" in rec:
-            out.append(rec)
-    return out
+    return [rec for rec in json_dict_lines(p.read_text()) if "case_id" in rec]
 
 
 def _done_ids(path, retry_failed: bool) -> set[str]:
