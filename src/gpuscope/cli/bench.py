@@ -17,6 +17,7 @@ from pathlib import Path
 
 import typer
 
+from gpuscope.cli.bench_report import estimate_beside, estimate_table, headline
 from gpuscope.errors import UserError
 
 BENCH_SCHEMA = "gpuscope.bench/1"
@@ -167,89 +168,7 @@ def run_micro(s: Session, device: str | None, mode: str, dtypes, benches=("matmu
     return results
 
 
-def headline(r: dict) -> str:
-    st = r.get("status")
-    if st != "ok":
-        return f"{st} {r.get('reason') or r.get('error') or r.get('phase') or ''}".strip()
-    if r.get("kind") == "micro":
-        if r.get("bench") == "matmul":
-            m, n, k = r["best_shape"]
-            fast = (f"; mean {r['tflops_best_mean']:.4g}, fastest iteration {r['tflops_best_iteration']:.4g}"
-                    if r.get("tflops_best_iteration") and r.get("tflops_best_mean") else "")
-            return (f"{r['tflops']:.4g} {r.get('unit', 'TFLOPS')} (best median of {len(r['shapes'])} shapes, at "
-                    f"{m}x{n}x{k}{fast})")
-        return f"{r['gbs']:.4g} GB/s (median of {r['iters']}, spread {r.get('rel_iqr') or 0:.1%})"
-    joules = f", {r['j_per_token']:.3g} J/token" if r.get("j_per_token") else ""
-    if r.get("kind") == "infer":
-        if r.get("tpot_s") is None:  # one generated token: no decode step
-            return f"ttft {r['ttft_s'] * 1e3:.2f} ms{joules}"
-        gbs = f", weights read at {r['decode_weights_gbs']:.0f} GB/s" if r.get("decode_weights_gbs") else ""
-        return (f"ttft {r['ttft_s'] * 1e3:.2f} ms, tpot {r['tpot_s'] * 1e3:.2f} ms, "
-                f"{r['decode_tokens_per_s']:.1f} tok/s decode{gbs}{joules}")
-    if r.get("kind") == "train":
-        return f"step {r['step_s'] * 1e3:.2f} ms, {r['tokens_per_s']:.0f} tok/s{joules}"
-    return "ok"
-
-
 # --- workloads ---------------------------------------------------------------------------------------------------
-def _hardware_for_estimate(gpu: str | None, device_name: str | None):
-    from gpuscope.measure.calibrate import catalog_key_for
-    from gpuscope.specs.hardware import load_hardware
-
-    if gpu:
-        return load_hardware(gpu), None
-    key = catalog_key_for(device_name or "")
-    if key is None:
-        return None, (f"device '{device_name}' is not in the hardware catalog; pass --gpu NAME or a calibrated TOML "
-                      "(gpuscope hardware calibrate --out my.toml)")
-    return load_hardware(key), None
-
-
-def estimate_beside(rec: dict, gpu: str | None) -> dict:
-    """{"hardware", "calibrated", "rows": [{metric, estimated, measured, error}]} or {"unavailable": why}; training
-    records also get MFU (and a train-dist run with its baseline, the scaling efficiency): compare_record."""
-    from gpuscope.explain.compare import compare_record
-
-    res = rec.get("result") or {}
-    if res.get("status") != "ok":
-        return {"unavailable": f"the measurement's status is {res.get('status')}"}
-    try:
-        hw, why = _hardware_for_estimate(gpu, res.get("device_name"))
-        if hw is None:
-            return {"unavailable": why}
-        rows = compare_record(rec, hw, derived=True)
-    except UserError as e:
-        return {"unavailable": str(e)}
-    out = []
-    for r in rows:
-        ok = isinstance(r.measured, (int, float)) and r.measured > 0
-        out.append({"metric": r.metric, "estimated": r.estimated, "measured": r.measured,
-                    "error": r.error if ok else None})
-    return {"hardware": hw.key, "calibrated": hw.is_calibrated, "rows": out}
-
-
-def _fmt(metric: str, v) -> str:
-    if not isinstance(v, (int, float)):
-        return "-"
-    if metric in ("mfu", "scaling_efficiency"):
-        return f"{v:.1%}"
-    if metric.endswith("bytes"):
-        return f"{v / 2**30:.3f} GiB" if v >= 2**26 else f"{v / 2**20:.2f} MiB"
-    return f"{v * 1e3:.3f} ms"
-
-
-def estimate_table(name: str, est: dict):
-    from rich.table import Table
-
-    t = Table(title=f"{name}: estimate on {est['hardware']}{' (calibrated)' if est['calibrated'] else ''} vs measured")
-    for col in ("metric", "estimated", "measured", "error"):
-        t.add_column(col, justify="left" if col == "metric" else "right")
-    for r in est["rows"]:
-        err = "-" if r["error"] is None else f"{r['error']:+.1%}"
-        t.add_row(r["metric"], _fmt(r["metric"], r["estimated"]), _fmt(r["metric"], r["measured"]), err)
-    return t
-
-
 def run_workloads(s: Session, cases: list[dict], gpu: str | None, timeout_s: float) -> None:
     from gpuscope.measure.cases import case_id, case_name
     from gpuscope.measure.nvml import NvmlSampler

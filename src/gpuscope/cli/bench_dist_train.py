@@ -156,7 +156,7 @@ def compression_table(name: str, r: dict):
 def dist_estimate(case: dict, res: dict, gpu: str | None) -> dict:
     """The planner's DDP/FSDP estimate beside a measured train-dist case (bench.estimate_beside: memory per phase,
     step, MFU, scaling efficiency when the baseline ran) or {"unavailable": why}."""
-    from gpuscope.cli.bench import estimate_beside
+    from gpuscope.cli.bench_report import estimate_beside
 
     return estimate_beside({"case": case, "result": res}, gpu)
 
@@ -174,7 +174,7 @@ def _record(s: Session, kind: str, name: str, case: dict, res: dict, prov: dict,
         if not s.as_json:
             s.log.print(table(name, res))
             if estimate and "rows" in estimate:
-                from gpuscope.cli.bench import estimate_table
+                from gpuscope.cli.bench_report import estimate_table
 
                 s.log.print(estimate_table(name, estimate))
             elif estimate:
