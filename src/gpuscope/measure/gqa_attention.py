@@ -13,8 +13,10 @@ token ``t`` (the head order of ``repeat_kv``: head h reads KV head h // rep); th
 and traceable by torch.compile (no data-dependent branches). Without a mask, or without GQA, it defers to
 transformers' own ``sdpa_attention_forward``.
 
-Status: token-for-token equal to the stock path on CPU (tests/test_measure_cpu.py); its GPU speed is unmeasured
-(`bash scripts/gpu_session_a.sh profile` runs it beside gs-compile).
+Status: token-for-token equal to the stock path on CPU (tests/test_measure_cpu.py). Measured on the H200
+(results/2026-11-29-h200-c): SLOWER under gs-compile, Llama-3.1-8B b1 p2048 decode 6.77 ms against 6.55 ms for the
+stock SDPA, because Inductor already folds repeat_kv into the attention's input kernel. Kept as an option for
+eager and gs-graph runs; not a recommendation.
 """
 
 from __future__ import annotations
