@@ -319,7 +319,8 @@ def register(app: typer.Typer) -> None:
                                    "step compiled by torch.compile first)."),
         repeats: int = typer.Option(3, "--repeats", help="Timed generate calls (median)."),
         attn: str = typer.Option("sdpa", "--attn", help="sdpa (transformers' default) | eager | gs-gqa (gpuscope's "
-                                 "GQA-folding SDPA: no per-head K/V copy under a mask; slower than sdpa under gs-compile on an H200)."),
+                                 "GQA-folding SDPA: no per-head K/V copy under a mask; slower than sdpa under "
+                                 "gs-compile on an H200)."),
         fuse_proj: bool = typer.Option(False, "--fuse-proj", help="One GEMM for q|k|v and one for gate|up "
                                        "(Llama, Mistral, Qwen2; as gpt-fast and vLLM load them)."),
         weights: bool = typer.Option(False, "--weights", help="Load the checkpoint's own weights (--model DIR holding "
