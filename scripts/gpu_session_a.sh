@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 3/6 acceptance checks on one GPU; usage: bash scripts/gpu_session_a.sh [infer] [validate] [doctor] [loader] [train] [accum] [profile] [fuse] [fusedoc] [loaderdoc] [mamf] [moe] [benchall] [ceilings]
+# Issue 3/6 acceptance checks on one GPU; usage: bash scripts/gpu_session_a.sh [infer] [validate] [doctor] [loader] [train] [accum] [profile] [fuse] [fusedoc] [loaderdoc] [mamf] [moe] [moeprefill] [benchall] [ceilings]
 # (run from the repo root on the GPU machine; writes under $OUT).
 # Each step is bounded by `timeout` so one failure never ends the batch; stderr of each goes to <step>.err.
 set -u
@@ -62,8 +62,14 @@ if want fusedoc; then  # the fused 8B decode's kernel table
 step doctor_fuse_8b 100 python3 -m gpuscope doctor infer --model llama-3.1-8b --batch 1 --prompt 128 --gen 64 --engine gs-compile --fuse-proj --json
 step doctor_eager_1b 150 python3 -m gpuscope doctor infer --model llama-3.2-1b --batch 1 --prompt 512 --gen 128 --json
 fi
-if want mamf; then  # issue 3's 760 TFLOP/s on mamf-finder's terms: its table's best shapes, mean of 100 after 50
-step micro_mamf 200 python3 -m gpuscope bench micro --dtype bf16 --shapes 2048x2048x13312,6144x17920x2816,1024x15360x4096,11264x19712x1536,7168x7168x7168,9216x9216x9216 --iters 100 --warmup 50 --json
+if want mamf; then  # issue 3's 760 TFLOP/s: sustained (queued median) and achievable (mamf-finder v4's MAMF: bursts
+# after an idle gap, median of the 5 fastest) at the public table's best shapes and this GPU's one-wave shapes, then
+# the thorough sweep (which now holds the wave-quantised shapes for this SM count)
+step micro_mamf 200 python3 -m gpuscope bench micro --dtype bf16 --shapes 2048x2048x13312,6144x17920x2816,1024x15360x4096,11264x19712x1536,1536x2816x6144,2816x1536x6144,1536x2816x12288,8192x8192x8192 --iters 100 --warmup 50 --json
+step micro_thorough 240 python3 -m gpuscope bench micro --thorough --dtype bf16 --json
+fi
+if want moeprefill; then  # Mixtral's eager prefill alone (gen 1): where the -46% goes
+step doctor_mixtral_prefill 150 python3 -m gpuscope doctor infer --model mixtral-8x7b --batch 1 --prompt 1024 --gen 1 --json
 fi
 if want moe; then  # the MoE prefill miss (-46%): where Mixtral's prefill spends its time
 step doctor_mixtral 200 python3 -m gpuscope doctor infer --model mixtral-8x7b --batch 1 --prompt 1024 --gen 16 --json

@@ -367,3 +367,107 @@ def test_energy_per_token_and_per_step_with_a_fake_nvml(monkeypatch):
                              "device": "cpu"})
     assert t["status"] == "ok", t
     assert t["step_energy_j"] == 25.0 and t["j_per_token"] == pytest.approx(50.0 / (2 * 2 * 16))
+
+
+class _FakeEventDevice:
+    """A device with events whose clock only moves when the timed work runs: ``fn(i)`` advances it by ``dur[i]``."""
+
+    def __init__(self, dur):
+        self.now, self.dur, self.syncs, self.log = 0.0, dur, 0, []
+        dev = self
+
+        class Event:
+            def __init__(self, enable_timing=True):
+                self.t = None
+
+            def record(self):
+                self.t = dev.now
+                dev.log.append("event")
+
+            def elapsed_time(self, other):
+                return (other.t - self.t) * 1e3
+
+        self._mod = type("Mod", (), {"Event": Event})
+
+    def _events_ok(self):
+        return True
+
+    def synchronize(self):
+        self.syncs += 1
+        self.log.append("sync")
+
+    def work(self, i):
+        self.now += self.dur[i % len(self.dur)]
+        self.log.append("work")
+
+
+def test_matmul_iterations_are_queued_without_a_synchronize_between_them():
+    """On devices with events the timed iterations run back to back (a synchronize before each would start every
+    one on an idle GPU and count the launch and the clock ramp): one synchronize per batch, each iteration's own
+    event pair, the warm-up dropped."""
+    from gpuscope.measure.micro import Settings, time_queued
+
+    dev = _FakeEventDevice([1e-3, 2e-3, 3e-3])
+    flushed = []
+    times = time_queued(dev, dev.work, Settings(warmup=2, min_iters=10, min_time_s=0.0, max_time_s=9.0),
+                        before=flushed.append)
+    assert len(times) == 10 and flushed == list(range(12))  # flush before every iteration, warm-up included
+    assert times == pytest.approx([[1e-3, 2e-3, 3e-3][i % 3] for i in range(2, 12)])
+    assert dev.syncs == 2  # after the warm-up, after the one batch
+    timed = dev.log[dev.log.index("sync") + 1:]
+    assert "sync" not in timed[:-1]
+    # min_time_s is reached with more batches, each still without a synchronize inside
+    dev = _FakeEventDevice([1e-3])
+    times = time_queued(dev, dev.work, Settings(warmup=0, min_iters=4, min_time_s=0.05, max_time_s=9.0))
+    assert sum(times) >= 0.05 and dev.syncs < len(times) / 4
+
+
+def test_achievable_rate_is_the_median_of_the_five_fastest_burst_iterations(monkeypatch):
+    from gpuscope.measure import micro
+
+    dev = _FakeEventDevice([5e-3, 1e-3, 4e-3, 2e-3, 9e-3, 3e-3, 8e-3])
+    monkeypatch.setattr(micro.time, "sleep", lambda s: dev.log.append(f"idle {s}"))
+    clocks = iter([1980.0, 1755.0])
+    times, clk = micro.burst_times(dev, dev.work, bursts=2, iters=7, idle_s=1.0, probe=lambda: next(clocks))
+    assert len(times) == 14 and clk == [1980.0, 1755.0]
+    assert dev.log.count("idle 1.0") == 2 and dev.log[dev.log.index("idle 1.0") - 1] == "sync"
+    fastest = sorted(times)[:5]
+    assert fastest == pytest.approx([1e-3, 1e-3, 2e-3, 2e-3, 3e-3])  # the median of these five is 2 ms
+
+
+def test_wave_quantised_shapes_fill_whole_waves():
+    from gpuscope.measure.micro import matmul_shapes, wave_shapes
+
+    shapes = wave_shapes(132)
+    assert (1536, 2816, 6144) in shapes and (2816, 1536, 6144) in shapes  # H200: one wave of 128x256 tiles
+    import math
+
+    def whole_waves(m, n):
+        return m % 128 == 0 and n % 256 == 0 and (m // 128) * (n // 256) % 132 == 0
+
+    for m, n, k in shapes:  # each shape or its transpose is made of whole 128x256 tiles filling whole waves
+        assert whole_waves(m, n) or whole_waves(n, m), (m, n)
+        assert 1024 <= m <= 20480 and 1024 <= n <= 20480 and math.log2(k) > 11
+    from types import SimpleNamespace
+
+    sweep = matmul_shapes("sweep", SimpleNamespace(type="cuda"), sms=132)
+    assert set(shapes) <= set(sweep) and len(sweep) == len(set(sweep))
+    assert not set(shapes) <= set(matmul_shapes("sweep", SimpleNamespace(type="cuda")))
+
+
+def test_micro_matmul_reports_the_achievable_rate(tmp_path):
+    r = run("bench", "micro", "--device", "cpu", "--dtype", "fp32", "--shapes", "64x64x64,128x64x96",
+            "--db", str(tmp_path / "r.sqlite"), "--json")
+    assert r.returncode == 0, r.stderr
+    (m,) = json.loads(r.stdout)["measurements"]
+    res = m["result"]
+    ach = res["achievable"]
+    assert len(ach) == 2 and {tuple(a["shape"]) for a in ach} == {(64, 64, 64), (128, 64, 96)}
+    for a in ach:
+        mm, nn, kk = a["shape"]
+        assert a["tflops"] == pytest.approx(2 * mm * nn * kk / a["time_s"] / 1e12)
+        assert a["time_s"] == pytest.approx(sorted(a["time_s_fastest"])[2]) and len(a["time_s_fastest"]) == 5
+    assert res["tflops_achievable"] == max(a["tflops"] for a in ach)
+    r = run("bench", "micro", "--device", "cpu", "--dtype", "fp32", "--shapes", "64x64x64",
+            "--db", str(tmp_path / "r.sqlite"))
+    assert "achievable" in r.stdout + r.stderr and "MAMF" in r.stdout + r.stderr, r.stdout + r.stderr

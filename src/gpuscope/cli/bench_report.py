@@ -15,8 +15,14 @@ def headline(r: dict) -> str:
             m, n, k = r["best_shape"]
             fast = (f"; mean {r['tflops_best_mean']:.4g}, fastest iteration {r['tflops_best_iteration']:.4g}"
                     if r.get("tflops_best_iteration") and r.get("tflops_best_mean") else "")
-            return (f"{r['tflops']:.4g} {r.get('unit', 'TFLOPS')} (best median of {len(r['shapes'])} shapes, at "
-                    f"{m}x{n}x{k}{fast})")
+            ach = ""
+            if r.get("tflops_achievable"):
+                am, an, ak = r["achievable_shape"]
+                clk = r.get("achievable_sm_clock_mhz_min")
+                ach = (f"; achievable {r['tflops_achievable']:.4g} at {am}x{an}x{ak} (mamf-finder's MAMF: median of "
+                       f"the 5 fastest burst iterations{f', SM clock >= {clk:.0f} MHz' if clk else ''})")
+            return (f"{r['tflops']:.4g} {r.get('unit', 'TFLOPS')} sustained (best median of {len(r['shapes'])} "
+                    f"shapes, at {m}x{n}x{k}{fast}){ach}")
         return f"{r['gbs']:.4g} GB/s (median of {r['iters']}, spread {r.get('rel_iqr') or 0:.1%})"
     joules = f", {r['j_per_token']:.3g} J/token" if r.get("j_per_token") else ""
     if r.get("kind") == "infer":

@@ -151,6 +151,14 @@ class NvmlSampler:
         s["throttled"] = bool(set(s["throttle_reasons"]) & _THROTTLING) if mask is not None else None
         self.samples.append(s)
 
+    def read_now(self) -> dict | None:
+        """Take one sample now (besides the periodic ones) and return it; None when NVML is unavailable. For
+        events shorter than the sampling interval, e.g. the SM clock in the middle of a matmul burst."""
+        if self._nv is None or self._h is None:
+            return None
+        self._sample()
+        return self.samples[-1]
+
     # --- result --------------------------------------------------------------------------------------------
     def summary(self) -> dict:
         sm = self.samples
