@@ -47,7 +47,7 @@ def _with(**changes):
 SICK = {
     "launch_bound": _with(busy_s=0.2, idle_fraction=0.8, kernel_mean_s=4e-6, gap_mean_s=17e-6),
     "dataloader_stall": _with(dataloader_s=0.4, dataloader_fraction=0.4, h2d={"pageable_count": 10}),
-    "host_sync": _with(syncs={"calls": 320, "refill_s": 0.2}),
+    "host_sync": _with(syncs={"calls": 320, "refill_s": 0.2}, busy_s=0.7, idle_fraction=0.3),  # idle >= refill
     "matmul_shapes": _with(matmuls=[{"op": "aten::mm", "m": 8192, "n": 50257, "k": 768, "dtype": "c10::BFloat16",
                                      "count": 10, "self_s": 0.3},
                                     {"op": "aten::mm", "m": 8192, "n": 768, "k": 768, "dtype": "c10::BFloat16",
@@ -177,12 +177,88 @@ def test_host_syncs_gpu_idle_after_each_sync():
     assert h["calls"] == 4 and h["wait_s"] == pytest.approx(0.007 + 0.009 + 0.005 + 0.005)
     assert h["refill_s"] == pytest.approx(0.002 + 0.0005 + 0.005)
     assert h["callers"][0] == {"op": "aten::_local_scalar_dense", "count": 2}
-    f = F.host_sync(_with(syncs=dict(h), active_s=0.1))
+    f = F.host_sync(_with(syncs=dict(h), active_s=0.1, busy_s=0.05))  # busy_s within the window
     assert f is not None and f.evidence["fraction_of_window"] == pytest.approx(0.075)
     assert f.speedup == pytest.approx(1 / (1 - 0.075)) and "item()" in f.fix
-    assert F.host_sync(_with(syncs=dict(h), active_s=1.0)) is None  # 0.75%: below 5%
-    assert F.host_sync(_with(syncs=dict(h, calls=1), active_s=0.1)) is None  # one sync is not a habit
-    assert F.host_sync(_with(syncs=dict(h), active_s=0.1, timeline="cpu_ops")) is None
+    assert F.host_sync(_with(syncs=dict(h), active_s=1.0, busy_s=0.05)) is None  # 0.75%: below 5%
+    assert F.host_sync(_with(syncs=dict(h, calls=1), active_s=0.1, busy_s=0.05)) is None  # one sync is not a habit
+    assert F.host_sync(_with(syncs=dict(h), active_s=0.1, busy_s=0.05, timeline="cpu_ops")) is None
+
+
+def test_host_syncs_in_a_row_share_one_gap():
+    """Five blocking syncs (pageable copies, then .item()) before the same kernel: one idle gap, counted once."""
+    from gpuscope.measure.profile import host_syncs
+
+    kernels = [0.0, 0.100]
+    syncs = [(0.010 + 0.01 * i, 0.015 + 0.01 * i, "aten::copy_") for i in range(4)]
+    syncs.append((0.050, 0.055, "aten::_local_scalar_dense"))
+    h = host_syncs(syncs, kernels)
+    assert h["calls"] == 5 and h["refill_s"] == pytest.approx(0.100 - 0.015)  # per sync it summed to 0.325 s
+    assert h["refill_excluded_s"] == 0.0
+    assert h["callers"][0] == {"op": "aten::copy_", "count": 4}
+
+
+def test_host_syncs_leave_out_data_loader_waits():
+    """The host's wait in DataLoader.__next__ inside a sync's gap is the data loader's cost, not the sync's."""
+    from gpuscope.measure.profile import host_syncs
+
+    kernels = [0.0, 0.100, 0.300]
+    syncs = [(0.005, 0.010, "aten::_local_scalar_dense"), (0.200, 0.250, "aten::_local_scalar_dense")]
+    # gaps [0.010, 0.100] and [0.250, 0.300]; loader waits [0.020, 0.070] and [0.060, 0.080] (overlapping: 60 ms)
+    # and one outside every gap [0.120, 0.180]
+    dl = [(0.020, 0.070), (0.060, 0.080), (0.120, 0.180)]
+    h = host_syncs(syncs, kernels, dl)
+    assert h["refill_excluded_s"] == pytest.approx(0.060)
+    assert h["refill_s"] == pytest.approx(0.090 + 0.050 - 0.060)
+    assert host_syncs(syncs, kernels)["refill_s"] == pytest.approx(0.140)  # nothing excluded without intervals
+    # a loader wait covering the whole gap leaves nothing
+    assert host_syncs(syncs[:1], kernels, [(0.0, 0.2)])["refill_s"] == 0.0
+
+
+def test_host_sync_finding_fraction_capped_by_the_window():
+    """refill_s larger than the window (the H200 report: 23.8 s in 3.9 s, "612% ... 1000000000x faster") gives
+    at most the window's idle part and a finite speedup."""
+    s = _with(syncs={"calls": 132, "refill_s": 23.8, "wait_s": 0.5}, active_s=3.9, busy_s=1.0)
+    f = F.host_sync(s)
+    cap = 1 - 1.0 / 3.9
+    assert f is not None and f.evidence["fraction_of_window"] == pytest.approx(cap)
+    assert f.evidence["fraction_of_window"] <= 1.0
+    assert f.speedup == pytest.approx(1 / (1 - cap)) and f.speedup <= 1 / (1 - cap) + 1e-9
+    assert "612%" not in f.estimated_effect and "74%" in f.estimated_effect
+    # no busy_s (or none busy): at most 95% of the window, 20x
+    no_busy = _with(syncs={"calls": 132, "refill_s": 23.8}, active_s=3.9)
+    del no_busy["busy_s"]
+    for summ in (no_busy, _with(syncs={"calls": 132, "refill_s": 23.8}, active_s=3.9, busy_s=0.0)):
+        g = F.host_sync(summ)
+        assert g.evidence["fraction_of_window"] == pytest.approx(0.95) and g.speedup == pytest.approx(20.0)
+    # a busy GPU leaves no idle time for syncs to cost
+    assert F.host_sync(_with(syncs={"calls": 132, "refill_s": 23.8}, active_s=3.9, busy_s=3.9)) is None
+
+
+def test_summarize_profile_passes_data_loader_waits_to_host_syncs():
+    """The call site: sync and DataLoader events from the profiler (microseconds) reach host_syncs in seconds, and
+    only the outermost __next__ is excluded."""
+    from types import SimpleNamespace as NS
+
+    from torch.autograd import DeviceType
+
+    from gpuscope.measure.device import Device
+    from gpuscope.measure.profile import summarize_profile
+
+    def ev(name, a, b, dev=DeviceType.CPU, parent=None):
+        return NS(name=name, device_type=dev, time_range=NS(start=a, end=b), cpu_parent=parent,
+                  cpu_time_total=b - a, self_cpu_time_total=b - a, self_device_time_total=b - a, input_shapes=[])
+
+    item = ev("aten::_local_scalar_dense", 900, 2100)
+    outer = ev("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 3000, 8000)
+    events = [ev("k1", 0, 1000, DeviceType.CUDA), item, ev("cudaStreamSynchronize", 1000, 2000, parent=item),
+              outer, ev("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 3500, 7000, parent=outer),
+              ev("k2", 10000, 11000, DeviceType.CUDA)]
+    summ = summarize_profile(NS(events=lambda: events), Device("cpu"), 0.011, [0.0], {})
+    sy = summ["syncs"]
+    assert summ["timeline"] == "device_kernels" and sy["calls"] == 1
+    assert sy["callers"] == [{"op": "aten::_local_scalar_dense", "count": 1}]
+    assert sy["refill_excluded_s"] == pytest.approx(0.005) and sy["refill_s"] == pytest.approx(0.003)
 
 
 def test_profile_run_in_code_counts_steps_and_matmuls():

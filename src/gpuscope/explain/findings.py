@@ -143,7 +143,13 @@ def host_sync(s: dict, t: dict = THRESHOLDS) -> Finding | None:
     window = _num(s, "active_s") or _num(s, "wall_s")
     if None in (n, refill, window) or window <= 0 or n < t["sync_min_calls"]:
         return None
-    frac = refill / window
+    # The GPU cannot idle after syncs for longer than it idles at all: cap the fraction at the window's idle part
+    # (1 - busy_s / window) where the summary has busy_s, and at 0.95 in any case (busy_s missing, or ~0), so that
+    # a refill_s over-counted or measured on another window (refill_s > window was once read as "612% of the
+    # window ... up to 1000000000x faster") still gives a fraction <= 1 and a finite speedup <= 1 / (1 - cap), 20x.
+    busy = _num(s, "busy_s")
+    cap = min(0.95, max(0.0, 1.0 - busy / window)) if busy is not None else 0.95
+    frac = min(refill / window, cap)
     if frac < t["sync_refill_fraction"]:
         return None
     speedup = 1.0 / max(1e-9, 1.0 - frac)

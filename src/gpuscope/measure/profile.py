@@ -193,23 +193,37 @@ SYNC_APIS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchro
              "hipDeviceSynchronize", "hipEventSynchronize")
 
 
-def host_syncs(syncs: list[tuple[float, float, str]], kernel_starts: list[float]) -> dict:
+def host_syncs(syncs: list[tuple[float, float, str]], kernel_starts: list[float],
+               exclude: list[tuple[float, float]] | None = None) -> dict:
     """Host-device synchronisations and the GPU time they cost. ``syncs``: (start, end, caller) of each runtime
     sync call (caller: the aten op that issued it, e.g. aten::_local_scalar_dense for ``.item()``);
-    ``kernel_starts``: sorted start times of the device kernels. After a sync returns the device queue is empty, so
-    the GPU idles until the host launches the next kernel: ``refill_s`` sums those gaps (sync end to next kernel
-    start). ``wait_s``: host time blocked inside the syncs."""
+    ``kernel_starts``: sorted start times of the device kernels; ``exclude``: host intervals (start, end) that are
+    not the syncs' cost, in the same clock and unit (seconds): the outermost DataLoader ``__next__`` calls.
+
+    After a sync returns the device queue is empty, so the GPU idles until the host launches the next kernel.
+    ``refill_s`` is the length of the union of the intervals [sync end, next kernel start] over all syncs, less its
+    overlap with the union of ``exclude`` (that part is ``refill_excluded_s``):
+    - union, not a sum per sync: several syncs in a row before the same kernel (a run of blocking ``aten::copy_``
+      from pageable memory, then ``.item()``) share one idle gap; summing per sync counted it once per sync
+      (an H200 run of examples/train_slow_loader.py reported 23.8 s of refill inside a 3.9 s window);
+    - data waits excluded: the gap after a sync also holds the host's wait inside the DataLoader's ``__next__``,
+      which is the data loader's cost (``dataloader_s``, the dataloader_stall finding), not the sync's; counting
+      it here too double-counted the data wait.
+    ``wait_s``: host time blocked inside the syncs (their own durations, summed)."""
     import bisect
 
-    refill, callers = 0.0, {}
+    gaps, callers = [], {}
     for a, b, who in syncs:
         k = bisect.bisect_left(kernel_starts, b)
         if k < len(kernel_starts):
-            refill += kernel_starts[k] - b
+            gaps.append((b, kernel_starts[k]))
         callers[who] = callers.get(who, 0) + 1
+    gap_u = _union(gaps)
+    idle = sum(b - a for a, b in gap_u)
+    excluded = _overlap(gap_u, _union(list(exclude or []))) if gap_u else 0.0
     top = sorted(callers.items(), key=lambda kv: -kv[1])[:5]
-    return {"calls": len(syncs), "wait_s": sum(b - a for a, b, _ in syncs), "refill_s": refill,
-            "callers": [{"op": k, "count": v} for k, v in top]}
+    return {"calls": len(syncs), "wait_s": sum(b - a for a, b, _ in syncs), "refill_s": max(0.0, idle - excluded),
+            "refill_excluded_s": excluded, "callers": [{"op": k, "count": v} for k, v in top]}
 
 
 def _caller(e) -> str:
@@ -363,7 +377,8 @@ def summarize_profile(prof, dev: Device, wall_s: float, marks: list[float], mem0
     if use_device:
         syncs = [(e.time_range.start / 1e6, e.time_range.end / 1e6, _caller(e)) for e in events
                  if not _is_device(e) and e.name in SYNC_APIS]
-        sync_info = host_syncs(sorted(syncs), sorted(a for a, _ in iv))
+        dl_iv = [(e.time_range.start / 1e6, e.time_range.end / 1e6) for e in dl_outer]  # same clock as syncs
+        sync_info = host_syncs(sorted(syncs), sorted(a for a, _ in iv), dl_iv)
     mms = _matmuls(events, use_device)
     nv = None
     if sampler is not None:
