@@ -198,6 +198,23 @@ def test_host_syncs_in_a_row_share_one_gap():
     assert h["callers"][0] == {"op": "aten::copy_", "count": 4}
 
 
+def test_host_syncs_on_a_drained_gpu_cost_nothing():
+    """A slow host (launch-bound, or in Python between steps) leaves the GPU idle with or without syncs: a sync that
+    returns at once (the queue was already empty) gives nothing back, however long the idle after it. The H200
+    slow-loader run: 4.9 s of idle after 171 syncs, 19 ms of waits inside them; the finding read 5.25x."""
+    from gpuscope.measure.profile import host_syncs
+
+    kernels = [0.0, 0.050, 0.100, 0.150]
+    syncs = [(0.040 + 0.05 * i, 0.04001 + 0.05 * i, "aten::copy_") for i in range(3)]  # 10 us waits, 10 ms gaps
+    h = host_syncs(syncs, kernels)
+    assert h["refill_s"] == pytest.approx(3 * 0.00999)
+    assert h["recoverable_s"] == pytest.approx(3 * 0.00001)
+    assert F.host_sync(_with(syncs=h, active_s=0.16, busy_s=0.01)) is None  # 30 ms idle after syncs, 30 us to gain
+    # a sync that waited 4 ms on queued work, then 10 ms of host time before the next kernel: 4 ms to gain
+    h = host_syncs([(0.036, 0.040, "aten::_local_scalar_dense")], kernels)
+    assert h["recoverable_s"] == pytest.approx(0.004) and h["refill_s"] == pytest.approx(0.010)
+
+
 def test_host_syncs_leave_out_data_loader_waits():
     """The host's wait in DataLoader.__next__ inside a sync's gap is the data loader's cost, not the sync's."""
     from gpuscope.measure.profile import host_syncs

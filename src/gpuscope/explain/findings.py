@@ -139,7 +139,11 @@ def dataloader_stall(s: dict, t: dict = THRESHOLDS) -> Finding | None:
 def host_sync(s: dict, t: dict = THRESHOLDS) -> Finding | None:
     if s.get("timeline") != "device_kernels":
         return None
-    n, refill = _num(s, "syncs", "calls"), _num(s, "syncs", "refill_s")
+    # the idle the syncs cost (profile.host_syncs: recoverable_s, bounded by the host's wait inside each sync);
+    # summaries from before it carry only refill_s, all of the GPU's idle after syncs
+    n, refill = _num(s, "syncs", "calls"), _num(s, "syncs", "recoverable_s")
+    if refill is None:
+        refill = _num(s, "syncs", "refill_s")
     window = _num(s, "active_s") or _num(s, "wall_s")
     if None in (n, refill, window) or window <= 0 or n < t["sync_min_calls"]:
         return None
@@ -154,7 +158,8 @@ def host_sync(s: dict, t: dict = THRESHOLDS) -> Finding | None:
         return None
     speedup = 1.0 / max(1e-9, 1.0 - frac)
     callers = (s.get("syncs") or {}).get("callers") or []
-    ev = {"syncs": n, "gpu_idle_after_syncs_s": refill, "fraction_of_window": frac,
+    ev = {"syncs": n, "recoverable_idle_s": refill, "gpu_idle_after_syncs_s": _num(s, "syncs", "refill_s"),
+          "fraction_of_window": frac,
           "host_wait_s": _num(s, "syncs", "wait_s"), "issued_by": callers}
     steps = _num(s, "steps")
     if steps:
@@ -165,7 +170,8 @@ def host_sync(s: dict, t: dict = THRESHOLDS) -> Finding | None:
         "every N steps, or accumulate the loss on the device); avoid data-dependent shapes (nonzero, boolean "
         "indexing) and blocking copies (.to(device) from pinned memory with non_blocking=True). "
         "torch.cuda.set_sync_debug_mode('warn') names each sync's line.",
-        f"the GPU sat idle {refill * 1e3:.1f} ms ({frac:.0%} of the window) after {n:.0f} syncs: up to "
+        f"the GPU sat idle {refill * 1e3:.1f} ms ({frac:.0%} of the window) after {n:.0f} syncs with work still "
+        f"queued when the host stopped: up to "
         f"{speedup:.2f}x faster without them", speedup=speedup)
 
 

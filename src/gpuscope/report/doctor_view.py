@@ -70,7 +70,8 @@ def _profile_lines(p: dict) -> list[tuple[str, str]]:
                        f"{_b(m.get('peak_reserved_bytes'))}, device {_b(m.get('device_total_bytes'))}")]
     sy = p.get("syncs")
     if sy:
-        rows.append(("host syncs", f"{sy.get('calls')}, GPU idle after them {_s(sy.get('refill_s'))}"))
+        gain = f", of it recoverable {_s(sy['recoverable_s'])}" if sy.get("recoverable_s") is not None else ""
+        rows.append(("host syncs", f"{sy.get('calls')}, GPU idle after them {_s(sy.get('refill_s'))}{gain}"))
     nv = p.get("nvml") or {}
     if nv.get("unavailable"):
         rows.append(("NVML", str(nv["unavailable"])))
