@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 3/6 acceptance checks on one GPU; usage: bash scripts/gpu_session_a.sh [infer] [validate] [doctor] [loader] [train] [accum] [profile] [fuse] [fusedoc] [loaderdoc] [mamf] [moe] [moeprefill] [benchall] [ceilings]
+# Issue 3/6 acceptance checks on one GPU; usage: bash scripts/gpu_session_a.sh [infer] [validate] [doctor] [loader] [train] [accum] [profile] [fuse] [fusedoc] [loaderdoc] [mamf] [moe] [moeprefill] [moerouting] [benchall] [ceilings]
 # (run from the repo root on the GPU machine; writes under $OUT).
 # Each step is bounded by `timeout` so one failure never ends the batch; stderr of each goes to <step>.err.
 set -u
@@ -70,6 +70,9 @@ step micro_thorough 240 python3 -m gpuscope bench micro --thorough --dtype bf16 
 fi
 if want moeprefill; then  # Mixtral's eager prefill alone (gen 1): where the -46% goes
 step doctor_mixtral_prefill 150 python3 -m gpuscope doctor infer --model mixtral-8x7b --batch 1 --prompt 1024 --gen 1 --json
+fi
+if want moerouting; then  # the random-weight router's rows per expert, and grouped_mm with them vs equal groups
+step moe_routing 150 python3 scripts/gpu_moe_routing.py --out "$W/moe_routing.json"
 fi
 if want moe; then  # the MoE prefill miss (-46%): where Mixtral's prefill spends its time
 step doctor_mixtral 200 python3 -m gpuscope doctor infer --model mixtral-8x7b --batch 1 --prompt 1024 --gen 16 --json
