@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 3/6 acceptance checks on one GPU; usage: bash scripts/gpu_session_a.sh [infer] [validate] [doctor] [loader] [train] [accum] [profile] [fuse] [fusedoc] [loaderdoc] [mamf] [moe] [moeprefill] [moerouting] [benchall] [ceilings]
+# Issue 3/6 acceptance checks on one GPU; usage: bash scripts/gpu_session_a.sh [infer] [validate] [doctor] [loader] [train] [accum] [profile] [fuse] [fusedoc] [loaderdoc] [mamf] [moe] [moeprefill] [moerouting] [tinytrain] [calib] [benchall] [ceilings]
 # (run from the repo root on the GPU machine; writes under $OUT).
 # Each step is bounded by `timeout` so one failure never ends the batch; stderr of each goes to <step>.err.
 set -u
@@ -78,6 +78,16 @@ if want moe; then  # the MoE prefill miss (-46%): where Mixtral's prefill spends
 step doctor_mixtral 200 python3 -m gpuscope doctor infer --model mixtral-8x7b --batch 1 --prompt 1024 --gen 16 --json
 # generate's batched_mm MoE decode at batch 8: the planner says GPU-bound at ~136 ms/token (16 gathered expert copies)
 step mixtral_b8 200 python3 -m gpuscope bench infer --model mixtral-8x7b --batch 8 --prompt 128 --gen 32 --repeats 2 --json
+fi
+if want tinytrain; then  # bench all's host-bound tiny training steps (planner -22..-57%): where the host time goes
+python3 -c "import json,sys; from gpuscope.measure.cases import TINY_LLAMA, TINY_GPT2; json.dump(TINY_LLAMA, open('$W/tiny_llama.json','w')); json.dump(TINY_GPT2, open('$W/tiny_gpt2.json','w'))"
+step doctor_tiny_llama_amp 120 python3 -m gpuscope doctor train --config "$W/tiny_llama.json" --micro-batch 2 --seq 64 --precision amp-bf16 --steps 10 --json
+step doctor_tiny_gpt2_fp32_full 120 python3 -m gpuscope doctor train --config "$W/tiny_gpt2.json" --micro-batch 2 --seq 64 --precision fp32 --recompute full --steps 10 --json
+step train_tiny_llama_amp 120 python3 -m gpuscope bench train --model "$W/tiny_llama.json" --micro-batch 2 --seq 64 --precision amp-bf16 --steps 30 --warmup 5 --json
+step train_tiny_gpt2_fp32_full 120 python3 -m gpuscope bench train --model "$W/tiny_gpt2.json" --micro-batch 2 --seq 64 --precision fp32 --recompute full --steps 30 --warmup 5 --json
+fi
+if want calib; then  # the calibrated TOML with queued matmul timing (bf16/fp16/fp8 quick shapes, copy, host link)
+step calibrate 150 python3 -m gpuscope hardware calibrate --quick --host --dtype bf16,fp16,fp8 --out "$W/h200_calibrated.toml"
 fi
 if want benchall; then
 step bench_all_quick 400 python3 -m gpuscope bench all --json

@@ -119,13 +119,17 @@ def compare_record(rec: dict, hw: HardwareSpec, derived: bool = False) -> list[R
     return rows
 
 
+ESTIMATED_KINDS = ("infer", "train", "train-dist")
+
+
 def compare_file(path: str | Path, ceilings: dict | None = None, gpu: str | None = None) -> list[Row]:
     """Rows for every ok record; hardware = ``gpu`` (catalog name or a calibrated TOML) when given, else the catalog
     entry of the device that ran."""
     rows: list[Row] = []
     fixed = load_hardware(gpu) if gpu else None
     for rec in read_records(path):
-        if rec.get("result", {}).get("status") != "ok":
+        # the planner estimates workloads only: microbenchmarks, collectives and compression records have no row
+        if rec.get("result", {}).get("status") != "ok" or rec.get("case", {}).get("kind") not in ESTIMATED_KINDS:
             continue
         hw = fixed or hardware_for(rec["result"].get("device_name", ""))
         if ceilings:
