@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 3/6 acceptance checks on one GPU; usage: bash scripts/gpu_session_a.sh [infer] [validate] [doctor] [loader] [train] [accum] [profile] [fuse] [fusedoc] [loaderdoc] [mamf] [moe] [moeprefill] [moerouting] [tinytrain] [calib] [benchall] [ceilings]
+# Issue 3/6 acceptance checks on one GPU; usage: bash scripts/gpu_session_a.sh [infer] [validate] [doctor] [loader] [train] [accum] [profile] [fuse] [fusedoc] [loaderdoc] [mamf] [moe] [moeprefill] [moerouting] [tinytrain] [trainhost] [calib] [benchall] [ceilings]
 # (run from the repo root on the GPU machine; writes under $OUT).
 # Each step is bounded by `timeout` so one failure never ends the batch; stderr of each goes to <step>.err.
 set -u
@@ -85,6 +85,9 @@ step doctor_tiny_llama_amp 120 python3 -m gpuscope doctor train --config "$W/tin
 step doctor_tiny_gpt2_fp32_full 120 python3 -m gpuscope doctor train --config "$W/tiny_gpt2.json" --micro-batch 2 --seq 64 --precision fp32 --recompute full --steps 10 --json
 step train_tiny_llama_amp 120 python3 -m gpuscope bench train --model "$W/tiny_llama.json" --micro-batch 2 --seq 64 --precision amp-bf16 --steps 30 --warmup 5 --json
 step train_tiny_gpt2_fp32_full 120 python3 -m gpuscope bench train --model "$W/tiny_gpt2.json" --micro-batch 2 --seq 64 --precision fp32 --recompute full --steps 30 --warmup 5 --json
+fi
+if want trainhost; then  # host time per training phase on tiny models (the planner's training host model)
+step train_host 200 python3 scripts/gpu_train_host.py --out "$W/train_host.json"
 fi
 if want calib; then  # the calibrated TOML with queued matmul timing (bf16/fp16/fp8 quick shapes, copy, host link)
 step calibrate 150 python3 -m gpuscope hardware calibrate --quick --host --dtype bf16,fp16,fp8 --out "$W/h200_calibrated.toml"

@@ -102,6 +102,60 @@ def measure_family(family: str, dev: Device, layers=(1, 2, 4, 8), iters: int = 6
             "layer_s": layer_s, "generate_step_s": statistics.median(gen_step)}
 
 
+def measure_train_family(family: str, dev: Device, layers=(2, 4, 8), precision: str = "amp-bf16",
+                         recompute: str = "none", steps: int = 20, warmup: int = 3, micro_batch: int = 2,
+                         seq: int = 64) -> dict:
+    """Host time of each phase of a training step (forward with the loss, backward, fused-AdamW step with
+    zero_grad), measured on tiny models whose GPU work is negligible, with a synchronize between phases: the median
+    of ``steps`` steps per depth, fitted as a line in the layer count (per-layer host time and the rest). Uses the
+    training workload's own phases (measure/llm_train.step_functions), so what is timed is what `bench train`
+    runs."""
+    from gpuscope.measure.llm_train import PRECISIONS, _enable_recompute, step_functions
+
+    param_dtype, ac_dtype = PRECISIONS[precision]
+    base = dict(TINY[family])
+    phases: dict[str, list[float]] = {"forward_s": [], "backward_s": [], "optimizer_s": []}
+    tensors = []
+    for n in layers:
+        torch.manual_seed(0)
+        model, cfg = build_model(dict(base, **{_layers_key(base): n}), dev, param_dtype, use_cache=False)
+        model.train()
+        if recompute == "full":
+            _enable_recompute(model)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=dev.type == "cuda")
+        scaler = torch.amp.GradScaler(dev.type, init_scale=8192) if ac_dtype is torch.float16 else None
+        batches = iter([torch.randint(0, 256, (micro_batch, seq), device=dev.torch_device)
+                        for _ in range(warmup + steps)])
+        fwd, bwd, opt_step = step_functions(model, opt, scaler, ac_dtype, dev, batches, {}, ["host"])
+        times: dict[str, list[float]] = {k: [] for k in phases}
+        for i in range(warmup + steps):
+            dev.synchronize()
+            t0 = time.perf_counter()
+            loss = fwd()
+            dev.synchronize()
+            t1 = time.perf_counter()
+            bwd(loss)
+            dev.synchronize()
+            t2 = time.perf_counter()
+            opt_step()
+            dev.synchronize()
+            t3 = time.perf_counter()
+            del loss
+            if i >= warmup:
+                for k, v in zip(phases, (t1 - t0, t2 - t1, t3 - t2)):
+                    times[k].append(v)
+        for k in phases:
+            phases[k].append(statistics.median(times[k]))
+        tensors.append(sum(1 for p in model.parameters() if p.requires_grad))
+        del model, opt
+    out = {"family": family, "precision": precision, "recompute": recompute, "layers": list(layers),
+           "param_tensors": tensors, **phases}
+    for k in ("forward_s", "backward_s"):
+        out[k.replace("_s", "_fixed_s")], out[k.replace("_s", "_layer_s")] = _fit(list(layers), phases[k])
+    out["optimizer_fixed_s"], out["optimizer_tensor_s"] = _fit(tensors, phases["optimizer_s"])
+    return out
+
+
 def measure_host(families=("llama", "qwen2", "mistral", "gpt2"), device: str | None = None) -> dict:
     dev = Device(pick_device(device))
     return {"device": dev.name, "device_name": dev.device_name(),
