@@ -471,3 +471,20 @@ def test_micro_matmul_reports_the_achievable_rate(tmp_path):
     r = run("bench", "micro", "--device", "cpu", "--dtype", "fp32", "--shapes", "64x64x64",
             "--db", str(tmp_path / "r.sqlite"))
     assert "achievable" in r.stdout + r.stderr and "MAMF" in r.stdout + r.stderr, r.stdout + r.stderr
+
+
+def test_bench_with_a_config_file_stores_the_config_inline(tmp_path):
+    """--model path/to/config.json: the stored case holds the config itself under the file's name (a device path
+    alone could not be re-planned or re-run elsewhere), and `results compare` plans it."""
+    cfg = tmp_path / "tiny_llama.json"
+    cfg.write_text(json.dumps(TINY_LLAMA))
+    db = str(tmp_path / "r.sqlite")
+    r = run("bench", "train", "--model", str(cfg), "--micro-batch", "2", "--seq", "16", "--steps", "1", "--warmup", "1",
+            "--device", "cpu", "--db", db, "--json")
+    assert r.returncode == 0, r.stderr
+    (m,) = json.loads(r.stdout)["measurements"]
+    assert m["key"].startswith("train/tiny_llama/mb2-s16")
+    with Store.open(db) as st:
+        (rec,) = st.all("train")
+    assert rec["config"]["config"] == TINY_LLAMA and rec["config"]["model"] == "tiny_llama"
+    assert str(tmp_path) not in json.dumps(rec["config"])

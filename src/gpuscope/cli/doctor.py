@@ -11,6 +11,8 @@ fit, or with --plan-only) gets the article's OOM tiers computed by the planner f
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 
 from gpuscope.errors import UserError
@@ -151,7 +153,8 @@ def register(app: typer.Typer) -> None:
                 if v <= 0:
                     raise UserError(f"--{name} must be a positive integer, not {v}.")
             cfg, name = resolve_config(model, config)
-            extra = {"config": cfg} if config else {}
+            # a preset stays a name; a config file is stored inline so the record is self-contained
+            extra = {"config": cfg} if config or Path(str(model)).expanduser().exists() else {}
             if kind == "infer":
                 if dtype not in ("bf16", "fp16", "fp32"):
                     raise UserError(f"--dtype '{dtype}' is not one of bf16, fp16, fp32.")

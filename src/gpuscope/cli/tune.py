@@ -40,6 +40,8 @@ def resolve_config(model: str | None, config: str | None) -> tuple[dict, str]:
         return cfg, p.stem if p.name != "config.json" else p.parent.name
     if not model:
         raise UserError("--model or --config is required.")
+    if Path(model).expanduser().exists():  # a config.json or a directory holding one, named by the file
+        return resolve_config(None, str(Path(model).expanduser()))
     from gpuscope.specs.models import load_model
 
     load_model(model)  # a missing file or unknown preset is a UserError here

@@ -98,6 +98,37 @@ ENGINES = {
     "graph-unfused": EngineModel("graph-unfused", launch_s=0.0, forward_s=0.0, step_s=0.0, setup_s=0.0,
                                  kernel_min_s=2.1e-6),
 }
+
+
+@dataclass(frozen=True)
+class TrainHost:
+    """Host time of an eager training step, in units of the engine's ``launch_s`` (so a calibrated, faster or
+    slower host scales it). Per forward kernel the planner counts (its training forward ops): the kernel under
+    autograd (``fwd``), its backward (``bwd``, the autograd engine's nodes and their kernels) and, with full
+    recompute, the checkpointed re-forward and its bookkeeping (``recompute``); per forward / backward call the
+    rest of the model's Python (HF's loss, module entry, autocast: ``fwd_fixed`` / ``bwd_fixed``); per optimizer
+    step fused AdamW's Python and zero_grad (``opt_fixed``) plus a little per parameter tensor (``opt_tensor``).
+
+    Fitted on the lent H200 host (2026-11-29, results/2026-11-29-h200-d/train_host.json:
+    `scripts/gpu_train_host.py`, tiny Llama models of 2/4/8 layers, each phase timed with a synchronize around
+    it, 20 steps, fits pooled over amp-bf16, bf16 and amp-fp16; the decode calibration of the same call gave
+    launch_s = 13.7 us): forward 0.748 ms per layer of 42 kernels (17.8 us = 1.30 launch_s), backward 1.26 ms
+    (2.19), full recompute +2.85 ms (4.95); forward intercept 1.74 ms less 22 other kernels, backward 0.93 ms less
+    the same (98 and 20 launch_s); AdamW(fused) 0.27 ms + 8 us per tensor. GPT-2 (25 kernels a layer) from the
+    same fit: 0.45 / 0.75 ms per layer forward / backward against 0.60 / 0.67 measured, and its recompute
+    +1.70 ms against +1.58. A bench step of the bench-all tiny cases was planned 22-57% short without it."""
+
+    fwd: float = 1.30
+    bwd: float = 2.19
+    recompute: float = 4.95
+    fwd_fixed: float = 98.0
+    bwd_fixed: float = 20.0
+    opt_fixed: float = 19.8
+    opt_tensor: float = 0.58
+
+
+TRAIN_HOST = TrainHost()
+
 # Which planner engine models each measured engine (measure/llm_infer.ENGINES).
 ENGINE_OF_MEASURED = {"hf-eager": "eager", "hf-graph": "graph", "gs-compile": "graph", "gs-graph": "graph-unfused"}
 STATIC_CACHE_ENGINES = ("graph", "graph-unfused")

@@ -23,7 +23,7 @@ from gpuscope.estimate.memory_train import (OFFLOAD, OPTIMIZERS, PRECISIONS, REC
                                             fsdp_train_memory, precision_bytes, train_memory)
 from gpuscope.estimate.params import count_params
 from gpuscope.estimate.result import Estimate
-from gpuscope.estimate.roofline import engine_for, forward_time, sm_count
+from gpuscope.estimate.roofline import TRAIN_HOST, engine_for, forward_time, sm_count
 from gpuscope.estimate.runtime import runtime_overheads
 from gpuscope.specs.hardware_template import typical_h2d_gbs
 from gpuscope.specs.model import ModelSpec
@@ -31,6 +31,21 @@ from gpuscope.specs.model import ModelSpec
 # DeepSpeed's CPU-Adam updates about 4 billion parameters per second on a two-socket server (ZeRO-Offload,
 # Ren et al. 2021: 0.2-0.3 s per step for 1B parameters). Rough: host CPUs differ widely.
 CPU_ADAM_PARAMS_PER_S = 4e9
+
+
+def train_host_s(fwd_ops, m: ModelSpec, launch_s: float, full: bool) -> dict[str, float]:
+    """Host seconds of one micro-batch's forward, backward and (full) recompute, and of the optimizer step:
+    roofline.TrainHost's per-kernel and per-call costs, in units of ``launch_s``. Only a small or host-bound model
+    feels it: each phase takes max(GPU, host)."""
+    th = TRAIN_HOST
+    kernels = sum(o.kernels * o.count for o in fwd_ops)
+    layer_kernels = sum(o.kernels * o.count for o in fwd_ops if o.count == m.num_layers)
+    # parameter tensors: ~9 a layer (q, k, v, o, 3 MLP matrices or 2 plus biases, 2 norms) and embeddings/head
+    tensors = m.num_layers * (9 if m.gated_mlp else 12) + 4
+    return {"forward": launch_s * (th.fwd_fixed + th.fwd * kernels),
+            "backward": launch_s * (th.bwd_fixed + th.bwd * kernels),
+            "recompute": launch_s * th.recompute * layer_kernels if full else 0.0,
+            "optimizer": launch_s * (th.opt_fixed + th.opt_tensor * tensors)}
 
 
 def host_link_gbs(hw) -> float:
@@ -164,13 +179,16 @@ def estimate_train(m: ModelSpec, hw, *, micro_batch: int, seq: int, precision: s
     sms = sm_count(hw.key)
     fwd_ops = opsmod.forward_ops(m, micro_batch, seq, 0, act_b, act_b, stream_b, head_tokens=T, hf_cache_cat=False)
     fwd_ops.append(opsmod.Op("loss_log_softmax", "elementwise", 0.0, 20.0 * T * V, 6))
-    f_wall, f_gpu, f_host, f_times = forward_time(fwd_ops, tflops, bw, train_engine, sms, False, m.head_dim)
+    _, f_gpu, _, f_times = forward_time(fwd_ops, tflops, bw, train_engine, sms, False, m.head_dim)
     bwd_ops = [opsmod.Op(o.name + "_bwd", o.kind, o.flops * (2.5 if o.kind == "attention" else 2.0),
                          o.bytes * 2.0, o.kernels * 2, o.count, o.matmul_shape) for o in fwd_ops]
-    b_wall, b_gpu, b_host, b_times = forward_time(bwd_ops, tflops, bw, train_engine, sms, False, m.head_dim)
+    _, b_gpu, _, b_times = forward_time(bwd_ops, tflops, bw, train_engine, sms, False, m.head_dim)
     micro_gpu = f_gpu + b_gpu + (f_gpu if full else 0.0)
-    micro_host = f_host + b_host + (f_host if full else 0.0)
-    micro_s = max(micro_gpu, micro_host)
+    host = train_host_s(fwd_ops, m, train_engine.launch_s, full)
+    f_wall, b_wall = max(f_gpu, host["forward"]), max(b_gpu + (f_gpu if full else 0.0),
+                                                      host["backward"] + host["recompute"])
+    micro_s = max(micro_gpu, host["forward"] + host["backward"] + host["recompute"])
+    opt_host = host["optimizer"]
     # Per optimizer step: AdamW reads p, g, m, v and writes p, m, v; autocast re-casts weights every forward
     # (read fp32, write 16 bit) and casts 16-bit weight grads back (read 2, write 4).
     if optimizer == "adamw-8bit":
@@ -179,7 +197,7 @@ def estimate_train(m: ModelSpec, hw, *, micro_batch: int, seq: int, precision: s
         opt_bytes = {"adamw": 7, "adam": 7, "sgd": 5}[optimizer] * P * w_b
     cast_bytes = 12.0 * (P - pc.embedding) if (amp and offload == "none") else 0.0
     foreach_launch_s = 0.0 if fused else 12 * m.num_layers * 12 * train_engine.launch_s  # ~12 lists x 12 tensors
-    opt_s = opt_bytes / (bw * 1e9) + foreach_launch_s
+    opt_s = max(opt_bytes / (bw * 1e9), opt_host) + foreach_launch_s
     offload_s = 0.0
     if offload != "none":
         link = host_link_gbs(hw) * 1e9
