@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 3/6 acceptance checks on one GPU; usage: bash scripts/gpu_session_a.sh [infer] [validate] [doctor] [loader] [train] [accum] [profile] [fuse] [fusedoc] [loaderdoc] [mamf] [moe] [moeprefill] [moerouting] [tinytrain] [trainhost] [calib] [benchall] [ceilings]
+# Issue 3/6 acceptance checks on one GPU; usage: bash scripts/gpu_session_a.sh [infer] [validate] [doctor] [loader] [train] [accum] [profile] [fuse] [fusedoc] [loaderdoc] [mamf] [moe] [moeprefill] [moerouting] [tinytrain] [trainhost] [hosttrain] [calib] [benchall] [ceilings]
 # (run from the repo root on the GPU machine; writes under $OUT).
 # Each step is bounded by `timeout` so one failure never ends the batch; stderr of each goes to <step>.err.
 set -u
@@ -88,6 +88,12 @@ step train_tiny_gpt2_fp32_full 120 python3 -m gpuscope bench train --model "$W/t
 fi
 if want trainhost; then  # host time per training phase on tiny models (the planner's training host model)
 step train_host 200 python3 scripts/gpu_train_host.py --out "$W/train_host.json"
+fi
+if want hosttrain; then  # host-bound training steps of real-sized small models: the training host model out of its fit
+step train_1b_s128 100 python3 -m gpuscope bench train --model llama-3.2-1b --micro-batch 1 --seq 128 --precision amp-bf16 --steps 20 --warmup 5 --json
+step train_1b_s128_full 100 python3 -m gpuscope bench train --model llama-3.2-1b --micro-batch 1 --seq 128 --precision amp-bf16 --recompute full --steps 20 --warmup 5 --json
+step train_gpt2_s128 100 python3 -m gpuscope bench train --model gpt2 --micro-batch 2 --seq 128 --precision fp32 --steps 20 --warmup 5 --json
+step train_gpt2_s128_full 100 python3 -m gpuscope bench train --model gpt2 --micro-batch 2 --seq 128 --precision amp-bf16 --recompute full --steps 20 --warmup 5 --json
 fi
 if want calib; then  # the calibrated TOML with queued matmul timing (bf16/fp16/fp8 quick shapes, copy, host link)
 step calibrate 150 python3 -m gpuscope hardware calibrate --quick --host --dtype bf16,fp16,fp8 --out "$W/h200_calibrated.toml"
