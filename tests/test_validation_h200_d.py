@@ -28,6 +28,12 @@ KNOWN_MISSES = {
                "first session's run of the same case"),
     ("infer/tiny-llama/b2-p32-g8-fp32", "decode_s_per_token"):
         (0.25, "host-bound: 3.18 ms here, 2.76 ms in the first session's run of the same case"),
+    ("train/llama-3.2-1b/mb1-s128-amp-bf16-rc_none", "step_s"):
+        (0.25, "host-bound (~2,000 kernels a step, ~13 ms of GPU work): 20 steps read 58.7-83.5 ms on this VM host, "
+               "median 69.3 against 54.9 planned; the fastest is 6% above the plan"),
+    ("train/gpt2/mb2-s128-amp-bf16-rc_full", "step_s"):
+        (0.30, "host-bound with full recompute: 54.8-74.2 ms over 20 steps, median 66.2 against 48.2 planned "
+               "(the recompute host cost was fitted on Llama layers; the planner had 23.6 ms before the fit)"),
     ("train/tiny_gpt2/mb2-s64-fp32-rc_full", "step_s"):
         (0.20, "the same case over 30 steps read 8.0 ms (planned 9.3 ms); over 3 steps 11.0 ms in call 3 and 9.5 ms "
                "in the first session: the host's spread on this VM"),
@@ -49,7 +55,7 @@ def _matmul(argv_has: str) -> dict:
 
 def test_the_set():
     kinds = [r["case"]["kind"] for r in RECORDS]
-    assert len(RECORDS) == 40 and kinds.count("infer") == 3 and kinds.count("train") == 4
+    assert len(RECORDS) == 44 and kinds.count("infer") == 3 and kinds.count("train") == 8
     assert all(r["result"]["status"] == "ok" for r in RECORDS)
     assert all(r["result"].get("device_name") == "NVIDIA H200" for r in RECORDS)
 

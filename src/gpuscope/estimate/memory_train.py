@@ -129,7 +129,14 @@ def train_memory(m: ModelSpec, pc: ParamCounts, *, micro_batch: int, seq: int, p
         walk.append(rest + sum(kept[: i + 1]) + sum(copies_alive[: i + 1]) + recomputed + g_done + bwd_work)
         g_done += grads[i] if (offload == "none" and not accum_grads) else 0.0
     emb_grad = pc.embedding * gpu_w_b
-    bwd_end = rest + grads_total + layer_input + (emb_grad if pc.lm_head == 0 else 0.0)
+    # A tied embedding gets two gradients (the LM head's, already in grads_total, and the embedding's): the
+    # embedding backward's output, and without autocast the sum as well. GPT-2 fp32 mb2 s128 on the H200
+    # (results/2026-11-29-h200-d): the backward peak sat 302 MiB above rest + gradients at the end of backward,
+    # two copies of the 147 MiB V x h fp32 gradient; under amp-bf16 (GPT-2 and Llama-3.2-1B, tied too) one copy:
+    # there the head's gradient arrives through autocast's cast node as a fresh tensor that is summed in place.
+    # bf16 without autocast is taken to behave as fp32 (same graph, no cast node; not measured).
+    tied_copies = (1 if amp else 2) if pc.lm_head == 0 else 0
+    bwd_end = rest + grads_total + layer_input + tied_copies * emb_grad
     backward_peak = max([bwd_start, bwd_end] + walk)
     foreach_tmp = 0.0 if (fused or optimizer == "sgd" or offload != "none") else P * w_b
     optimizer_peak = rest + (grads_total if offload == "none" else 0.0) + foreach_tmp
