@@ -245,6 +245,13 @@ def test_gs_graph_decode_matches_generate_token_for_token():
     assert torch.equal(again, ref2)
     # gs-compile: the same loop with the decode step through torch.compile (Inductor); prefill-only calls
     # (gen == 1, TTFT) compile nothing and keep no second cache
+    # a TTFT inside the full run's kept cache: same first token, no second cache built
+    cap = model._gpuscope_graph_steps[(2, 21, False, False)]
+    first = static_greedy(model, ids, 1, cache_len=21)
+    assert torch.equal(first, ref[:, :13]) and model._gpuscope_graph_steps[(2, 21, False, False)] is cap
+    assert torch.equal(static_greedy(model, ids, 9), ref)  # the decode after it is unchanged
+    with pytest.raises(ValueError):
+        static_greedy(model, ids, 9, cache_len=20)
     compiled = static_greedy(model, ids, 9, compile=True)
     assert torch.equal(compiled, ref)
     n = len(model._gpuscope_graph_steps)

@@ -81,22 +81,29 @@ class _Captured:
 
 @torch.no_grad()
 def static_greedy(model, ids: torch.Tensor, gen: int, use_graph: bool | None = None,
-                  compile: bool = False) -> torch.Tensor:
+                  compile: bool = False, cache_len: int | None = None) -> torch.Tensor:
     """Greedy decoding of exactly `gen` tokens; returns (batch, prompt + gen) like `generate`. ``compile``: the
-    decode step goes through torch.compile (Inductor) before it is captured (engine gs-compile)."""
+    decode step goes through torch.compile (Inductor) before it is captured (engine gs-compile). ``cache_len``: run
+    in the kept cache of that many slots (>= prompt + gen), e.g. a TTFT (gen 1) inside the cache of the full run,
+    as a server allocates its static cache once; without it a gen-1 call builds a cache of prompt + 1 slots and
+    drops it (the H200: 32 layers' lazy cache set-up, ~20 ms of host time for Llama-3.1-8B, which a TTFT measured
+    that way counted and the full run, reusing its cache, did not)."""
     batch, prompt = ids.shape
     dev = ids.device
     if use_graph is None:
         use_graph = dev.type == "cuda"
-    key = (batch, prompt + gen, use_graph, compile)
+    length = cache_len if cache_len is not None else prompt + gen
+    if length < prompt + gen:
+        raise ValueError(f"cache_len {length} is shorter than prompt + gen ({prompt + gen})")
+    key = (batch, length, use_graph, compile)
     store = getattr(model, "_gpuscope_graph_steps", None)
     if store is None:
         store = {}
         model._gpuscope_graph_steps = store
-    if key not in store:  # gen == 1 runs no decode step: nothing to compile
-        store[key] = _Captured(model, batch, prompt + gen, dev, use_graph, compile and gen > 1)
+    if key not in store:  # a gen-1 call runs no decode step: nothing to compile
+        store[key] = _Captured(model, batch, length, dev, use_graph, compile and (gen > 1 or cache_len is not None))
     cap = store[key]
-    if gen == 1:  # no decode step: a prefill into a cache of this length; keep no second cache for it
+    if gen == 1 and cache_len is None:  # a lone prefill into a cache of this length; keep no second cache for it
         store.pop(key)
     cap.cache.reset()  # zeroes the cache and its write positions in place (the graph keeps their addresses)
     pos = torch.arange(prompt, device=dev)
