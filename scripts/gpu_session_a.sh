@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 3/6 acceptance checks on one GPU; usage: bash scripts/gpu_session_a.sh [infer] [validate] [doctor] [loader] [train] [accum] [profile] [fuse] [fusedoc] [loaderdoc] [mamf] [moe] [moeprefill] [moerouting] [tinytrain] [trainhost] [hosttrain] [ttft] [calib] [benchall] [ceilings]
+# Issue 3/6 acceptance checks on one GPU; usage: bash scripts/gpu_session_a.sh [infer] [validate] [doctor] [loader] [train] [accum] [profile] [fuse] [fusedoc] [loaderdoc] [mamf] [moe] [moeprefill] [moerouting] [tinytrain] [trainhost] [hosttrain] [ttft] [ttftfix] [calib] [benchall] [ceilings]
 # (run from the repo root on the GPU machine; writes under $OUT).
 # Each step is bounded by `timeout` so one failure never ends the batch; stderr of each goes to <step>.err.
 set -u
@@ -98,7 +98,9 @@ fi
 if want ttft; then  # the graph engines' TTFT at a short prompt (planned 26 ms, measured 27-49): its kernel table and host
 step doctor_ttft_gscompile_8b 150 python3 -m gpuscope doctor infer --model llama-3.1-8b --batch 1 --prompt 128 --gen 1 --engine gs-compile --json
 step doctor_ttft_eager_8b 120 python3 -m gpuscope doctor infer --model llama-3.1-8b --batch 1 --prompt 128 --gen 1 --json
-step ttft_gscompile_8b 120 python3 -m gpuscope bench infer --model llama-3.1-8b --batch 1 --prompt 128 --gen 2 --engine gs-compile --repeats 5 --json
+fi
+if want ttftfix; then  # after the fix: TTFT inside the kept cache; the issue-3 decode at p128 again
+step fuse_8b_p128_ttftfix 150 python3 -m gpuscope bench infer --model llama-3.1-8b --batch 1 --prompt 128 --gen 256 --engine gs-compile --fuse-proj --repeats 3 --json
 fi
 if want calib; then  # the calibrated TOML with queued matmul timing (bf16/fp16/fp8 quick shapes, copy, host link)
 step calibrate 150 python3 -m gpuscope hardware calibrate --quick --host --dtype bf16,fp16,fp8 --out "$W/h200_calibrated.toml"
