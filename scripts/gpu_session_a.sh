@@ -100,6 +100,8 @@ step doctor_ttft_gscompile_8b 150 python3 -m gpuscope doctor infer --model llama
 step doctor_ttft_eager_8b 120 python3 -m gpuscope doctor infer --model llama-3.1-8b --batch 1 --prompt 128 --gen 1 --json
 fi
 if want ttftfix; then  # after the fix: TTFT inside the kept cache; the issue-3 decode at p128 again
+step gs_gen2 120 python3 -m gpuscope bench infer --model llama-3.2-1b --batch 1 --prompt 128 --gen 2 --engine gs-compile --repeats 3 --json
+step gs_gen3_graph 120 python3 -m gpuscope bench infer --model llama-3.2-1b --batch 1 --prompt 128 --gen 3 --engine gs-graph --repeats 3 --json
 step fuse_8b_p128_ttftfix 150 python3 -m gpuscope bench infer --model llama-3.1-8b --batch 1 --prompt 128 --gen 256 --engine gs-compile --fuse-proj --repeats 3 --json
 fi
 if want calib; then  # the calibrated TOML with queued matmul timing (bf16/fp16/fp8 quick shapes, copy, host link)

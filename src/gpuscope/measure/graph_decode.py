@@ -63,9 +63,11 @@ class _Captured:
         with torch.cuda.stream(side):
             for _ in range(3):
                 self.step_eager()
+                # each warm-up writes the current slot again: three steps forward could run past the cache's
+                # last slot when few tokens remain (gen 2 on the H200: a device-side assert in the cache update)
+                for p, v in zip(self._positions(), saved):
+                    p.copy_(v)
         torch.cuda.current_stream().wait_stream(side)
-        for p, v in zip(self._positions(), saved):
-            p.copy_(v)
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph):
             self.out = self.step_eager()
