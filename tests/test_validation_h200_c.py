@@ -18,7 +18,8 @@ from validation_rows import check_row
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "2026-11-29-h200-c" / "measurements.jsonl"
 RECORDS = read_records(RESULTS)
 HOST_PREFILL = ("TTFT of a 128-token prompt is the eager prefill (the graph engines capture decode only), host "
-                "bound on this VM: the same model's TTFT read 27-49 ms across this session's runs (2 repeats each)")
+                "bound on this VM: the same model's TTFT read 27-49 ms across this session's runs (2 repeats each); "
+                "then each gs TTFT also built a fresh static cache (~20 ms at 8B: results/2026-11-29-h200-d, fixed)")
 KNOWN_MISSES = {
     ("infer/llama-3.1-8b/b1-p2048-g128-bf16-gs-compile", "decode_s_per_token", "gs-gqa"):
         (0.25, "--attn gs-gqa under torch.compile measured 6.77 ms against 6.55 ms for the stock SDPA: the planner "
