@@ -488,3 +488,25 @@ def test_bench_with_a_config_file_stores_the_config_inline(tmp_path):
         (rec,) = st.all("train")
     assert rec["config"]["config"] == TINY_LLAMA and rec["config"]["model"] == "tiny_llama"
     assert str(tmp_path) not in json.dumps(rec["config"])
+
+
+def test_tpot_below_the_noise_is_unresolved_not_negative():
+    """(E2E - TTFT) / (G - 1) with the E2E median under the TTFT median (4 tokens on a loaded 2-core CI machine made
+    it negative, and the headline crashed on the missing rate): no TPOT, a reason, and a headline that says so."""
+    from gpuscope.cli.bench_report import headline
+    from gpuscope.explain.compare import compare_record
+    from gpuscope.measure.llm_infer import tpot_fields
+
+    ok = tpot_fields(0.010, 0.016, 4, 2, 3_000_000_000)
+    assert ok["tpot_s"] == pytest.approx(0.002) and ok["decode_tokens_per_s"] == pytest.approx(1000)
+    assert ok["decode_weights_gbs"] == pytest.approx(1500) and "tpot_unresolved" not in ok
+    bad = tpot_fields(0.010, 0.0099, 4, 2, 3_000_000_000)
+    assert bad["tpot_s"] is None and bad["decode_tokens_per_s"] is None and "noise" in bad["tpot_unresolved"]
+    assert tpot_fields(0.010, 0.010, 1, 2, 1)["tpot_s"] is None
+    r = {"status": "ok", "kind": "infer", "ttft_s": 0.010, **bad}
+    assert "tpot unresolved" in headline(r) and "ttft 10.00 ms" in headline(r)
+    rec = {"case": {"kind": "infer", "model": "tiny-llama", "config": TINY_LLAMA, "batch": 2, "prompt": 16, "gen": 4,
+                    "dtype": "fp32", "device": "cpu"},
+           "result": {**r, "peak_generate_bytes": 1_000_000}, "case_id": "infer/tiny-llama/x"}
+    rows = compare_record(rec, load_hardware("h200"))
+    assert [x.metric for x in rows] == ["peak_bytes", "prefill_s"]

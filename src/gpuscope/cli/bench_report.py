@@ -26,8 +26,9 @@ def headline(r: dict) -> str:
         return f"{r['gbs']:.4g} GB/s (median of {r['iters']}, spread {r.get('rel_iqr') or 0:.1%})"
     joules = f", {r['j_per_token']:.3g} J/token" if r.get("j_per_token") else ""
     if r.get("kind") == "infer":
-        if r.get("tpot_s") is None:  # one generated token: no decode step
-            return f"ttft {r['ttft_s'] * 1e3:.2f} ms{joules}"
+        if r.get("tpot_s") is None:  # one generated token (no decode step), or decode below the noise
+            why = f"; tpot unresolved: {r['tpot_unresolved']}" if r.get("tpot_unresolved") else ""
+            return f"ttft {r['ttft_s'] * 1e3:.2f} ms{joules}{why}"
         gbs = f", weights read at {r['decode_weights_gbs']:.0f} GB/s" if r.get("decode_weights_gbs") else ""
         return (f"ttft {r['ttft_s'] * 1e3:.2f} ms, tpot {r['tpot_s'] * 1e3:.2f} ms, "
                 f"{r['decode_tokens_per_s']:.1f} tok/s decode{gbs}{joules}")

@@ -103,8 +103,9 @@ def compare_record(rec: dict, hw: HardwareSpec, derived: bool = False) -> list[R
                                                   res["peak_generate_bytes"] if case["kind"] == "infer"
                                                   else res["peak_bytes"])]
     if case["kind"] == "infer":
-        rows += [Row(name, "prefill_s", est.time["prefill_s"], res["ttft_s"]),
-                 Row(name, "decode_s_per_token", est.time["decode_s_per_token"], res["tpot_s"])]
+        rows.append(Row(name, "prefill_s", est.time["prefill_s"], res["ttft_s"]))
+        if res.get("tpot_s"):  # none for one generated token, or a decode below the run-to-run noise
+            rows.append(Row(name, "decode_s_per_token", est.time["decode_s_per_token"], res["tpot_s"]))
         return rows
     rows += [Row(name, "step_s", est.time["step_s"], res["step_s"])]
     for phase, key in (("forward", "peak_forward_bytes"), ("backward", "peak_backward_bytes"),

@@ -254,6 +254,22 @@ def _out_cache(out):
 ENGINES = ("hf-eager", "hf-graph", "gs-graph", "gs-compile")
 
 
+def tpot_fields(ttft_s: float, e2e_s: float, gen: int, batch: int, weights_bytes: int) -> dict:
+    """TPOT = (E2E - TTFT) / (G - 1) and the rates from it. When the E2E median is not above the TTFT median the
+    G - 1 decode steps are within the run-to-run noise (a short --gen on a busy host): TPOT is unresolved (None, with
+    the reason in ``tpot_unresolved``), never a negative time. One generated token has no decode step (None)."""
+    out: dict = {"tpot_s": None, "decode_tokens_per_s": None, "decode_weights_gbs": None}
+    if gen <= 1:
+        return out
+    tpot = (e2e_s - ttft_s) / (gen - 1)
+    if tpot <= 0:
+        out["tpot_unresolved"] = (f"the E2E median ({e2e_s * 1e3:.2f} ms) is not above the TTFT median "
+                                  f"({ttft_s * 1e3:.2f} ms): {gen - 1} decode steps are within the run-to-run "
+                                  "noise; use a longer --gen or more --repeats")
+        return out
+    return {"tpot_s": tpot, "decode_tokens_per_s": batch / tpot, "decode_weights_gbs": weights_bytes / tpot / 1e9}
+
+
 def _generate(model, ids, mask, n: int, engine: str = "hf-eager", cache_len: int | None = None):
     """hf-eager: plain generate (DynamicCache). hf-graph: a static KV cache, with which transformers compiles the
     decode step (torch.compile, mode "reduce-overhead": CUDA graphs) on CUDA devices. gs-graph: gpuscope's greedy
@@ -420,14 +436,12 @@ def _run_infer(case: dict, dev: Device, state: dict) -> dict:
     _release(dev)
 
     s_ttft, s_e2e, s_pf, s_dec = summarize(ttft), summarize(e2e), summarize(pf), summarize(dec)
-    tpot = (s_e2e["median"] - s_ttft["median"]) / (G - 1) if G > 1 else None
+    res.update(tpot_fields(s_ttft["median"], s_e2e["median"], G, B, res["weights_bytes"]))
+    tpot = res["tpot_s"]
     res.update({
         "ttft_s": s_ttft["median"], "ttft_s_min": s_ttft["min"], "ttft_s_max": s_ttft["max"],
         "e2e_s": s_e2e["median"], "e2e_s_min": s_e2e["min"], "e2e_s_max": s_e2e["max"],
         "e2e_wall_s": statistics.median(e2e_wall),
-        "tpot_s": tpot,
-        "decode_tokens_per_s": (B / tpot) if tpot and tpot > 0 else None,
-        "decode_weights_gbs": res["weights_bytes"] / tpot / 1e9 if tpot and tpot > 0 else None,
         "prefill_tokens_per_s": B * P / s_ttft["median"] if s_ttft["median"] else None,
         "prefill_forward_s": s_pf["median"], "prefill_forward_s_min": s_pf["min"], "prefill_forward_s_max": s_pf["max"],
         "decode_forward_s": s_dec["median"], "decode_forward_s_min": s_dec["min"], "decode_forward_s_max": s_dec["max"],
