@@ -246,3 +246,30 @@ def test_generate_moe_decode_holds_both_gathered_expert_copies():
     dense = load_model("llama-3.1-8b")
     dargs = (dense, 4, 512, 32, "bf16", "bf16", 2.0, 1)
     assert _memory(*dargs, moe_batched=True) == _memory(*dargs)
+
+
+def test_training_host_model_and_its_verdict():
+    """Host-bound small-model training: the step is the host's time (roofline.TrainHost, in units of launch_s), the
+    planner says so and suggests more work per launch; a large step stays GPU-bound and unchanged by it."""
+    from dataclasses import replace
+
+    from gpuscope.estimate.roofline import TRAIN_HOST
+    from gpuscope.estimate.train import estimate_train
+    from gpuscope.specs.hardware import load_hardware
+    from gpuscope.specs.models import load_model
+
+    hw, m = load_hardware("h200"), load_model("llama-3.2-1b")
+    small = estimate_train(m, hw, micro_batch=1, seq=128)
+    t = small.time
+    assert t["host_s_per_micro_batch"] > 3 * t["gpu_s_per_micro_batch"]
+    assert t["step_s"] == pytest.approx(t["host_s_per_micro_batch"] + t["optimizer_s"], rel=0.1)
+    assert any("host (launch)-bound" in a for a in small.assumptions)
+    assert any("host (launch)-bound" in s for s in small.suggestions)
+    big = estimate_train(m, hw, micro_batch=4, seq=2048)
+    assert big.time["gpu_s_per_micro_batch"] > big.time["host_s_per_micro_batch"]
+    assert not any("host (launch)-bound" in s for s in big.suggestions)
+    # the host part scales with the host's cost per kernel (a calibrated host): twice the launch, twice the host
+    slow_host = replace(hw, measured={**(hw.measured or {}), "host_launch_s": 2 * 17.2e-6})
+    slow = estimate_train(m, slow_host, micro_batch=1, seq=128)
+    assert slow.time["host_s_per_micro_batch"] == pytest.approx(2 * t["host_s_per_micro_batch"], rel=1e-6)
+    assert TRAIN_HOST.recompute > TRAIN_HOST.bwd > TRAIN_HOST.fwd > 1.0

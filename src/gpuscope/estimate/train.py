@@ -258,8 +258,18 @@ def estimate_train(m: ModelSpec, hw, *, micro_batch: int, seq: int, precision: s
         "selective recompute has no s^2 attention term to drop with SDPA/flash, so it saves what 'none' saves"
         if recompute == "selective" else "",
     ]
+    host_micro = host["forward"] + host["backward"] + host["recompute"]
+    est.time["host_s_per_micro_batch"], est.time["gpu_s_per_micro_batch"] = host_micro, micro_gpu
+    if host_micro > micro_gpu:
+        est.assumptions.append(f"host (launch)-bound: {host_micro * 1e3:.1f} ms of host time per micro-batch "
+                               f"against {micro_gpu * 1e3:.1f} ms of GPU work (eager, {train_engine.launch_s * 1e6:.1f}"
+                               " us per kernel)")
     est.assumptions = [a for a in est.assumptions if a]
     est.verdict, est.suggestions = _verdict(est, m, hw, precision, recompute, micro_batch, num_gpus)
+    if est.fits and host_micro > micro_gpu:
+        est.suggestions.append("the step is host (launch)-bound: a larger --micro-batch or --seq does more work per "
+                               "kernel launch (the step time barely grows until the GPU catches up), or compile the "
+                               "model (torch.compile) to cut the kernel count")
     if with_ops:
         est.ops = [dict(phase="forward", **t.__dict__) for t in f_times] + \
                   [dict(phase="backward", **t.__dict__) for t in b_times]
