@@ -9,9 +9,11 @@ Thresholds (``THRESHOLDS``; each rule documents why):
   between kernels >= the mean kernel. The H200 runs (results/2026-11-29-h200) showed eager batch-1 decode at
   ~17 us host per kernel with kernels of a few us: the GPU idles most of the step. Only on a device timeline.
 - dataloader_stall: >= 10% of the wall time inside ``DataLoader.__next__`` in the main process.
-- host_sync: the GPU idles >= 5% of the window right after host-device synchronisations (``.item()``, ``.cpu()``,
-  ``print(tensor)``, data-dependent shapes such as ``nonzero``): each one drains the device queue, and the GPU waits
-  for the host to launch the next kernel. At least 2 syncs. Only on a device timeline.
+- host_sync: host-device synchronisations (``.item()``, ``.cpu()``, ``print(tensor)``, data-dependent shapes such
+  as ``nonzero``, blocking copies) cost >= 5% of the window: each drains the device queue and the GPU waits for the
+  host to launch the next kernel. Counted is only the idle a sync could give back, per sync the lesser of the host's
+  wait inside it (the work still queued) and the gap after it, data-loader waits excluded (profile.host_syncs:
+  recoverable_s); a sync on an already drained GPU costs nothing. At least 2 syncs. Only on a device timeline.
 - matmul_shapes: matmuls with n or k not a multiple of 8 (16-bit tensor cores want 16-byte multiples: 8 elements
   for fp16/bf16; cuBLAS picks padded or CUDA-core kernels otherwise) taking >= 5% of matmul time. m is the token
   count and usually not under the model's control, so it is not checked. Only on a device timeline.
