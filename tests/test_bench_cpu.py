@@ -510,3 +510,73 @@ def test_tpot_below_the_noise_is_unresolved_not_negative():
            "result": {**r, "peak_generate_bytes": 1_000_000}, "case_id": "infer/tiny-llama/x"}
     rows = compare_record(rec, load_hardware("h200"))
     assert [x.metric for x in rows] == ["peak_bytes", "prefill_s"]
+
+
+def _train_fit(fwd, bwd, opt=(2e-4, 8e-6)):
+    """A measure_train_family result lying exactly on lines: forward/backward (intercept, per layer) in seconds."""
+    layers, tensors = [2, 4, 8], [21, 39, 75]
+    return {"layers": layers, "param_tensors": tensors,
+            "forward_s": [fwd[0] + fwd[1] * n for n in layers], "backward_s": [bwd[0] + bwd[1] * n for n in layers],
+            "optimizer_s": [opt[0] + opt[1] * t for t in tensors],
+            "forward_fixed_s": fwd[0], "forward_layer_s": fwd[1], "backward_fixed_s": bwd[0],
+            "backward_layer_s": bwd[1], "optimizer_fixed_s": opt[0], "optimizer_tensor_s": opt[1]}
+
+
+def test_calibrate_writes_the_training_host_costs_and_the_planner_uses_them(monkeypatch, tmp_path):
+    """`hardware calibrate --host` derives roofline.TrainHost for this machine: per-layer slopes / the planner's
+    kernels per layer / the launch cost; intercepts less the other kernels. The TOML carries them and a plan with
+    that TOML uses them (a host twice as slow per training kernel doubles that part of a host-bound step)."""
+    import gpuscope.measure.host_overhead as ho
+    from gpuscope.estimate.roofline import TRAIN_HOST, train_host_for
+    from gpuscope.estimate.train import estimate_train
+    from gpuscope.measure.calibrate import calibration_toml, train_host_costs
+    from gpuscope.specs.models import load_model
+
+    launch = 10e-6
+    fits = {"none": _train_fit((1.5e-3, 42 * 2 * launch), (0.5e-3, 42 * 4 * launch)),
+            "full": _train_fit((1.5e-3, 42 * 3 * launch), (0.5e-3, 42 * 9 * launch))}
+    monkeypatch.setattr(ho, "measure_train_family", lambda fam, dev, precision, recompute, steps: fits[recompute])
+    c = train_host_costs(launch, "cpu")
+    assert c["host_train_fwd"] == pytest.approx(2.0) and c["host_train_bwd"] == pytest.approx(4.0)
+    assert c["host_train_recompute"] == pytest.approx(6.0)  # (3 + 9) - (2 + 4) per kernel
+    assert c["host_train_fwd_fixed"] == pytest.approx(1.5e-3 / launch - 22 * 2.0)
+    assert c["host_opt_fixed"] == pytest.approx(20.0) and c["host_opt_tensor"] == pytest.approx(0.8)
+    text = calibration_toml("NVIDIA H200", "cuda", {"memory_bw_gbs": 4100.0, "host_launch_s": 17.2e-6,
+                                                    **{k: v for k, v in c.items() if k != "host_train_detail"}},
+                            None, "Mode: test.")
+    assert "host_train_bwd = 4" in text
+    path = tmp_path / "h200.toml"
+    path.write_text(text)
+    hw = load_hardware(str(path))
+    th = train_host_for(hw)
+    assert (th.fwd, th.bwd, th.recompute) == pytest.approx((2.0, 4.0, 6.0))
+    m = load_model("llama-3.2-1b")
+    base = estimate_train(m, load_hardware("h200"), micro_batch=1, seq=128).time["host_s_per_micro_batch"]
+    mine = estimate_train(m, hw, micro_batch=1, seq=128).time["host_s_per_micro_batch"]
+    assert mine > 1.5 * base and TRAIN_HOST.fwd < th.fwd
+    # a fit that does not grow with depth writes nothing
+    fits["full"] = fits["none"]
+    assert "host_train_fwd" not in train_host_costs(launch, "cpu")
+
+
+def test_calibrate_host_cli_writes_decode_and_training_host_keys(monkeypatch, tmp_path):
+    """`gpuscope hardware calibrate --host`: the decode-host fit and the training-host fit both land in the TOML
+    (measurements faked: this test is about the wiring, the fits have their own tests)."""
+    import tomllib
+
+    import gpuscope.measure.calibrate as cal
+    import gpuscope.measure.host_overhead as ho
+
+    monkeypatch.setattr(cal, "host_costs", lambda device=None: {"host_launch_s": 10e-6, "host_forward_s": 4e-4,
+                                                                "host_step_s": 3e-4})
+    fit = _train_fit((1.5e-3, 42 * 2 * 10e-6), (0.5e-3, 42 * 4 * 10e-6))
+    full = _train_fit((1.5e-3, 42 * 3 * 10e-6), (0.5e-3, 42 * 9 * 10e-6))
+    monkeypatch.setattr(ho, "measure_train_family", lambda fam, dev, precision, recompute, steps:
+                        full if recompute == "full" else fit)
+    out = tmp_path / "cal.toml"
+    r = calibrate_cli("--quick", "--device", "cpu", "--dtype", "fp32", "--host", "--db", str(tmp_path / "c.sqlite"),
+                      "--out", str(out))
+    assert r.exit_code == 0, r.output
+    m = tomllib.loads(out.read_text())["measured"]
+    assert m["host_launch_s"] == pytest.approx(10e-6) and m["host_train_bwd"] == pytest.approx(4.0)
+    assert m["host_train_recompute"] == pytest.approx(6.0)

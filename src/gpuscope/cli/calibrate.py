@@ -58,6 +58,16 @@ def register_calibrate(hw: typer.Typer) -> None:
                                  if k.startswith("host_") and k not in ("host_detail", "host_invalid")})
                 typer.echo(f"host: {costs['host_launch_s'] * 1e6:.1f} us per kernel, {costs['host_step_s'] * 1e3:.2f} "
                            "ms per generated token outside the model", err=True)
+                from gpuscope.measure.calibrate import train_host_costs
+
+                tr = train_host_costs(costs["host_launch_s"], device)
+                if tr.get("host_train_invalid"):
+                    typer.echo(f"host (training): not written ({tr['host_train_invalid']})", err=True)
+                else:
+                    measured.update({k: v for k, v in tr.items() if k != "host_train_detail"})
+                    typer.echo(f"host (training): per kernel {tr['host_train_fwd']:.2f} forward, "
+                               f"{tr['host_train_bwd']:.2f} backward, {tr['host_train_recompute']:.2f} recompute "
+                               "(x the launch cost)", err=True)
         text = calibration_toml(dev.device_name(), dev.type, measured, dev.total_memory(),
                                 f"Mode: {'quick' if quick else 'sweep'}.")
         if save:

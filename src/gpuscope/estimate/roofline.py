@@ -128,6 +128,19 @@ class TrainHost:
 
 
 TRAIN_HOST = TrainHost()
+# a hardware TOML's [measured] keys (`gpuscope hardware calibrate --host`) -> TrainHost fields
+TRAIN_HOST_KEYS = {"host_train_fwd": "fwd", "host_train_bwd": "bwd", "host_train_recompute": "recompute",
+                   "host_train_fwd_fixed": "fwd_fixed", "host_train_bwd_fixed": "bwd_fixed",
+                   "host_opt_fixed": "opt_fixed", "host_opt_tensor": "opt_tensor"}
+
+
+def train_host_for(hw) -> TrainHost:
+    """The training host costs: this machine's measured ones where the hardware TOML has them, else TRAIN_HOST."""
+    from dataclasses import replace
+
+    m = getattr(hw, "measured", None) or {}
+    over = {f: float(m[k]) for k, f in TRAIN_HOST_KEYS.items() if m.get(k) is not None}
+    return replace(TRAIN_HOST, **over) if over else TRAIN_HOST
 
 # Which planner engine models each measured engine (measure/llm_infer.ENGINES).
 ENGINE_OF_MEASURED = {"hf-eager": "eager", "hf-graph": "graph", "gs-compile": "graph", "gs-graph": "graph-unfused"}

@@ -23,7 +23,7 @@ from gpuscope.estimate.memory_train import (OFFLOAD, OPTIMIZERS, PRECISIONS, REC
                                             fsdp_train_memory, precision_bytes, train_memory)
 from gpuscope.estimate.params import count_params
 from gpuscope.estimate.result import Estimate
-from gpuscope.estimate.roofline import TRAIN_HOST, engine_for, forward_time, sm_count
+from gpuscope.estimate.roofline import TrainHost, engine_for, forward_time, sm_count, train_host_for
 from gpuscope.estimate.runtime import runtime_overheads
 from gpuscope.specs.hardware_template import typical_h2d_gbs
 from gpuscope.specs.model import ModelSpec
@@ -33,11 +33,10 @@ from gpuscope.specs.model import ModelSpec
 CPU_ADAM_PARAMS_PER_S = 4e9
 
 
-def train_host_s(fwd_ops, m: ModelSpec, launch_s: float, full: bool) -> dict[str, float]:
+def train_host_s(fwd_ops, m: ModelSpec, launch_s: float, full: bool, th: TrainHost) -> dict[str, float]:
     """Host seconds of one micro-batch's forward, backward and (full) recompute, and of the optimizer step:
     roofline.TrainHost's per-kernel and per-call costs, in units of ``launch_s``. Only a small or host-bound model
     feels it: each phase takes max(GPU, host)."""
-    th = TRAIN_HOST
     kernels = sum(o.kernels * o.count for o in fwd_ops)
     layer_kernels = sum(o.kernels * o.count for o in fwd_ops if o.count == m.num_layers)
     # parameter tensors: ~9 a layer (q, k, v, o, 3 MLP matrices or 2 plus biases, 2 norms) and embeddings/head
@@ -184,7 +183,7 @@ def estimate_train(m: ModelSpec, hw, *, micro_batch: int, seq: int, precision: s
                          o.bytes * 2.0, o.kernels * 2, o.count, o.matmul_shape) for o in fwd_ops]
     _, b_gpu, _, b_times = forward_time(bwd_ops, tflops, bw, train_engine, sms, False, m.head_dim)
     micro_gpu = f_gpu + b_gpu + (f_gpu if full else 0.0)
-    host = train_host_s(fwd_ops, m, train_engine.launch_s, full)
+    host = train_host_s(fwd_ops, m, train_engine.launch_s, full, train_host_for(hw))
     f_wall, b_wall = max(f_gpu, host["forward"]), max(b_gpu + (f_gpu if full else 0.0),
                                                       host["backward"] + host["recompute"])
     micro_s = max(micro_gpu, host["forward"] + host["backward"] + host["recompute"])

@@ -87,8 +87,10 @@ def calibration_toml(device_name: str, device_type: str, measured: dict, total_m
         lines += [f"source = {_s('not in the catalog: every peak and the bandwidth are the rates measured by gpuscope hardware calibrate at ' + when + ', not datasheet figures')}",
                   'efficiency_source = "1.0: the peaks are measured rates"']
     lines += ["", "[measured]"]
+    from gpuscope.estimate.roofline import TRAIN_HOST_KEYS
+
     for k in ("memory_bw_gbs", "h2d_gbs", "d2h_gbs", "host_launch_s", "host_forward_s", "host_step_s",
-              "host_setup_s"):
+              "host_setup_s", *TRAIN_HOST_KEYS):
         if measured.get(k):
             lines.append(f"{k} = {_f(measured[k])}")
     if mm:
@@ -141,3 +143,41 @@ def host_costs(device: str | None = None) -> dict:
     launch = r["layer_s"] / per_layer_kernels
     return {"host_launch_s": launch, "host_forward_s": max(0.0, r["forward_s"] - other_kernels * launch),
             "host_step_s": max(0.0, r["generate_step_s"]), "host_detail": r}
+
+
+def train_host_costs(launch_s: float, device: str | None = None, steps: int = 10) -> dict:
+    """This machine's eager training host costs (estimate/roofline.TrainHost), in units of ``launch_s`` (the decode
+    calibration's host_launch_s): tiny Llama models of 2/4/8 layers trained with amp-bf16, without and with full
+    recompute, each phase timed between synchronizes (measure/host_overhead.measure_train_family). The per-layer
+    slopes divided by the kernels the planner counts in a layer of the training forward give the per-kernel costs;
+    the intercepts less the other kernels give the per-call ones. Invalid (nothing written) when a slope is not
+    positive: the host's noise swamped the fit."""
+    from gpuscope.estimate import ops as opsmod
+    from gpuscope.measure.device import Device, pick_device
+    from gpuscope.measure.host_overhead import TINY, measure_train_family
+    from gpuscope.specs.hf_config import spec_from_config
+
+    dev = Device(pick_device(device))
+    none = measure_train_family("llama", dev, precision="amp-bf16", recompute="none", steps=steps)
+    full = measure_train_family("llama", dev, precision="amp-bf16", recompute="full", steps=steps)
+    spec = spec_from_config(dict(TINY["llama"], num_hidden_layers=2))
+    T = 2 * 64  # measure_train_family's micro-batch x seq
+    f = opsmod.forward_ops(spec, 2, 64, 0, 2.0, 2.0, 4.0, head_tokens=T, hf_cache_cat=False)
+    f.append(opsmod.Op("loss_log_softmax", "elementwise", 0.0, 20.0 * T * spec.vocab_size, 6))
+    k_layer = sum(o.kernels * o.count for o in f if o.count == spec.num_layers) / spec.num_layers
+    k_other = sum(o.kernels * o.count for o in f if o.count != spec.num_layers)
+    slopes = {"fwd": none["forward_layer_s"], "bwd": none["backward_layer_s"],
+              "recompute": full["forward_layer_s"] + full["backward_layer_s"] - none["forward_layer_s"]
+              - none["backward_layer_s"]}
+    detail = {"none": none, "full": full, "kernels_per_layer": k_layer, "other_kernels": k_other}
+    if min(slopes.values()) <= 0 or none["optimizer_tensor_s"] <= 0:
+        return {"host_train_invalid": "a training-phase fit did not grow with the layer or tensor count "
+                f"(per layer: {', '.join(f'{k} {v * 1e3:.3f} ms' for k, v in slopes.items())})",
+                "host_train_detail": detail}
+    per_kernel = {k: v / k_layer / launch_s for k, v in slopes.items()}
+    return {"host_train_fwd": per_kernel["fwd"], "host_train_bwd": per_kernel["bwd"],
+            "host_train_recompute": per_kernel["recompute"],
+            "host_train_fwd_fixed": max(0.0, none["forward_fixed_s"] / launch_s - k_other * per_kernel["fwd"]),
+            "host_train_bwd_fixed": max(0.0, none["backward_fixed_s"] / launch_s - k_other * per_kernel["bwd"]),
+            "host_opt_fixed": max(0.0, none["optimizer_fixed_s"] / launch_s),
+            "host_opt_tensor": none["optimizer_tensor_s"] / launch_s, "host_train_detail": detail}
