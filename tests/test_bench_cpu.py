@@ -580,3 +580,23 @@ def test_calibrate_host_cli_writes_decode_and_training_host_keys(monkeypatch, tm
     m = tomllib.loads(out.read_text())["measured"]
     assert m["host_launch_s"] == pytest.approx(10e-6) and m["host_train_bwd"] == pytest.approx(4.0)
     assert m["host_train_recompute"] == pytest.approx(6.0)
+
+
+def test_a_burst_holds_a_quarter_second_of_work_at_most(monkeypatch):
+    """Long shapes (or a slow device) get fewer burst iterations, never fewer than the five the median needs."""
+    from gpuscope.measure import micro
+    from gpuscope.measure.device import Device
+
+    seen = []
+
+    def fake_burst(dev, fn, bursts, iters, idle_s, before=None, probe=None):
+        seen.append(iters)
+        return [0.1] * (bursts * iters), []
+
+    monkeypatch.setattr(micro, "burst_times", fake_burst)
+    rows = [{"m": 64, "n": 64, "k": 64, "tflops": 1.0, "time_s": 0.1},
+            {"m": 32, "n": 32, "k": 32, "tflops": 0.5, "time_s": 0.001}]
+    out = micro._achievable(Device("cpu"), "fp32", rows, dict(micro.BURST, idle_s=0.0), 2, micro._mm("fp32", None),
+                            micro._generator(Device("cpu"), 0), None, None)
+    assert seen == [5, 40]  # 0.25 s / 0.1 s -> 3, raised to 5; 0.25 s / 1 ms -> 250, capped at 40
+    assert [a["iterations"] for a in out] == [15, 120]

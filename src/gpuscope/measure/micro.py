@@ -325,6 +325,7 @@ def _mm(dtype: str, dev: Device):
 
 
 BURST = {"bursts": 3, "iters": 40, "idle_s": 1.0, "fastest": 5}  # mamf-finder v4's MAMF: median of the 5 fastest
+BURST_MAX_S = 0.25  # seconds of matmul work a burst may hold (fewer iterations for long shapes)
 
 
 def matmul_bench(dev: Device, dtype: str, shapes, st: Settings, flush: L2Flusher | None, seed: int = 0,
@@ -395,7 +396,10 @@ def _achievable(dev, dtype, rows, burst, top_n, mm, gen, before, probe) -> list[
             holder[0] = mm(a, b)
 
         fn(0)  # kernel selection and workspace outside the bursts
-        times, clocks = burst_times(dev, fn, burst["bursts"], burst["iters"], burst["idle_s"], before, probe)
+        # a burst is short (BURST_MAX_S of work at this shape's median, at least `fastest` iterations): the boost
+        # clock holds only briefly after idle, and a slow GPU's large shapes would otherwise take seconds a burst
+        iters = min(burst["iters"], max(burst["fastest"], math.ceil(BURST_MAX_S / max(r["time_s"], 1e-9))))
+        times, clocks = burst_times(dev, fn, burst["bursts"], iters, burst["idle_s"], before, probe)
         del sets, holder
         fastest = sorted(times)[:burst["fastest"]]
         t = statistics.median(fastest)
