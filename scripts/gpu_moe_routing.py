@@ -4,7 +4,7 @@ torch._grouped_mm reached ~657 TFLOP/s in isolation with every expert given the 
 grouped GEMM over uneven groups is slower for the same FLOPs.
 
 Builds the random-weight model the benchmarks build (gpuscope's build_model), runs one prefill forward of `--prompt`
-random tokens, records every MoE layer's routed rows per expert (a pre-hook on the experts module), then times
+random tokens, records every MoE layer's routed rows per expert (measure/moe_routing.RoutingCounter), then times
 torch._grouped_mm for the gate_up and down shapes with (a) equal groups and (b) each layer's measured groups.
 Usage (GPU machine): PYTHONPATH=src python3 scripts/gpu_moe_routing.py --out $OUT/moe_routing.json
 """
@@ -19,6 +19,7 @@ import torch
 
 from gpuscope.measure.device import Device
 from gpuscope.measure.llm_infer import build_model, case_config
+from gpuscope.measure.moe_routing import RoutingCounter
 
 
 def _time(fn, rep: int = 20) -> float:
@@ -44,19 +45,11 @@ def main() -> None:
     model, cfg = build_model(case_config({"model": args.model}), dev, torch.bfloat16)
     model.eval()
     n_exp = cfg.num_local_experts
-    counts: list[list[int]] = []
-
-    def pre_hook(mod, a, kw):
-        idx = kw.get("top_k_index", a[1] if len(a) > 1 else None)
-        counts.append(torch.bincount(idx.reshape(-1), minlength=n_exp).tolist())
-
-    hooks = [m.register_forward_pre_hook(pre_hook, with_kwargs=True) for name, m in model.named_modules()
-             if name.endswith(".experts") and hasattr(m, "gate_up_proj")]
     ids = torch.randint(0, cfg.vocab_size, (1, args.prompt), device=dev.torch_device)
-    with torch.no_grad():
+    with RoutingCounter(model) as rc, torch.no_grad():
         model(input_ids=ids, logits_to_keep=1)
-    for h in hooks:
-        h.remove()
+    routing = rc.summary()
+    counts = routing["rows_per_expert"]
     del model
     torch.cuda.empty_cache()
 
@@ -64,7 +57,7 @@ def main() -> None:
     h, w = cfg.hidden_size, cfg.intermediate_size
     out = {"model": args.model, "prompt": args.prompt, "experts": n_exp, "routed_rows": rows,
            "layers": len(counts), "rows_per_expert": counts,
-           "imbalance_max_over_mean": [max(c) / (rows / n_exp) for c in counts], "grouped_mm": []}
+           "imbalance_max_over_mean": routing["imbalance"], "grouped_mm": []}
     x = {k: torch.randn(rows, k, device="cuda", dtype=torch.bfloat16) for k in (h, w)}
     weights = {"gate_up": torch.randn(n_exp, 2 * w, h, device="cuda", dtype=torch.bfloat16).transpose(1, 2),
                "down": torch.randn(n_exp, h, w, device="cuda", dtype=torch.bfloat16).transpose(1, 2)}

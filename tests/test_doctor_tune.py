@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import subprocess
 import sys
 import textwrap
@@ -448,3 +449,59 @@ def test_doctor_callback_profiles_a_window_of_steps(tmp_path):
 
     md = doctor_markdown(cb.report_dict())
     assert md.startswith("# gpuscope doctor: trainer-callback - status ok") and "| steps | 3 " in md
+
+
+TINY_MIXTRAL = {"model_type": "mixtral", "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
+                "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 128, "num_local_experts": 4,
+                "num_experts_per_tok": 2, "max_position_embeddings": 256}
+
+
+def test_routing_counter_counts_each_layers_rows_per_expert():
+    """Every routed row counted once per selected expert, per layer, per call, without a host sync in the hook."""
+    import torch
+
+    from gpuscope.measure.device import Device
+    from gpuscope.measure.llm_infer import build_model
+    from gpuscope.measure.moe_routing import RoutingCounter, experts_modules
+
+    model, cfg = build_model(dict(TINY_MIXTRAL), Device("cpu"), torch.float32)
+    assert len(experts_modules(model)) == 2
+    with RoutingCounter(model) as rc, torch.no_grad():
+        model(input_ids=torch.randint(0, 128, (2, 24)))
+        model(input_ids=torch.randint(0, 128, (1, 5)))
+    assert [len(calls) for calls in rc.counts] == [2, 2]
+    assert all(sum(calls[0]) == 2 * 24 * 2 and sum(calls[1]) == 5 * 2 for calls in rc.counts)
+    s = rc.summary()
+    assert s["layers"] == 2 and s["experts"] == 4 and s["rows_largest_call"] == 96
+    for c, imb in zip(s["rows_per_expert"], s["imbalance"]):
+        assert imb == pytest.approx(max(c) / 24) and imb >= 1.0
+    assert not any(h for h in (m._forward_pre_hooks for _, m in experts_modules(model)))  # hooks removed
+    dense, _ = build_model({"model_type": "llama", "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 1,
+                            "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 128},
+                           Device("cpu"), torch.float32)
+    with RoutingCounter(dense) as rc, torch.no_grad():
+        dense(input_ids=torch.randint(0, 128, (1, 4)))
+    assert rc.summary() is None
+
+
+def test_moe_imbalance_finding():
+    s = _with(moe_routing={"layers": 32, "experts": 8, "imbalance_median": 1.25, "imbalance_max": 1.67,
+                           "rows_largest_call": 2048})
+    (f,) = [x for x in F.diagnose(s) if x.code == "moe_imbalance"]
+    assert f.severity == "medium" and f.speedup is None and "--weights" in f.fix
+    assert f.evidence["uniform_routing_noise"] == pytest.approx(1 + (2 * math.log(8) * 8 / 2048) ** 0.5)
+    assert not [x for x in F.diagnose(_with(moe_routing={"imbalance_median": 1.1})) if x.code == "moe_imbalance"]
+    # 64 rows over 4 experts: 1.31 is within a uniform router's sampling noise (~1.42)
+    small = _with(moe_routing={"layers": 2, "experts": 4, "imbalance_median": 1.31, "rows_largest_call": 64})
+    assert not [x for x in F.diagnose(small) if x.code == "moe_imbalance"]
+    assert not [x for x in F.diagnose(HEALTHY) if x.code == "moe_imbalance"]
+
+
+def test_doctor_infer_on_a_tiny_moe_records_its_routing(tmp_path):
+    """doctor infer counts the routing in its untimed warm-up (the profiled run sees the same inputs and weights)."""
+    from gpuscope.measure.profile import profile_workload
+
+    s = profile_workload({"kind": "infer", "model": "tiny-mixtral", "config": dict(TINY_MIXTRAL), "batch": 1,
+                          "prompt": 16, "gen": 3, "dtype": "fp32", "device": "cpu"})
+    mr = s["moe_routing"]
+    assert s["status"] == "ok" and mr["layers"] == 2 and mr["rows_largest_call"] == 16 * 2

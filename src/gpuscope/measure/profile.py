@@ -456,6 +456,7 @@ def profile_workload(case: dict, device: str | None = None) -> dict:
     Either is also run once bare (no profiler) just before, so ``bare_s`` and the profiler's overhead are measured.
     An out-of-memory error is a result: ``status: oom`` with the allocator's numbers at the failure."""
     from gpuscope.measure.llm_infer import _generate, case_config
+    from gpuscope.measure.moe_routing import RoutingCounter
     from gpuscope.measure.tune import InferTrial, TrainTrial
 
     dev = Device(pick_device(device or case.get("device")))
@@ -470,7 +471,8 @@ def profile_workload(case: dict, device: str | None = None) -> dict:
             phase = "warmup"
             engine = case.get("engine", "hf-eager")
             with torch.no_grad():
-                _generate(tr.model, ids, mask, case["gen"], engine)
+                with RoutingCounter(tr.model) as routing:  # MoE rows per expert, counted in the untimed warm-up
+                    _generate(tr.model, ids, mask, case["gen"], engine)
                 bare = _timed(dev, lambda: _generate(tr.model, ids, mask, case["gen"], engine))
                 phase = "profile"
                 with profile_run(dev.name, bare_s=bare) as p:
@@ -484,7 +486,8 @@ def profile_workload(case: dict, device: str | None = None) -> dict:
                 _enable_recompute(tr.model)
             ids = torch.randint(0, tr.vocab, (case["micro_batch"], case["seq"]), device=dev.torch_device)
             phase = "warmup"
-            tr._step(ids)
+            with RoutingCounter(tr.model) as routing:
+                tr._step(ids)
             n_steps = int(case.get("steps", 3))
             bare = _timed(dev, lambda: [tr._step(ids) for _ in range(n_steps)])
             phase = "profile"
@@ -494,6 +497,8 @@ def profile_workload(case: dict, device: str | None = None) -> dict:
                     p.step()
         s = p.summary
         s["status"] = "ok"
+        if routing.summary():  # the same inputs and weights as the profiled run: the same routing
+            s["moe_routing"] = routing.summary()
         if case["kind"] == "infer":  # what the profiled model really ran (attention function, fusion)
             s["attn_impl"] = tr.model.config._attn_implementation
             if tr.fused is not None:

@@ -72,6 +72,10 @@ def _profile_lines(p: dict) -> list[tuple[str, str]]:
     if sy:
         gain = f", of it recoverable {_s(sy['recoverable_s'])}" if sy.get("recoverable_s") is not None else ""
         rows.append(("host syncs", f"{sy.get('calls')}, GPU idle after them {_s(sy.get('refill_s'))}{gain}"))
+    mr = p.get("moe_routing")
+    if mr:
+        rows.append(("MoE routing", f"busiest expert / mean rows: median {mr['imbalance_median']:.2f}, max "
+                                    f"{mr['imbalance_max']:.2f} over {mr['layers']} layers of {mr['experts']} experts"))
     nv = p.get("nvml") or {}
     if nv.get("unavailable"):
         rows.append(("NVML", str(nv["unavailable"])))
