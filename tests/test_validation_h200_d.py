@@ -214,3 +214,17 @@ def test_training_host_fit_is_the_planners():
     extra = slope(full, "forward_s") + slope(full, "backward_s") - slope(pooled, "forward_s") - slope(pooled,
                                                                                                     "backward_s")
     assert extra / 42 / launch == pytest.approx(TRAIN_HOST.recompute, rel=0.02)
+
+
+def test_the_h200_mixtral_routing_would_be_flagged():
+    """The routing measured on the H200 (moe_routing.json) through the doctor's moe_imbalance rule: the median
+    layer's skew (1.25) is above a uniform router's sampling noise for 2,048 rows over 8 experts (1.13)."""
+    import statistics
+
+    from gpuscope.explain.findings import moe_imbalance
+
+    rt = json.loads((HERE / "moe_routing.json").read_text())
+    imb = rt["imbalance_max_over_mean"]
+    f = moe_imbalance({"moe_routing": {"layers": rt["layers"], "experts": rt["experts"], "rows_largest_call": 2048,
+                                       "imbalance_median": statistics.median(imb), "imbalance_max": max(imb)}})
+    assert f is not None and f.evidence["uniform_routing_noise"] < 1.15 < f.evidence["imbalance_median"]
