@@ -52,11 +52,13 @@ def register(app: typer.Typer) -> None:
     @adv.command("infer")
     def infer(
         model: Optional[str] = typer.Option(None, "--model", help=MODEL_HELP),
-        gpu: Optional[List[str]] = typer.Option(None, "--gpu", help="Candidates (default: the whole catalog). " + GPU_HELP),
+        gpu: Optional[List[str]] = typer.Option(None, "--gpu",
+                                                help="Candidates (default: the whole catalog). " + GPU_HELP),
         batch: int = typer.Option(1, "--batch"),
         prompt: int = typer.Option(512, "--prompt"),
         gen: int = typer.Option(128, "--gen"),
-        dtype: str = typer.Option("auto", "--dtype", help="auto (bf16, else int8, else int4) | bf16|fp16|fp32|fp8|int8|int4"),
+        dtype: str = typer.Option("auto", "--dtype",
+                                  help="auto (bf16, else int8, else int4) | bf16|fp16|fp32|fp8|int8|int4"),
         engine: str = typer.Option("graph", "--engine"),
         max_gpus: int = typer.Option(8, "--max-gpus"),
         budget: Optional[float] = typer.Option(None, "--budget", help="Purchase budget in USD for all cards needed."),
@@ -93,7 +95,8 @@ def register(app: typer.Typer) -> None:
     @adv.command("train")
     def train(
         model: Optional[str] = typer.Option(None, "--model", help=MODEL_HELP),
-        gpu: Optional[List[str]] = typer.Option(None, "--gpu", help="Candidates (default: the whole catalog). " + GPU_HELP),
+        gpu: Optional[List[str]] = typer.Option(None, "--gpu",
+                                                help="Candidates (default: the whole catalog). " + GPU_HELP),
         micro_batch: int = typer.Option(1, "--micro-batch"),
         seq: int = typer.Option(2048, "--seq"),
         precision: str = typer.Option("amp-bf16", "--precision"),

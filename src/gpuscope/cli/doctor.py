@@ -5,8 +5,8 @@
     gpuscope doctor [--json|--markdown] -- python train.py --lr 3e-4
 
 A workload runs in this process under torch.profiler (gpuscope.measure.profile.profile_workload); a script runs
-in a child Python under it (measure/profile_script.py). Training that runs out of memory (or that the planner says cannot
-fit, or with --plan-only) gets the article's OOM tiers computed by the planner for the same configuration.
+in a child Python under it (measure/profile_script.py). Training that runs out of memory (or that the planner says
+cannot fit, or with --plan-only) gets the article's OOM tiers computed by the planner for the same configuration.
 """
 
 from __future__ import annotations

@@ -172,7 +172,8 @@ def _search(m, hw, num_gpus: int, global_batch: int, seq: int, gpus_per_node, as
     res = search_layouts(m, hw, num_gpus, global_batch, seq=seq, gpus_per_node=gpus_per_node)
     elapsed = time.perf_counter() - t0
     rows = [{"tp": e.layout.tp, "pp": e.layout.pp, "dp": e.layout.dp, "ep": e.layout.ep, "zero": e.layout.zero,
-             "sp": e.layout.sp, "virtual": e.layout.virtual, "micro_batch": e.layout.micro_batch, "recompute": e.layout.recompute,
+             "sp": e.layout.sp, "virtual": e.layout.virtual, "micro_batch": e.layout.micro_batch,
+             "recompute": e.layout.recompute,
              "tokens_per_s": e.tokens_per_s, "step_s": e.step_s, "mfu": e.mfu, "peak_bytes_per_gpu": e.peak_bytes}
             for e in res.ranked]
     doc = {"schema": "gpuscope.search/1", "model": m.name, "hardware": hw.key, "num_gpus": num_gpus,
@@ -189,7 +190,8 @@ def _search(m, hw, num_gpus: int, global_batch: int, seq: int, gpus_per_node, as
         t.add_column(c, justify="right")
     for i, r in enumerate(rows, 1):
         t.add_row(str(i), str(r["tp"]), str(r["pp"]), str(r["dp"]), str(r["ep"]), str(r["zero"]),
-                  "y" if r["sp"] else "", str(r["virtual"]), str(r["micro_batch"]), r["recompute"], f"{r['tokens_per_s']:,.0f}",
+                  "y" if r["sp"] else "", str(r["virtual"]), str(r["micro_batch"]), r["recompute"],
+                  f"{r['tokens_per_s']:,.0f}",
                   f"{r['step_s']:.2f} s", f"{r['mfu']:.1%}", f"{r['peak_bytes_per_gpu'] / 2**30:.1f}")
     _console().print(t)
     if not rows:

@@ -74,7 +74,8 @@ def sbatch_script(nodes: int, gpus_per_node: int, module: str = DEFAULT_MODULE, 
     wargs = " ".join(shlex.quote(a) for a in (worker_args or []))
     torchrun = (f"{shlex.quote(python)} -m torch.distributed.run \\\n"
                 f"    --nnodes \"$SLURM_NNODES\" --nproc-per-node {gpus_per_node} \\\n"
-                f"    --rdzv-backend c10d --rdzv-endpoint \"$MASTER_ADDR:$MASTER_PORT\" --rdzv-id \"$SLURM_JOB_ID\" \\\n"
+                f"    --rdzv-backend c10d --rdzv-endpoint \"$MASTER_ADDR:$MASTER_PORT\" "
+                f"--rdzv-id \"$SLURM_JOB_ID\" \\\n"
                 f"    --max-restarts 0 \\\n"
                 f"    -m {module}{(' ' + wargs) if wargs else ''}")
     lines = [

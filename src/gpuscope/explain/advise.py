@@ -278,7 +278,8 @@ def what_would_change(ok: list[Candidate], out: list[Candidate], metric: str, hi
     changes: list[str] = []
     # 1. a candidate ruled out by one constraint only, that would beat the winner
     for cd in sorted(out, key=lambda x: _key(x.score, higher)):
-        if len(cd.failed) == 1 and cd.failed[0].check not in ("fits", "stack") and _better(cd.score, best.score, higher):
+        if (len(cd.failed) == 1 and cd.failed[0].check not in ("fits", "stack")
+                and _better(cd.score, best.score, higher)):
             s = cd.failed[0]
             changes.append(f"{cd.row.name} would win ({_fmt_metric(metric, cd.score)}) if the {s.check} constraint "
                            f"allowed it ({s.detail}).")

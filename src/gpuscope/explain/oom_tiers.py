@@ -11,9 +11,9 @@ How each is computed:
   phase by phase).
 - ZeRO-3/FSDP over N: ``estimate_train(strategy="fsdp")`` (FSDP2 full shard with a bf16 policy: sharded states,
   two gathered layers, prefetched collectives over the node topology) where that model applies (amp-bf16, no
-  offload, no accumulation); otherwise the single-GPU estimate's breakdown at its peak with weights, gradients, optimizer states
-  and autocast's 16-bit weight copies divided by N, plus two gathered layers in 16 bit (the one running and the
-  prefetched next). Time: 3 x 2P bytes of all-gather/reduce-scatter traffic per step x (N-1)/N over one direction of
+  offload, no accumulation); otherwise the single-GPU estimate's breakdown at its peak with weights, gradients,
+  optimizer states and autocast's 16-bit weight copies divided by N, plus two gathered layers in 16 bit (the one
+  running and the prefetched next). Time: 3 x 2P bytes of all-gather/reduce-scatter traffic per step x (N-1)/N over one direction of
   the device's link (half its bidirectional rate; the host link where the catalog has none), assumed overlapped
   with compute by prefetch: step = max(compute, communication).
 - TP over N (with sequence parallelism, Korthikanti et al. 2022): weights, grads, states, activations and logits

@@ -66,7 +66,8 @@ def calibration_toml(device_name: str, device_type: str, measured: dict, total_m
     key = catalog_key_for(device_name) if device_type != "cpu" else None
     lines = [f"# gpuscope hardware file written by `gpuscope hardware calibrate` at {when}.",
              f"# Device: {device_name} ({device_type}). {note}".rstrip(),
-             "# Use it with `gpuscope plan ... --gpu THIS.toml`; the [measured] ceilings replace datasheet peak x efficiency."]
+             "# Use it with `gpuscope plan ... --gpu THIS.toml`; the [measured] ceilings replace datasheet peak x "
+             "efficiency."]
     if key:
         base = load_hardware(key)
         dropped = [d for d in mm if d not in base.peak_tflops]
@@ -84,7 +85,9 @@ def calibration_toml(device_name: str, device_type: str, measured: dict, total_m
                   "matmul_efficiency = 1.0", "memory_bw_efficiency = 1.0"]
         for d, v in mm.items():
             lines.append(f"{d}_tops_dense = {_f(v)}" if d == "int8" else f"{d}_tflops_dense = {_f(v)}")
-        lines += [f"source = {_s('not in the catalog: every peak and the bandwidth are the rates measured by gpuscope hardware calibrate at ' + when + ', not datasheet figures')}",
+        src = ("not in the catalog: every peak and the bandwidth are the rates measured by gpuscope hardware "
+               f"calibrate at {when}, not datasheet figures")
+        lines += [f"source = {_s(src)}",
                   'efficiency_source = "1.0: the peaks are measured rates"']
     lines += ["", "[measured]"]
     from gpuscope.estimate.roofline import TRAIN_HOST_KEYS

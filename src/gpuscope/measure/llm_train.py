@@ -11,7 +11,8 @@ Precision, as in CONTRACT.md:
 - ``bf16``: parameters, gradients and optimizer states all bf16, no autocast.
 - ``fp32``: everything fp32, no autocast (TF32 matmul setting recorded: torch's default is off).
 
-One step = forward (loss from the model with ``labels=input_ids``), backward, optimizer step, ``zero_grad(set_to_none=True)``.
+One step = forward (loss from the model with ``labels=input_ids``), backward, optimizer step,
+``zero_grad(set_to_none=True)``.
 After ``warmup`` steps, one instrumented step records memory per phase (synchronize and ``reset_peak_memory_stats``
 between phases), then ``steps`` timed steps run back to back (device events, no synchronize between steps).
 """

@@ -431,7 +431,8 @@ def memory_bench(dev: Device, op: str, nbytes: int, st: Settings, seed: int = 0)
     del x, y
     return {"status": "ok", "gbs": moved / s["time_s"] / 1e9, "gbs_at_min_time": moved / s["time_s_min"] / 1e9,
             "bytes_moved": moved, "buffer_bytes": n * 4, **s,
-            "metric_formula": {"copy": "2 * size / median_s / 1e9 (read + write)", "read": "size / median_s / 1e9 (x.sum())",
+            "metric_formula": {"copy": "2 * size / median_s / 1e9 (read + write)",
+                               "read": "size / median_s / 1e9 (x.sum())",
                                "write": "size / median_s / 1e9 (y.fill_)"}[op]}
 
 

@@ -20,13 +20,14 @@ counter):
   (``active_s - bare_s`` where the workload was also timed without the profiler, ``profiler_overhead_source``
   ``bare_run``; a script run bare first, ``doctor --bare-run``: (profiled - bare median step) x steps,
   ``bare_steps``; else ``cpu_events`` x ``profiler_s_per_event``, calibrated on this host before the run,
-  ``per_event``; never more than ``active_s`` less the data-loader wait and ``busy_s``); ``busy_s`` is the union of those intervals, ``idle_fraction`` =
-  1 - busy_s / active_s, ``kernel_count``, ``kernel_mean_s``, ``gap_mean_s``/``gap_median_s`` (between consecutive
-  intervals of the union, positive gaps only).
+  ``per_event``; never more than ``active_s`` less the data-loader wait and ``busy_s``); ``busy_s`` is the union of
+  those intervals, ``idle_fraction`` = 1 - busy_s / active_s, ``kernel_count``, ``kernel_mean_s``,
+  ``gap_mean_s``/``gap_median_s`` (between consecutive intervals of the union, positive gaps only).
 - ``top_ops``: the ten ops with the most self time (device time on GPUs, CPU time on CPU).
 - ``matmuls``: aten mm/addmm/bmm/baddbmm/linear grouped by (m, n, k, dtype), with count and self time.
-- ``dataloader_s``/``dataloader_fraction`` (of ``active_s`` less ``profiler_overhead_s``): CPU time inside ``enumerate(DataLoader)#...__next__`` (the profiler's
-  own annotation of every DataLoader iterator), outermost calls only.
+- ``dataloader_s``/``dataloader_fraction`` (of ``active_s`` less ``profiler_overhead_s``): CPU time inside
+  ``enumerate(DataLoader)#...__next__`` (the profiler's own annotation of every DataLoader iterator), outermost
+  calls only.
 - ``h2d``: host-to-device copies (count, seconds, bytes where known, how many from pageable memory).
 - ``syncs`` (device timelines): host-device synchronisations (:func:`host_syncs`): calls, host wait, the GPU idle
   they cause until the next kernel (``refill_s``), and the aten ops that issued them (``.item()`` shows as

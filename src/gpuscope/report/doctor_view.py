@@ -171,7 +171,8 @@ def doctor_markdown(r: dict) -> str:
         out += ["No finding fired." if rows else "Nothing was profiled (plan only).", ""]
     if r.get("oom"):
         oom = r["oom"]
-        out += ["## Out of memory: levers ranked", "", "| # | tier | lever | GPUs | peak/GPU | saved | slowdown | fits |",
+        out += ["## Out of memory: levers ranked", "",
+                "| # | tier | lever | GPUs | peak/GPU | saved | slowdown | fits |",
                 "|---:|---:|---|---:|---:|---:|---:|---|"]
         for x in oom["tiers"]:
             x = _plain(x)

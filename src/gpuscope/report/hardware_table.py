@@ -90,7 +90,8 @@ def detail_table(spec: HardwareSpec) -> Table:
         ("vendor", spec.vendor),
         ("aliases", ", ".join(spec.aliases) or DASH),
         ("memory", f"{_fmt(spec.memory_bytes / GIB)} GiB ({spec.memory_bytes:,} bytes)"),
-        ("device_total_bytes", f"{spec.device_total_bytes:,} ({spec.device_total_bytes / GIB:.2f} GiB; used for `fits`)"),
+        ("device_total_bytes",
+         f"{spec.device_total_bytes:,} ({spec.device_total_bytes / GIB:.2f} GiB; used for `fits`)"),
         ("memory_bw_gbs", f"{_fmt(spec.memory_bw_gbs, 0)} GB/s datasheet"),
         ("memory_bw_efficiency", f"{spec.memory_bw_efficiency:.2f}"),
         ("achievable memory bandwidth", f"{_fmt(spec.achievable_bw_gbs(), 1)} GB/s"

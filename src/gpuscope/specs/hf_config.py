@@ -78,7 +78,8 @@ def spec_from_config(cfg: dict, name: str = "", source: str = "") -> ModelSpec:
     kv_default = _DEFAULT_KV_HEADS.get(family, heads) if "num_key_value_heads" not in cfg else heads
     kv_heads = _pos_int(cfg, _get(cfg, "num_key_value_heads", default=kv_default), "num_key_value_heads")
     if heads % kv_heads:
-        raise UserError(f"--model: num_attention_heads ({heads}) must be a multiple of num_key_value_heads ({kv_heads}).")
+        raise UserError(f"--model: num_attention_heads ({heads}) must be a multiple of num_key_value_heads "
+                        f"({kv_heads}).")
     head_dim = cfg.get("head_dim") if "head_dim" in cfg else _DEFAULT_HEAD_DIM.get(family)
     head_dim = head_dim or hidden // heads
     head_dim = _pos_int(cfg, head_dim, "head_dim")
@@ -183,7 +184,8 @@ def spec_from_config(cfg: dict, name: str = "", source: str = "") -> ModelSpec:
         kw["head_dim"] = kw["mla"].v_head_dim
         kw["num_kv_heads"] = heads  # MLA decompresses K and V per head
         if cfg.get("num_nextn_predict_layers"):
-            notes.append("multi-token-prediction layers of the checkpoint are not counted (transformers does not build them)")
+            notes.append("multi-token-prediction layers of the checkpoint are not counted (transformers does not "
+                         "build them)")
     kw["notes"] = tuple(notes)
     return ModelSpec(**kw)
 

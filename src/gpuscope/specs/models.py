@@ -38,7 +38,8 @@ def preset_config(name: str) -> dict:
     """The HF config dict of a preset (without gpuscope's own metadata)."""
     f = _preset_index().get(name.lower())
     if f is None:
-        raise UserError(f"--model: unknown preset '{name}'.{nearest(name, preset_names())} (`gpuscope models` lists them)")
+        raise UserError(f"--model: unknown preset '{name}'.{nearest(name, preset_names())} "
+                        "(`gpuscope models` lists them)")
     cfg = json.loads(f.read_text())
     cfg.pop("_gpuscope", None)
     return cfg

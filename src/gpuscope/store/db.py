@@ -89,7 +89,8 @@ def _check_header(path: Path) -> None:
     except OSError as exc:
         raise UserError(f"results database '{path}' cannot be read ({exc.strerror}).") from None
     if head and head != SQLITE_MAGIC:
-        raise UserError(f"results database '{path}' is not an SQLite file; pass another --db path (it was left untouched).")
+        raise UserError(f"results database '{path}' is not an SQLite file; pass another --db path (it was left "
+                        "untouched).")
 
 
 class Store:
@@ -114,7 +115,8 @@ class Store:
             try:
                 p.parent.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
-                raise UserError(f"results database directory '{p.parent}' cannot be created ({exc.strerror}).") from None
+                raise UserError(f"results database directory '{p.parent}' cannot be created "
+                                f"({exc.strerror}).") from None
             uri = f"file:{p}?mode=rwc"
         try:
             conn = sqlite3.connect(uri, uri=True, timeout=30, isolation_level=None)
@@ -130,7 +132,8 @@ class Store:
             raise
         except sqlite3.DatabaseError as exc:
             conn.close()
-            raise UserError(f"results database '{p}' is corrupt or unreadable ({exc}); it was left untouched.") from None
+            raise UserError(f"results database '{p}' is corrupt or unreadable ({exc}); it was left "
+                            "untouched.") from None
         return cls(conn, p)
 
     @staticmethod
