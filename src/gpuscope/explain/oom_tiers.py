@@ -14,8 +14,8 @@ How each is computed:
   offload, no accumulation); otherwise the single-GPU estimate's breakdown at its peak with weights, gradients,
   optimizer states and autocast's 16-bit weight copies divided by N, plus two gathered layers in 16 bit (the one
   running and the prefetched next). Time: 3 x 2P bytes of all-gather/reduce-scatter traffic per step x (N-1)/N over
-  one direction of the device's link (half its bidirectional rate; the host link where the catalog has none), assumed overlapped
-  with compute by prefetch: step = max(compute, communication).
+  one direction of the device's link (half its bidirectional rate; the host link where the catalog has none),
+  assumed overlapped with compute by prefetch: step = max(compute, communication).
 - TP over N (with sequence parallelism, Korthikanti et al. 2022): weights, grads, states, activations and logits
   divided by N; 4 all-gather/reduce-scatter of the T x h activations per layer per micro-batch (2 forward,
   2 backward), not overlapped; slowdown in GPU-seconds per token = 1 + N x comm / step.
