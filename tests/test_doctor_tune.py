@@ -505,3 +505,19 @@ def test_doctor_infer_on_a_tiny_moe_records_its_routing(tmp_path):
                           "prompt": 16, "gen": 3, "dtype": "fp32", "device": "cpu"})
     mr = s["moe_routing"]
     assert s["status"] == "ok" and mr["layers"] == 2 and mr["rows_largest_call"] == 16 * 2
+
+
+def test_bench_infer_records_an_moe_models_routing():
+    """bench infer counts an MoE model's rows per expert in its untimed warm-up and keeps the summary (not the
+    per-layer lists) beside the timings; a dense model has none."""
+    from gpuscope.cli.bench_report import headline
+    from gpuscope.measure.llm_infer import run_infer
+
+    r = run_infer({"kind": "infer", "model": "tiny-mixtral", "config": dict(TINY_MIXTRAL), "batch": 1, "prompt": 16,
+                   "gen": 12, "dtype": "fp32", "repeats": 2, "decode_iters": 2, "device": "cpu"})
+    assert r["status"] == "ok", r
+    mr = r["moe_routing"]
+    assert mr["layers"] == 2 and mr["experts"] == 4 and mr["rows_largest_call"] == 32
+    assert "rows_per_expert" not in mr and len(mr["imbalance"]) == 2
+    shown = dict(r, tpot_s=0.01, decode_tokens_per_s=100.0, decode_weights_gbs=1.0)  # the headline's decode form
+    assert f"busiest expert {mr['imbalance_median']:.2f}x" in headline(shown)

@@ -30,6 +30,8 @@ def headline(r: dict) -> str:
             why = f"; tpot unresolved: {r['tpot_unresolved']}" if r.get("tpot_unresolved") else ""
             return f"ttft {r['ttft_s'] * 1e3:.2f} ms{joules}{why}"
         gbs = f", weights read at {r['decode_weights_gbs']:.0f} GB/s" if r.get("decode_weights_gbs") else ""
+        if (r.get("moe_routing") or {}).get("imbalance_median"):
+            gbs += f"; busiest expert {r['moe_routing']['imbalance_median']:.2f}x the mean rows (median layer)"
         return (f"ttft {r['ttft_s'] * 1e3:.2f} ms, tpot {r['tpot_s'] * 1e3:.2f} ms, "
                 f"{r['decode_tokens_per_s']:.1f} tok/s decode{gbs}{joules}")
     if r.get("kind") == "train":
