@@ -354,13 +354,12 @@ def _run_infer(case: dict, dev: Device, state: dict) -> dict:
     # Warm up with the full length: the first generate of G tokens grows the caching allocator's pool for every
     # KV-cache size it meets (cudaMalloc), which would otherwise land in the first timed run. hf-graph also
     # compiles and records its CUDA graphs here (two calls at the timed cache length).
-    from gpuscope.measure.moe_routing import RoutingCounter
+    from gpuscope.measure.moe_routing import prefill_routing
 
-    with RoutingCounter(model) as routing:  # an MoE model's rows per expert, counted in the untimed warm-up
-        out = _generate(model, ids, mask, G, engine)
-    if routing.summary():  # random weights route unevenly (moe_routing.py): said beside the timings
-        res["moe_routing"] = {k: v for k, v in routing.summary().items() if k != "rows_per_expert"}
-    for _ in range(1 if engine == "hf-eager" else 2):
+    routing = prefill_routing(model, ids, mask)  # an MoE model's rows per expert, in an untimed eager prefill
+    if routing:  # random weights route unevenly (moe_routing.py): said beside the timings
+        res["moe_routing"] = {k: v for k, v in routing.items() if k != "rows_per_expert"}
+    for _ in range(2 if engine == "hf-eager" else 3):
         out = _generate(model, ids, mask, G, engine)
     out = _generate(model, ids, mask, 1, engine, cache_len=P + G)
     del out

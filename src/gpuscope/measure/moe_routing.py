@@ -76,3 +76,19 @@ class RoutingCounter:
                 "imbalance_median": statistics.median(imb), "imbalance_max": max(imb),
                 "metric": "max / mean rows per expert of each layer's largest call (top-k rows count once per "
                           "selected expert)"}
+
+
+@torch.no_grad()
+def prefill_routing(model, ids: torch.Tensor, mask: torch.Tensor | None = None) -> dict | None:
+    """The routing of one eager prefill forward of ``ids`` (the largest call of a generate), or None for a model
+    without MoE layers (then nothing runs). A separate forward, outside any CUDA-graph capture or torch.compile
+    tracing, so the counting hooks never end up inside a graph the timed runs replay."""
+    if not experts_modules(model):
+        return None
+    with RoutingCounter(model) as rc:
+        kw = {"attention_mask": mask} if mask is not None else {}
+        try:
+            model(input_ids=ids, use_cache=False, logits_to_keep=1, **kw)
+        except TypeError:  # a model without logits_to_keep
+            model(input_ids=ids, use_cache=False, **kw)
+    return rc.summary()

@@ -457,7 +457,7 @@ def profile_workload(case: dict, device: str | None = None) -> dict:
     Either is also run once bare (no profiler) just before, so ``bare_s`` and the profiler's overhead are measured.
     An out-of-memory error is a result: ``status: oom`` with the allocator's numbers at the failure."""
     from gpuscope.measure.llm_infer import _generate, case_config
-    from gpuscope.measure.moe_routing import RoutingCounter
+    from gpuscope.measure.moe_routing import RoutingCounter, prefill_routing
     from gpuscope.measure.tune import InferTrial, TrainTrial
 
     dev = Device(pick_device(device or case.get("device")))
@@ -472,8 +472,8 @@ def profile_workload(case: dict, device: str | None = None) -> dict:
             phase = "warmup"
             engine = case.get("engine", "hf-eager")
             with torch.no_grad():
-                with RoutingCounter(tr.model) as routing:  # MoE rows per expert, counted in the untimed warm-up
-                    _generate(tr.model, ids, mask, case["gen"], engine)
+                routing = prefill_routing(tr.model, ids, mask)  # MoE rows per expert, in an untimed eager prefill
+                _generate(tr.model, ids, mask, case["gen"], engine)
                 bare = _timed(dev, lambda: _generate(tr.model, ids, mask, case["gen"], engine))
                 phase = "profile"
                 with profile_run(dev.name, bare_s=bare) as p:
@@ -487,8 +487,9 @@ def profile_workload(case: dict, device: str | None = None) -> dict:
                 _enable_recompute(tr.model)
             ids = torch.randint(0, tr.vocab, (case["micro_batch"], case["seq"]), device=dev.torch_device)
             phase = "warmup"
-            with RoutingCounter(tr.model) as routing:
+            with RoutingCounter(tr.model) as counter:  # eager training: the warm-up step's own forward
                 tr._step(ids)
+            routing = counter.summary()
             n_steps = int(case.get("steps", 3))
             bare = _timed(dev, lambda: [tr._step(ids) for _ in range(n_steps)])
             phase = "profile"
@@ -498,8 +499,8 @@ def profile_workload(case: dict, device: str | None = None) -> dict:
                     p.step()
         s = p.summary
         s["status"] = "ok"
-        if routing.summary():  # the same inputs and weights as the profiled run: the same routing
-            s["moe_routing"] = routing.summary()
+        if routing:  # the same inputs and weights as the profiled run: the same routing
+            s["moe_routing"] = routing
         if case["kind"] == "infer":  # what the profiled model really ran (attention function, fusion)
             s["attn_impl"] = tr.model.config._attn_implementation
             if tr.fused is not None:
