@@ -269,18 +269,6 @@ def _load_model_spec(model: str) -> None:
     load_model(model)  # a missing file or unknown preset is a UserError here, before any process starts
 
 
-def model_and_config(model: str) -> tuple[str, dict]:
-    """(the case's model name, extra case keys) for --model: a preset stays a name; a config.json (or a directory
-    holding one) is stored inline as the case's ``config`` under the file's name, so the record is
-    self-contained: it can be re-planned and re-run on another machine (a device path alone could not)."""
-    if not Path(model).expanduser().exists():
-        return model, {}
-    from gpuscope.cli.tune import resolve_config
-
-    cfg, name = resolve_config(None, str(Path(model).expanduser()))
-    return name, {"config": cfg}
-
-
 def register(app: typer.Typer) -> None:
     bench = typer.Typer(name="bench", help="Measure: microbenchmarks and LLM workloads, stored with provenance.",
                         no_args_is_help=True)
@@ -374,7 +362,9 @@ def register(app: typer.Typer) -> None:
         if weights:  # from_pretrained reads the directory itself
             model = str(Path(model).expanduser().resolve())
         else:
-            model, inline = model_and_config(model)
+            from gpuscope.cli.tune import case_model
+
+            model, inline = case_model(model)
             extra.update(inline)
         case = infer_case(model, batch, prompt, gen, dtype=dtype, repeats=repeats, **extra)
         s = Session(db, "bench infer", resume, as_json)
@@ -410,7 +400,9 @@ def register(app: typer.Typer) -> None:
         extra = {"device": device} if device else {}
         if grad_accum > 1:  # only then in the case (ids of earlier single-micro-batch cases stay the same)
             extra["grad_accum"] = grad_accum
-        model, inline = model_and_config(model)
+        from gpuscope.cli.tune import case_model
+
+        model, inline = case_model(model)
         extra.update(inline)
         case = train_case(model, micro_batch, seq, precision, recompute, steps=steps, warmup=warmup, **extra)
         s = Session(db, "bench train", resume, as_json)

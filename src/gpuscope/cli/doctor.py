@@ -11,8 +11,6 @@ cannot fit, or with --plan-only) gets the article's OOM tiers computed by the pl
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import typer
 
 from gpuscope.errors import UserError
@@ -146,15 +144,13 @@ def register(app: typer.Typer) -> None:
             if bare_run:
                 raise UserError("--bare-run is for a script (doctor -- python train.py); doctor infer/train always "
                                 "time their workload bare before profiling it.")
-            from gpuscope.cli.tune import resolve_config
+            from gpuscope.cli.tune import case_model
 
             for name, v in (("batch", batch), ("prompt", prompt), ("gen", gen), ("micro-batch", micro_batch),
                             ("seq", seq), ("steps", steps)):
                 if v <= 0:
                     raise UserError(f"--{name} must be a positive integer, not {v}.")
-            cfg, name = resolve_config(model, config)
-            # a preset stays a name; a config file is stored inline so the record is self-contained
-            extra = {"config": cfg} if config or Path(str(model)).expanduser().exists() else {}
+            name, extra = case_model(model, config)
             if kind == "infer":
                 if dtype not in ("bf16", "fp16", "fp32"):
                     raise UserError(f"--dtype '{dtype}' is not one of bf16, fp16, fp32.")

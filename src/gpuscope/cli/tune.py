@@ -50,6 +50,16 @@ def resolve_config(model: str | None, config: str | None) -> tuple[dict, str]:
     return case_config({"model": model}), model
 
 
+def case_model(model: str | None, config: str | None = None) -> tuple[str, dict]:
+    """(the case's model name, extra case keys) for --model/--config: a preset stays a name; a config file
+    (--config, or --model pointing at a config.json or a directory holding one) is stored inline as the case's
+    ``config`` under the file's name, so the record is self-contained: it can be re-planned and re-run on another
+    machine (a device path alone could not)."""
+    cfg, name = resolve_config(model, config)
+    inline = bool(config) or Path(str(model)).expanduser().exists()
+    return name, ({"config": cfg} if inline else {})
+
+
 def _kind(kind: str) -> str:
     if kind not in KINDS:
         raise UserError(f"the workload must be one of {', '.join(KINDS)}, got '{kind}'.")
