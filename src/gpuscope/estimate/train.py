@@ -33,17 +33,32 @@ from gpuscope.specs.model import ModelSpec
 CPU_ADAM_PARAMS_PER_S = 4e9
 
 
+def train_forward_ops(m: ModelSpec, micro_batch: int, seq: int, act_b: float, stream_b: float) -> list:
+    """The ops of one training forward as the planner counts them: the model's forward (no KV cache) and the loss."""
+    T = micro_batch * seq
+    ops = opsmod.forward_ops(m, micro_batch, seq, 0, act_b, act_b, stream_b, head_tokens=T, hf_cache_cat=False)
+    ops.append(opsmod.Op("loss_log_softmax", "elementwise", 0.0, 20.0 * T * m.vocab_size, 6))
+    return ops
+
+
+def layer_kernels(ops, num_layers: int) -> tuple[int, int]:
+    """(kernels of all decoder layers, kernels of the rest) of a forward's ops: an op repeated once per layer
+    belongs to the layers."""
+    layers = sum(o.kernels * o.count for o in ops if o.count == num_layers)
+    return layers, sum(o.kernels * o.count for o in ops) - layers
+
+
 def train_host_s(fwd_ops, m: ModelSpec, launch_s: float, full: bool, th: TrainHost) -> dict[str, float]:
     """Host seconds of one micro-batch's forward, backward and (full) recompute, and of the optimizer step:
     roofline.TrainHost's per-kernel and per-call costs, in units of ``launch_s``. Only a small or host-bound model
     feels it: each phase takes max(GPU, host)."""
-    kernels = sum(o.kernels * o.count for o in fwd_ops)
-    layer_kernels = sum(o.kernels * o.count for o in fwd_ops if o.count == m.num_layers)
+    in_layers, rest = layer_kernels(fwd_ops, m.num_layers)
+    kernels = in_layers + rest
     # parameter tensors: ~9 a layer (q, k, v, o, 3 MLP matrices or 2 plus biases, 2 norms) and embeddings/head
     tensors = m.num_layers * (9 if m.gated_mlp else 12) + 4
     return {"forward": launch_s * (th.fwd_fixed + th.fwd * kernels),
             "backward": launch_s * (th.bwd_fixed + th.bwd * kernels),
-            "recompute": launch_s * th.recompute * layer_kernels if full else 0.0,
+            "recompute": launch_s * th.recompute * in_layers if full else 0.0,
             "optimizer": launch_s * (th.opt_fixed + th.opt_tensor * tensors)}
 
 
@@ -146,7 +161,6 @@ def estimate_train(m: ModelSpec, hw, *, micro_batch: int, seq: int, precision: s
     pc = count_params(m)
     P = pc.total
     T = micro_batch * seq
-    V = m.vocab_size
 
     if fsdp:
         mem = fsdp_train_memory(m, pc, num_gpus=shard, micro_batch=micro_batch, seq=seq, optimizer=optimizer,
@@ -176,8 +190,7 @@ def estimate_train(m: ModelSpec, hw, *, micro_batch: int, seq: int, precision: s
     bw = hw.achievable_bw_gbs()
     train_engine = engine_for("eager", hw)
     sms = sm_count(hw.key)
-    fwd_ops = opsmod.forward_ops(m, micro_batch, seq, 0, act_b, act_b, stream_b, head_tokens=T, hf_cache_cat=False)
-    fwd_ops.append(opsmod.Op("loss_log_softmax", "elementwise", 0.0, 20.0 * T * V, 6))
+    fwd_ops = train_forward_ops(m, micro_batch, seq, act_b, stream_b)
     _, f_gpu, _, f_times = forward_time(fwd_ops, tflops, bw, train_engine, sms, False, m.head_dim)
     bwd_ops = [opsmod.Op(o.name + "_bwd", o.kind, o.flops * (2.5 if o.kind == "attention" else 2.0),
                          o.bytes * 2.0, o.kernels * 2, o.count, o.matmul_shape) for o in fwd_ops]

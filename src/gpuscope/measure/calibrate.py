@@ -155,7 +155,7 @@ def train_host_costs(launch_s: float, device: str | None = None, steps: int = 10
     slopes divided by the kernels the planner counts in a layer of the training forward give the per-kernel costs;
     the intercepts less the other kernels give the per-call ones. Invalid (nothing written) when a slope is not
     positive: the host's noise swamped the fit."""
-    from gpuscope.estimate import ops as opsmod
+    from gpuscope.estimate.train import layer_kernels, train_forward_ops
     from gpuscope.measure.device import Device, pick_device
     from gpuscope.measure.host_overhead import TINY, measure_train_family
     from gpuscope.specs.hf_config import spec_from_config
@@ -164,11 +164,9 @@ def train_host_costs(launch_s: float, device: str | None = None, steps: int = 10
     none = measure_train_family("llama", dev, precision="amp-bf16", recompute="none", steps=steps)
     full = measure_train_family("llama", dev, precision="amp-bf16", recompute="full", steps=steps)
     spec = spec_from_config(dict(TINY["llama"], num_hidden_layers=2))
-    T = 2 * 64  # measure_train_family's micro-batch x seq
-    f = opsmod.forward_ops(spec, 2, 64, 0, 2.0, 2.0, 4.0, head_tokens=T, hf_cache_cat=False)
-    f.append(opsmod.Op("loss_log_softmax", "elementwise", 0.0, 20.0 * T * spec.vocab_size, 6))
-    k_layer = sum(o.kernels * o.count for o in f if o.count == spec.num_layers) / spec.num_layers
-    k_other = sum(o.kernels * o.count for o in f if o.count != spec.num_layers)
+    # measure_train_family's micro-batch 2 x seq 64, amp-bf16 (16-bit activations, fp32 residual stream)
+    in_layers, k_other = layer_kernels(train_forward_ops(spec, 2, 64, 2.0, 4.0), spec.num_layers)
+    k_layer = in_layers / spec.num_layers
     slopes = {"fwd": none["forward_layer_s"], "bwd": none["backward_layer_s"],
               "recompute": full["forward_layer_s"] + full["backward_layer_s"] - none["forward_layer_s"]
               - none["backward_layer_s"]}
