@@ -226,7 +226,7 @@ def test_micro_at_given_shapes_with_mamf_iterations(tmp_path):
 def test_thorough_sweep_holds_the_published_best_shapes():
     from types import SimpleNamespace
 
-    from gpuscope.measure.micro import PUBLISHED_BEST, matmul_shapes
+    from gpuscope.measure.matmul import PUBLISHED_BEST, matmul_shapes
 
     sweep = matmul_shapes("sweep", SimpleNamespace(type="cuda"))
     assert set(PUBLISHED_BEST) <= set(sweep) and len(sweep) == len(set(sweep))
@@ -405,7 +405,7 @@ def test_matmul_iterations_are_queued_without_a_synchronize_between_them():
     """On devices with events the timed iterations run back to back (a synchronize before each would start every
     one on an idle GPU and count the launch and the clock ramp): one synchronize per batch, each iteration's own
     event pair, the warm-up dropped."""
-    from gpuscope.measure.micro import Settings, time_queued
+    from gpuscope.measure.micro_timing import Settings, time_queued
 
     dev = _FakeEventDevice([1e-3, 2e-3, 3e-3])
     flushed = []
@@ -423,7 +423,7 @@ def test_matmul_iterations_are_queued_without_a_synchronize_between_them():
 
 
 def test_achievable_rate_is_the_median_of_the_five_fastest_burst_iterations(monkeypatch):
-    from gpuscope.measure import micro
+    from gpuscope.measure import micro_timing as micro
 
     dev = _FakeEventDevice([5e-3, 1e-3, 4e-3, 2e-3, 9e-3, 3e-3, 8e-3])
     monkeypatch.setattr(micro.time, "sleep", lambda s: dev.log.append(f"idle {s}"))
@@ -436,7 +436,7 @@ def test_achievable_rate_is_the_median_of_the_five_fastest_burst_iterations(monk
 
 
 def test_wave_quantised_shapes_fill_whole_waves():
-    from gpuscope.measure.micro import matmul_shapes, wave_shapes
+    from gpuscope.measure.matmul import matmul_shapes, wave_shapes
 
     shapes = wave_shapes(132)
     assert (1536, 2816, 6144) in shapes and (2816, 1536, 6144) in shapes  # H200: one wave of 128x256 tiles
@@ -584,7 +584,7 @@ def test_calibrate_host_cli_writes_decode_and_training_host_keys(monkeypatch, tm
 
 def test_a_burst_holds_a_quarter_second_of_work_at_most(monkeypatch):
     """Long shapes (or a slow device) get fewer burst iterations, never fewer than the five the median needs."""
-    from gpuscope.measure import micro
+    from gpuscope.measure import matmul as micro
     from gpuscope.measure.device import Device
 
     seen = []

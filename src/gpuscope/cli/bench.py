@@ -249,7 +249,7 @@ def guarded(s: Session, fn) -> None:
 
 
 def _dtypes(dtype: list[str] | None):
-    from gpuscope.measure.micro import MATMUL_DTYPES
+    from gpuscope.measure.matmul import MATMUL_DTYPES
 
     if not dtype:
         return None
@@ -289,7 +289,7 @@ def register(app: typer.Typer) -> None:
         device: str = typer.Option(None, "--device", help=DEVICE_HELP),
     ) -> None:
         """Matmul per dtype, device memory copy/read/write, host<->device copies (pinned and pageable)."""
-        from gpuscope.measure.micro import parse_shapes
+        from gpuscope.measure.matmul import parse_shapes
 
         require_torch()
         device = check_device(device)
