@@ -499,7 +499,7 @@ def test_moe_imbalance_finding():
 
 def test_doctor_infer_on_a_tiny_moe_records_its_routing(tmp_path):
     """doctor infer counts the routing in its untimed warm-up (the profiled run sees the same inputs and weights)."""
-    from gpuscope.measure.profile import profile_workload
+    from gpuscope.measure.profile_workload import profile_workload
 
     s = profile_workload({"kind": "infer", "model": "tiny-mixtral", "config": dict(TINY_MIXTRAL), "batch": 1,
                           "prompt": 16, "gen": 3, "dtype": "fp32", "device": "cpu"})

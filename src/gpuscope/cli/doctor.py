@@ -4,7 +4,7 @@
     gpuscope doctor train --model M --micro-batch 4 --seq 2048 --precision amp-bf16 [--plan-only --gpu h100]
     gpuscope doctor [--json|--markdown] -- python train.py --lr 3e-4
 
-A workload runs in this process under torch.profiler (gpuscope.measure.profile.profile_workload); a script runs
+A workload runs in this process under torch.profiler (gpuscope.measure.profile_workload); a script runs
 in a child Python under it (measure/profile_script.py). Training that runs out of memory (or that the planner says
 cannot fit, or with --plan-only) gets the article's OOM tiers computed by the planner for the same configuration.
 """
@@ -181,7 +181,7 @@ def register(app: typer.Typer) -> None:
 
                 require_torch()
                 check_device(device)
-                from gpuscope.measure.profile import profile_workload
+                from gpuscope.measure.profile_workload import profile_workload
 
                 try:
                     summary = profile_workload(case, device)

@@ -350,15 +350,14 @@ def _run_infer(case: dict, dev: Device, state: dict) -> dict:
 
     state["phase"] = "warmup"
     res["engine"] = engine
-    # hf-graph: compile and record the CUDA graphs for this cache length before timing (two calls).
-    # Warm up with the full length: the first generate of G tokens grows the caching allocator's pool for every
-    # KV-cache size it meets (cudaMalloc), which would otherwise land in the first timed run. hf-graph also
-    # compiles and records its CUDA graphs here (two calls at the timed cache length).
     from gpuscope.measure.moe_routing import prefill_routing
 
     routing = prefill_routing(model, ids, mask)  # an MoE model's rows per expert, in an untimed eager prefill
     if routing:  # random weights route unevenly (moe_routing.py): said beside the timings
         res["moe_routing"] = {k: v for k, v in routing.items() if k != "rows_per_expert"}
+    # Warm up with the full length: the first generate of G tokens grows the caching allocator's pool for every
+    # KV-cache size it meets (cudaMalloc), which would otherwise land in the first timed run. hf-graph also
+    # compiles and records its CUDA graphs here (two calls at the timed cache length).
     for _ in range(2 if engine == "hf-eager" else 3):
         out = _generate(model, ids, mask, G, engine)
     out = _generate(model, ids, mask, 1, engine, cache_len=P + G)
