@@ -19,20 +19,14 @@ import torch
 
 from gpuscope.measure.device import Device
 from gpuscope.measure.llm_infer import build_model, case_config
+from gpuscope.measure.micro_timing import Settings, time_queued
 from gpuscope.measure.moe_routing import RoutingCounter
 
 
-def _time(fn, rep: int = 20) -> float:
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    evs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(rep)]
-    for a, b in evs:  # queued, one synchronize (see gpuscope.measure.micro.time_queued)
-        a.record()
-        fn()
-        b.record()
-    torch.cuda.synchronize()
-    return statistics.median(a.elapsed_time(b) / 1e3 for a, b in evs)
+def _time(dev: Device, fn, rep: int = 20) -> float:
+    """Median seconds of ``fn()`` over ``rep`` queued iterations after 3 untimed ones (micro_timing.time_queued)."""
+    st = Settings(warmup=3, min_iters=rep, min_time_s=0.0, max_time_s=float("inf"))
+    return statistics.median(time_queued(dev, lambda i: fn(), st))
 
 
 def main() -> None:
@@ -66,7 +60,7 @@ def main() -> None:
         per_layer = []
         for c in [equal] + counts:
             offs = torch.tensor(c, device="cuda", dtype=torch.int32).cumsum(0, dtype=torch.int32)
-            s = _time(lambda: torch._grouped_mm(x[k], weights[name], offs=offs))
+            s = _time(dev, lambda: torch._grouped_mm(x[k], weights[name], offs=offs))
             per_layer.append(s)
         flops = 2 * rows * k * n
         out["grouped_mm"].append({
