@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 3/6 acceptance checks on one GPU; usage: bash scripts/gpu_session_a.sh [infer] [validate] [doctor] [loader] [train] [accum] [profile] [fuse] [fusedoc] [loaderdoc] [mamf] [moe] [moeprefill] [moerouting] [tinytrain] [trainhost] [hosttrain] [ttft] [ttftfix] [calib] [benchall] [ceilings]
+# Issue 3/6 acceptance checks on one GPU; usage: bash scripts/gpu_session_a.sh [infer] [validate] [doctor] [loader] [train] [accum] [profile] [fuse] [fusedoc] [loaderdoc] [mamf] [moe] [moeprefill] [moerouting] [tinytrain] [trainhost] [hosttrain] [ttft] [ttftfix] [calib] [hfgraph] [benchall] [ceilings]
 # (run from the repo root on the GPU machine; writes under $OUT).
 # Each step is bounded by `timeout` so one failure never ends the batch; stderr of each goes to <step>.err.
 set -u
@@ -106,6 +106,10 @@ step fuse_8b_p128_ttftfix 150 python3 -m gpuscope bench infer --model llama-3.1-
 fi
 if want calib; then  # the calibrated TOML with queued matmul timing (bf16/fp16/fp8 quick shapes, copy, host link)
 step calibrate 150 python3 -m gpuscope hardware calibrate --quick --host --dtype bf16,fp16,fp8 --out "$W/h200_calibrated.toml"
+fi
+if want hfgraph; then  # HF's static-cache compiled generate: did compile/CUDA graphs run, and what each decode token launches
+step hf_graph_1b 280 python3 scripts/gpu_hf_graph.py --model llama-3.2-1b --prompt 512 --gen 128 --out "$W/hf_graph_1b.json"
+step hf_graph_8b 280 python3 scripts/gpu_hf_graph.py --model llama-3.1-8b --prompt 2048 --gen 128 --variants default,user_cache --out "$W/hf_graph_8b.json"
 fi
 if want benchall; then
 step bench_all_quick 400 python3 -m gpuscope bench all --json
