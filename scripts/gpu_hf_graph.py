@@ -101,6 +101,8 @@ def run_variant(cfg, dev, args, variant):
     from torch._dynamo.utils import counters
 
     counters.clear()
+    if args.layers:
+        cfg = {**cfg, "num_hidden_layers": args.layers}
     model, config = build_model(cfg, dev, torch.bfloat16, "sdpa", use_cache=True)
     model.eval()
     _silence_generation(model)
@@ -128,7 +130,17 @@ def run_variant(cfg, dev, args, variant):
         e1, e1s = _time(lambda: _gen(model, ids, mask, 1, variant, cache), args.repeats, dev)
         eg, egs = _time(lambda: _gen(model, ids, mask, G, variant, cache), args.repeats, dev)
         out.update(ttft_s=e1, ttft_samples=e1s, e2e_s=eg, e2e_samples=egs, tpot_s=(eg - e1) / (G - 1))
+        trend = []  # TPOT per later call: does the per-step cost grow with the number of generate calls made?
+        for _ in range(args.trend):
+            a, _x = _time(lambda: _gen(model, ids, mask, 1, variant, cache), 1, dev)
+            b, _x = _time(lambda: _gen(model, ids, mask, G, variant, cache), 1, dev)
+            trend.append((b - a) / (G - 1))
+        out["tpot_trend_s"] = trend
         pg = args.prof_gen
+        if pg <= 1:
+            out["counters"] = _counters()
+            del model, cache
+            return out
         p1 = _profile(lambda: _gen(model, ids, mask, 1, variant, cache), 1, dev)
         pn = _profile(lambda: _gen(model, ids, mask, pg, variant, cache), pg, dev)
         out["profile_gen1"] = p1
@@ -157,6 +169,10 @@ def main():
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--variants", default="default,user_cache,fullgraph,no_compile")
     ap.add_argument("--device", default="cuda")
+    ap.add_argument("--trend", type=int, default=0, help="time this many more (gen 1, gen G) pairs, one by one")
+    ap.add_argument("--layers", default="", help="comma list: rebuild the model with each layer count")
+    ap.add_argument("--small", action="store_true", help="hidden 256, 4 heads, 2 KV heads, FFN 512, vocab 4096")
+    ap.add_argument("--logs", action="store_true", help="debug logs of compile/cudagraphs (they slow the host)")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     import transformers
@@ -165,20 +181,27 @@ def main():
     cfg = case_config({"model": args.model})
     res = {"model": args.model, "prompt": args.prompt, "gen": args.gen, "torch": torch.__version__,
            "transformers": transformers.__version__, "variants": []}
-    buf, _ = _capture_logs()
-    for v in args.variants.split(","):
-        mark = buf.tell()
-        try:
-            r = run_variant(cfg, dev, args, v)
-        except Exception as e:  # one variant's failure is a result
-            r = {"variant": v, "error": f"{type(e).__name__}: {e}"[:2000]}
-        r["log"] = buf.getvalue()[mark:][-20000:]
-        res["variants"].append(r)
-        print(json.dumps({k: r.get(k) for k in ("variant", "tpot_s", "ttft_s", "decode_gbs",
-                                                "decode_launch_per_token", "decode_gpu_us_per_token",
-                                                "error")}), flush=True)
-        with open(args.out, "w") as f:
-            json.dump(res, f, indent=1, default=str)
+    if args.small:
+        cfg = {**cfg, "hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
+               "intermediate_size": 512, "vocab_size": 4096}
+    buf = _capture_logs()[0] if args.logs else io.StringIO()
+    layer_list = [int(x) for x in args.layers.split(",")] if args.layers else [0]
+    for n_layers in layer_list:
+        args.layers = n_layers
+        for v in args.variants.split(","):
+            mark = buf.tell()
+            try:
+                r = run_variant(cfg, dev, args, v)
+            except Exception as e:  # one variant's failure is a result
+                r = {"variant": v, "error": f"{type(e).__name__}: {e}"[:2000]}
+            r["layers"] = n_layers or cfg.get("num_hidden_layers")
+            r["log"] = buf.getvalue()[mark:][-20000:]
+            res["variants"].append(r)
+            print(json.dumps({k: r.get(k) for k in ("variant", "layers", "tpot_s", "ttft_s", "decode_gbs",
+                                                    "decode_launch_per_token", "decode_gpu_us_per_token",
+                                                    "tpot_trend_s", "error")}), flush=True)
+            with open(args.out, "w") as f:
+                json.dump(res, f, indent=1, default=str)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 3/6 acceptance checks on one GPU; usage: bash scripts/gpu_session_a.sh [infer] [validate] [doctor] [loader] [train] [accum] [profile] [fuse] [fusedoc] [loaderdoc] [mamf] [moe] [moeprefill] [moerouting] [tinytrain] [trainhost] [hosttrain] [ttft] [ttftfix] [calib] [hfgraph] [benchall] [ceilings]
+# Issue 3/6 acceptance checks on one GPU; usage: bash scripts/gpu_session_a.sh [infer] [validate] [doctor] [loader] [train] [accum] [profile] [fuse] [fusedoc] [loaderdoc] [mamf] [moe] [moeprefill] [moerouting] [tinytrain] [trainhost] [hosttrain] [ttft] [ttftfix] [calib] [hfgraph] [hfgraph2] [benchall] [ceilings]
 # (run from the repo root on the GPU machine; writes under $OUT).
 # Each step is bounded by `timeout` so one failure never ends the batch; stderr of each goes to <step>.err.
 set -u
@@ -110,6 +110,11 @@ fi
 if want hfgraph; then  # HF's static-cache compiled generate: did compile/CUDA graphs run, and what each decode token launches
 step hf_graph_1b 280 python3 scripts/gpu_hf_graph.py --model llama-3.2-1b --prompt 512 --gen 128 --out "$W/hf_graph_1b.json"
 step hf_graph_8b 280 python3 scripts/gpu_hf_graph.py --model llama-3.1-8b --prompt 2048 --gen 128 --variants default,user_cache --out "$W/hf_graph_8b.json"
+fi
+if want hfgraph2; then  # the same without debug logs: TPOT per later generate call, and host per step against layers
+step hf_trend_1b 200 python3 scripts/gpu_hf_graph.py --model llama-3.2-1b --prompt 512 --gen 128 --variants default,user_cache --trend 12 --prof-gen 16 --out "$W/hf_trend_1b.json"
+step hf_layers 240 python3 scripts/gpu_hf_graph.py --model llama-3.2-1b --small --layers 2,8,32 --prompt 128 --gen 64 --variants default,user_cache --trend 4 --prof-gen 16 --out "$W/hf_layers.json"
+step hf_trend_8b 200 python3 scripts/gpu_hf_graph.py --model llama-3.1-8b --prompt 2048 --gen 128 --variants default,user_cache --trend 6 --prof-gen 16 --out "$W/hf_trend_8b.json"
 fi
 if want benchall; then
 step bench_all_quick 400 python3 -m gpuscope bench all --json
