@@ -39,19 +39,19 @@ def _store(tmp_path):
     """ids: 1 old matching H200, 2 newer matching H200 (wins), 3 prompt 1024, 4 other model, 5 error status,
     6 eager engine, 7 unknown device, 8 matching train row, 9 H100 with another dtype."""
     p = tmp_path / "r.sqlite"
-    graph = infer_case(MODEL, 1, 512, 128, engine="hf-graph", repeats=3)
+    graph = infer_case(MODEL, 1, 512, 128, engine="gs-compile", repeats=3)
     with Store.open(p) as st:
         r1, r2 = st.new_run("bench infer"), st.new_run("bench infer")
         ids = [_infer_row(st, r1, graph, decode=100.0),
                _infer_row(st, r2, graph, decode=145.0),
-               _infer_row(st, r2, infer_case(MODEL, 1, 1024, 128, engine="hf-graph"), decode=999.0),
-               _infer_row(st, r2, infer_case("tiny", 1, 512, 128, engine="hf-graph", config=TINY_LLAMA),
+               _infer_row(st, r2, infer_case(MODEL, 1, 1024, 128, engine="gs-compile"), decode=999.0),
+               _infer_row(st, r2, infer_case("tiny", 1, 512, 128, engine="gs-compile", config=TINY_LLAMA),
                           decode=998.0),
                _infer_row(st, r2, dict(graph, repeats=5), status="error", decode=997.0),
                _infer_row(st, r2, infer_case(MODEL, 1, 512, 128), decode=996.0),
                _infer_row(st, r2, dict(graph, device="cpu"), device="Intel Xeon", decode=995.0),
                _train_row(st, r2, train_case(MODEL, 4, 2048)),
-               _infer_row(st, r2, infer_case(MODEL, 1, 512, 128, dtype="fp32", engine="hf-graph"),
+               _infer_row(st, r2, infer_case(MODEL, 1, 512, 128, dtype="fp32", engine="gs-compile"),
                           device="NVIDIA H100 80GB HBM3", decode=994.0)]
     assert ids == list(range(1, 10))
     return p

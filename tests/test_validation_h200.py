@@ -35,11 +35,6 @@ KNOWN_MISSES = {
     ("infer/gpt2-xl/b8-p512-g64-bf16", "decode_s_per_token"):
         (0.40, "measured in the first run, before the full-length warm-up (E2E samples 5.6/1.9/2.0 s); its bare decode "
                "forward (28.4 ms) is still 30% above the estimate: GPT-2 layers cost the host more than 23 kernels"),
-    ("infer/llama-3.2-1b/b1-p512-g128-bf16-hf-graph", "decode_s_per_token"):
-        (0.45, "HF's static-cache compiled decode: 2.39 / 8.43 ms against gpuscope's own compiled graph loop "
-               "(gs-compile) 1.49 / 6.29 ms on the same models (../2026-11-29-h200-b): the rest is generate()'s "
-               "per-token work around the replay (syncs, logits processing), not modelled for this engine"),
-    ("infer/llama-3.1-8b/b1-p2048-g128-bf16-hf-graph", "decode_s_per_token"): (0.45, "as above"),
 }
 
 

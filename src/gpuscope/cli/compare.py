@@ -193,7 +193,8 @@ def register(app: typer.Typer) -> None:
         dtype: str = typer.Option("auto", "--dtype",
                                   help="auto (bf16, else int8, else int4) | bf16|fp16|fp32|fp8|int8|int4"),
         kv_dtype: Optional[str] = typer.Option(None, "--kv-dtype"),
-        engine: str = typer.Option("graph", "--engine", help="graph (default here: hardware-bound decode) | eager"),
+        engine: str = typer.Option("graph", "--engine", help="graph (default here: hardware-bound decode; "
+                                     "measured rows: gs-compile) | hf-graph (HF generate, compiled) | eager"),
         max_gpus: int = typer.Option(8, "--max-gpus", help="Most cards (tensor parallel) to try for a fit."),
         electricity: float = OPT_ELECTRICITY,
         pue: float = OPT_PUE,

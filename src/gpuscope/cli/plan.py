@@ -35,8 +35,9 @@ def register(app: typer.Typer) -> None:
         dtype: str = typer.Option("bf16", "--dtype", help="bf16|fp16|fp32|fp8|int8|int4 (weights)."),
         kv_dtype: str = typer.Option(None, "--kv-dtype", help="KV-cache dtype (default: the compute dtype)."),
         engine: str = typer.Option("eager", "--engine", help="eager (plain HF generate) | graph (CUDA graphs over "
-                                   "compiled, fused kernels: hf-graph, gs-compile) | graph-unfused (HF's eager "
-                                   "kernels replayed from a CUDA graph: gs-graph)."),
+                                   "compiled, fused kernels in a loop that never waits: gs-compile) | hf-graph (the "
+                                   "same step under HF generate, which waits on the GPU every token) | "
+                                   "graph-unfused (HF's eager kernels replayed from a CUDA graph: gs-graph)."),
         num_gpus: int = typer.Option(1, "--num-gpus"),
         tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree."),
         mla_cache: str = typer.Option("full", "--mla-cache", help="MLA models: full (per-head K/V, as transformers "

@@ -165,7 +165,8 @@ def estimate_infer(m: ModelSpec, hw, *, batch: int, prompt: int, gen: int, dtype
     dec_wall, dec_gpu, dec_host, dec_times = forward_time(dec_ops, tflops, bw, eng, sms, graph, m.head_dim)
     comm = _tp_comm_s(m, hw, tp, batch * prompt, act_b), _tp_comm_s(m, hw, tp, batch, act_b)
     prefill_s = pre_wall + comm[0] + eng.step_s + eng.setup_s
-    decode_s = dec_wall + comm[1] + eng.step_s
+    serial = eng.serial_host_s(m.num_layers)  # host per step the GPU waits for (generate's step; hf-graph's call)
+    decode_s = dec_wall + comm[1] + serial
     e2e = prefill_s + (gen - 1) * decode_s
     pc = count_params(m)
     flops_prefill = opsmod.total(pre_ops, "flops") * 1.0
@@ -175,7 +176,7 @@ def estimate_infer(m: ModelSpec, hw, *, batch: int, prompt: int, gen: int, dtype
         "decode_s_per_token": decode_s,
         "e2e_s": e2e,
         "decode_gpu_s": dec_gpu,
-        "decode_host_s": dec_host + eng.step_s,
+        "decode_host_s": dec_host + serial,
         "prefill_gpu_s": pre_gpu,
         "tp_comm_s_per_token": comm[1],
     }
@@ -184,7 +185,7 @@ def estimate_infer(m: ModelSpec, hw, *, batch: int, prompt: int, gen: int, dtype
         "prefill_tokens_per_s": batch * prompt / prefill_s,
         "e2e_tokens_per_s": batch * gen / e2e,
     }
-    bound = "host (launch)" if dec_host + eng.step_s > dec_gpu else "GPU"
+    bound = "host (launch)" if dec_host + serial > dec_gpu else "GPU"
     est = Estimate(
         kind="infer", model=m.name, hardware=hw.key,
         inputs=dict(batch=batch, prompt=prompt, gen=gen, dtype=dtype, kv_dtype=kv_dtype, engine=engine,
@@ -197,11 +198,15 @@ def estimate_infer(m: ModelSpec, hw, *, batch: int, prompt: int, gen: int, dtype
         calibrated=bool(getattr(hw, "is_calibrated", False)),
     )
     est.assumptions = [
-        f"engine {engine}: host {eng.launch_s * 1e6:.1f} us/kernel, {eng.step_s * 1e3:.1f} ms/token outside the model"
+        (f"engine {engine}: host {eng.step_s * 1e3:.2f} ms/token in generate + {eng.call_s * 1e3:.2f} ms + "
+         f"{eng.call_layer_s * 1e6:.1f} us/layer per compiled call" if eng.call_s else
+         f"engine {engine}: host {eng.launch_s * 1e6:.1f} us/kernel, {eng.step_s * 1e3:.1f} ms/token outside the model")
         + (" (this machine's, from the hardware TOML)" if (getattr(hw, "measured", None) or {}).get("host_launch_s")
            else " (the lent H200 host's; `gpuscope hardware calibrate` measures yours)"),
         f"achievable {tflops / tp:.0f} TFLOP/s ({cdt}) and {bw / tp:.0f} GB/s per GPU",
-        f"decode is {bound}-bound: GPU {dec_gpu * 1e3:.2f} ms vs host {(dec_host + eng.step_s) * 1e3:.2f} ms per step",
+        (f"decode: GPU {dec_gpu * 1e3:.2f} ms + host {serial * 1e3:.2f} ms per step in series (generate waits on "
+         "the GPU every token, so the compiled call's host work never overlaps it)" if eng.call_s else
+         f"decode is {bound}-bound: GPU {dec_gpu * 1e3:.2f} ms vs host {(dec_host + serial) * 1e3:.2f} ms per step"),
         f"weights per GPU: {weights_read / 1e9:.2f} GB"
         + (" (a MoE decode step reads only the experts its tokens are routed to)" if m.is_moe else
            " (all read once per decode step)"),

@@ -20,7 +20,13 @@ The engine decides how the host feeds the GPU:
 - ``eager``: every kernel is launched from Python through the PyTorch dispatcher; the host spends t_launch per kernel
   (dispatch + Python module overhead) and a fixed t_step per generated token (generate's logits processing, stopping
   criteria, cache bookkeeping). The host runs ahead asynchronously, so a forward takes max(GPU time, host time).
-- ``graph``: CUDA graphs / torch.compile with a static cache: one launch per forward, no Python per kernel.
+- ``graph``: CUDA graphs / torch.compile with a static cache: one launch per forward, no Python per kernel, and a
+  loop that never waits on the GPU (gpuscope's gs-compile), so the GPU time is the step time.
+- ``hf-graph``: the same compiled step driven by HF ``generate`` (static cache, bench's hf-graph). On CUDA,
+  generate reads its stopping criteria on the host every step (``unfinished_sequences.max() == 0``, a
+  cudaStreamSynchronize per token; transformers 5.17-5.24 defer that read on MPS only), so the host work before the
+  next graph replay never overlaps the GPU: per token it adds t_step plus the compiled call's own host time
+  (Dynamo's guard check, the CUDA-graph tree's input checks, the graph launch) to the GPU time.
 """
 
 from __future__ import annotations
@@ -69,6 +75,15 @@ class EngineModel:
     matmul_min_s: float = 5.0e-6  # GPU-side floor per GEMM/GEMV (skinny GEMMs of a few MB)
     matmul_tail_s: float = 4.0e-6  # GPU-side cost per GEMM/GEMV kernel on top of streaming its bytes (see below)
     fused: bool = False  # compiled: chains of elementwise kernels fuse into one kernel per op
+    # host time of one compiled call outside its kernels, fixed and per decoder layer, that the engine's loop
+    # serialises with the GPU (hf-graph: generate's per-token sync); 0 where the loop runs ahead of the GPU
+    call_s: float = 0.0
+    call_layer_s: float = 0.0
+
+    def serial_host_s(self, layers: int) -> float:
+        """Host seconds per step that the GPU waits for, besides the launches: the loop's own step and the compiled
+        call's host time."""
+        return self.step_s + self.call_s + self.call_layer_s * layers
 
 
 # Host constants measured on the lent H200 machine's host (16-core Firecracker VM, torch 2.11, transformers 5.17),
@@ -90,6 +105,10 @@ class EngineModel:
 # A slower or faster host scales all three; `gpuscope` users on other hosts should calibrate (issue: measure).
 ENGINES = {
     "eager": EngineModel("eager"),
+    # gpuscope's gs-compile loop never waits on the GPU, so its step_s is not host time: the measured gs-compile
+    # TPOTs exceed the op list's GPU time by 0.17 ms (1B p512) to 0.3-0.6 ms (Llama-2-7B / Llama-3.1-8B, p128 and
+    # p2048; results/2026-11-29-h200-b..d), a per-step cost outside the layers' modelled kernels (sampling over the
+    # vocabulary, replay gaps) that the 0.4 ms stands for. Not profiled per kernel.
     "graph": EngineModel("graph", launch_s=0.0, forward_s=0.0, step_s=0.4e-3, fused=True),
     # HF's eager kernels replayed from one CUDA graph per step (gpuscope's gs-graph loop): no host cost per kernel
     # and no generate() bookkeeping, but no fusion either. kernel_min_s from the H200 profile of
@@ -97,6 +116,14 @@ ENGINES = {
     # 2.57 ms step -> (2.57 - 1.02) ms / 723 small kernels = 2.1 us each, replay gaps included.
     "graph-unfused": EngineModel("graph-unfused", launch_s=0.0, forward_s=0.0, step_s=0.0, setup_s=0.0,
                                  kernel_min_s=2.1e-6),
+    # HF generate over the compiled static-cache step. Measured on the lent H200 host (2026-11-30,
+    # results/2026-11-30-h200/, scripts/gpu_hf_graph.py, torch 2.11, transformers 5.17): per decode token one
+    # cudaGraphLaunch, ~30 small kernels of generate's own, and one cudaStreamSynchronize. TPOT minus the
+    # profiled GPU kernel time per token, medians of 5-15 calls, on Llama models of 2, 8 and 32 layers (hidden
+    # 256), Llama-3.2-1B (16) and Llama-3.1-8B (32): 0.94, 1.52, 1.42, 1.13, 1.36 ms; least squares
+    # 1.12 ms + 8.6 us per layer (residuals within 0.33 ms). Less t_step (0.4 ms): call_s 0.72 ms.
+    "hf-graph": EngineModel("hf-graph", launch_s=0.0, forward_s=0.0, step_s=0.4e-3, fused=True,
+                            call_s=0.72e-3, call_layer_s=8.6e-6),
 }
 
 
@@ -143,8 +170,9 @@ def train_host_for(hw) -> TrainHost:
     return replace(TRAIN_HOST, **over) if over else TRAIN_HOST
 
 # Which planner engine models each measured engine (measure/llm_infer.ENGINES).
-ENGINE_OF_MEASURED = {"hf-eager": "eager", "hf-graph": "graph", "gs-compile": "graph", "gs-graph": "graph-unfused"}
-STATIC_CACHE_ENGINES = ("graph", "graph-unfused")
+ENGINE_OF_MEASURED = {"hf-eager": "eager", "hf-graph": "hf-graph", "gs-compile": "graph",
+                      "gs-graph": "graph-unfused"}
+STATIC_CACHE_ENGINES = ("graph", "graph-unfused", "hf-graph")
 
 
 def engine_for(name: str, hw) -> EngineModel:

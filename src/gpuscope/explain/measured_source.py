@@ -10,8 +10,8 @@ Selection:
   ``measure.calibrate.catalog_key_for``); rows of unknown devices (CPU, unlisted GPUs) are skipped;
 - the model matches when its architecture is the same (the ModelSpec of the row's inline config or preset, without
   name/source/notes, equals the compared one's);
-- inference: batch, prompt, gen, engine (compare ``graph`` = bench ``hf-graph``, ``eager`` = ``hf-eager``, the bench
-  default), kv dtype = weight dtype, and the dtype AND card count compare chooses for that GPU: the bench measures
+- inference: batch, prompt, gen, engine (compare ``graph`` = bench ``gs-compile``, ``hf-graph`` = ``hf-graph``,
+  ``eager`` = ``hf-eager``, the bench default), kv dtype = weight dtype, and the dtype AND card count compare chooses for that GPU: the bench measures
   one card, so a row is used only where compare's plan is that dtype on 1 card (``--dtype auto`` resolves per GPU);
 - training: micro_batch, seq, precision (after compare's bf16 -> fp16 fallback), recompute, optimizer; only
   ``--grad-accum 1 --offload none`` (what the bench runs).
@@ -37,9 +37,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuscope.errors import UserError
+from gpuscope.estimate.roofline import ENGINE_OF_MEASURED
 
 GIB = 2**30
-ENGINE_OF = {"graph": "hf-graph", "eager": "hf-eager"}
+# planner engine -> the bench engine it models (estimate.roofline.ENGINE_OF_MEASURED, one bench engine each)
+ENGINE_OF = {planner: bench for bench, planner in ENGINE_OF_MEASURED.items()}
 
 
 @dataclass
