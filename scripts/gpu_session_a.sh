@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 3/6 acceptance checks on one GPU; usage: bash scripts/gpu_session_a.sh [infer] [validate] [doctor] [loader] [train] [accum] [profile] [fuse] [fusedoc] [loaderdoc] [mamf] [moe] [moeprefill] [moerouting] [tinytrain] [trainhost] [hosttrain] [ttft] [ttftfix] [calib] [hfgraph] [hfgraph2] [benchall] [ceilings]
+# Issue 3/6 acceptance checks on one GPU; usage: bash scripts/gpu_session_a.sh [infer] [validate] [doctor] [loader] [train] [accum] [profile] [fuse] [fusedoc] [loaderdoc] [mamf] [moe] [moeprefill] [moerouting] [tinytrain] [trainhost] [hosttrain] [ttft] [ttftfix] [calib] [hfgraph] [hfgraph2] [hfbench] [benchall] [ceilings]
 # (run from the repo root on the GPU machine; writes under $OUT).
 # Each step is bounded by `timeout` so one failure never ends the batch; stderr of each goes to <step>.err.
 set -u
@@ -115,6 +115,14 @@ if want hfgraph2; then  # the same without debug logs: TPOT per later generate c
 step hf_trend_1b 200 python3 scripts/gpu_hf_graph.py --model llama-3.2-1b --prompt 512 --gen 128 --variants default,user_cache --trend 12 --prof-gen 16 --out "$W/hf_trend_1b.json"
 step hf_layers 240 python3 scripts/gpu_hf_graph.py --model llama-3.2-1b --small --layers 2,8,32 --prompt 128 --gen 64 --variants default,user_cache --trend 4 --prof-gen 16 --out "$W/hf_layers.json"
 step hf_trend_8b 200 python3 scripts/gpu_hf_graph.py --model llama-3.1-8b --prompt 2048 --gen 128 --variants default,user_cache --trend 6 --prof-gen 16 --out "$W/hf_trend_8b.json"
+fi
+if want hfbench; then  # hf-graph through bench/doctor (the planner's hf-graph engine), the host fits of calibrate
+step hfg_1b_p512 150 python3 -m gpuscope bench infer --model llama-3.2-1b --batch 1 --prompt 512 --gen 128 --engine hf-graph --repeats 3 --json
+step hfg_8b_p2048 170 python3 -m gpuscope bench infer --model llama-3.1-8b --batch 1 --prompt 2048 --gen 128 --engine hf-graph --repeats 3 --json
+step hfg_8b_p128 170 python3 -m gpuscope bench infer --model llama-3.1-8b --batch 1 --prompt 128 --gen 256 --engine hf-graph --repeats 3 --json
+step doctor_hfg_8b 170 python3 -m gpuscope doctor infer --model llama-3.1-8b --batch 1 --prompt 128 --gen 64 --engine hf-graph --json
+step calibrate_host 200 python3 -m gpuscope hardware calibrate --quick --host --dtype bf16 --out "$W/h200_calibrated.toml"
+step doctor_train_1b_s128 120 python3 -m gpuscope doctor train --model llama-3.2-1b --micro-batch 1 --seq 128 --precision amp-bf16 --steps 10 --json
 fi
 if want benchall; then
 step bench_all_quick 400 python3 -m gpuscope bench all --json
