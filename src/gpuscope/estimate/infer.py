@@ -177,6 +177,7 @@ def estimate_infer(m: ModelSpec, hw, *, batch: int, prompt: int, gen: int, dtype
         "e2e_s": e2e,
         "decode_gpu_s": dec_gpu,
         "decode_host_s": dec_host + serial,
+        "decode_serial_host_s": serial,  # of it, what the GPU waits for every step (not overlapped)
         "prefill_gpu_s": pre_gpu,
         "tp_comm_s_per_token": comm[1],
     }
