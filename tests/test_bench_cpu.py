@@ -600,3 +600,14 @@ def test_a_burst_holds_a_quarter_second_of_work_at_most(monkeypatch):
                             micro._generator(Device("cpu"), 0), None, None)
     assert seen == [5, 40]  # 0.25 s / 0.1 s -> 3, raised to 5; 0.25 s / 1 ms -> 250, capped at 40
     assert [a["iterations"] for a in out] == [15, 120]
+
+
+def test_headline_says_when_e2e_repeats_spread():
+    """E2E repeats that spread more than 20% of their median (an eager 8B run on the lent H200 host read 1.58 / 2.32
+    / 2.78 s) make the headline say the run is noisy; a tight run's headline does not."""
+    from gpuscope.cli.bench_report import NOISY_SPREAD, headline
+
+    r = {"status": "ok", "kind": "infer", "ttft_s": 0.064, "tpot_s": 0.0358, "decode_tokens_per_s": 27.9}
+    assert "noisy" not in headline({**r, "e2e_spread": 0.05}) and "noisy" not in headline(r)
+    assert "noisy: E2E repeats spread 52%" in headline({**r, "e2e_spread": (2.78 - 1.58) / 2.32})
+    assert "noisy" not in headline({**r, "e2e_spread": NOISY_SPREAD})

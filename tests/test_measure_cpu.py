@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
 
@@ -22,7 +23,7 @@ INFER_KEYS = {
     "peak_generate_bytes", "peak_generate_reserved_bytes", "generated_tokens", "kv_cache_bytes", "ttft_s",
     "ttft_s_min", "ttft_s_max", "e2e_s", "e2e_s_min", "e2e_s_max", "tpot_s", "decode_tokens_per_s",
     "prefill_tokens_per_s", "prefill_forward_s", "decode_forward_s", "generate_overhead_per_token_s",
-    "metric_formulas", "samples_s", "timer",
+    "metric_formulas", "samples_s", "timer", "e2e_spread",
 }
 TRAIN_KEYS = {
     "status", "kind", "model", "model_type", "precision", "autocast_dtype", "recompute", "micro_batch", "seq",
@@ -83,6 +84,19 @@ def test_infer_cpu(config, dtype):
     _check_infer(r, case)
     for k in MEMORY_KEYS_INFER:  # no allocator statistics on CPU: null, not zero
         assert r[k] is None
+
+
+def test_infer_spread_and_the_eager_only_overhead():
+    """e2e_spread is (max - min) / median of the E2E samples; the generate overhead (TPOT less the bare eager
+    forward) is given for hf-eager only: hf-graph's step is not that eager forward (on an H200 it read -53 ms)."""
+    eager = llm_infer.run_infer(_infer_case())
+    e = eager["samples_s"]["e2e"]
+    assert eager["e2e_spread"] == pytest.approx((max(e) - min(e)) / statistics.median(e))
+    assert eager["generate_overhead_per_token_s"] == pytest.approx(eager["tpot_s"] - eager["decode_forward_s"])
+    case = _infer_case(engine="hf-graph")
+    graph = llm_infer.run_infer(case)  # on CPU generate runs the static cache without compiling
+    _check_infer(graph, case)
+    assert graph["engine"] == "hf-graph" and graph["generate_overhead_per_token_s"] is None
 
 
 def test_infer_random_weights_and_tied_embeddings():

@@ -6,6 +6,11 @@ from __future__ import annotations
 from gpuscope.errors import UserError
 
 
+# E2E repeats spread beyond this fraction of their median: the headline says the run is noisy (on the lent H200's
+# VM host an eager Llama-3.1-8B p2048 run read 1.58 / 2.32 / 2.78 s, results/2026-11-30-h200)
+NOISY_SPREAD = 0.2
+
+
 def headline(r: dict) -> str:
     st = r.get("status")
     if st != "ok":
@@ -32,8 +37,11 @@ def headline(r: dict) -> str:
         gbs = f", weights read at {r['decode_weights_gbs']:.0f} GB/s" if r.get("decode_weights_gbs") else ""
         if (r.get("moe_routing") or {}).get("imbalance_median"):
             gbs += f"; busiest expert {r['moe_routing']['imbalance_median']:.2f}x the mean rows (median layer)"
+        spread = r.get("e2e_spread")
+        noisy = (f"; noisy: E2E repeats spread {spread:.0%} of their median (more --repeats, a quiet host)"
+                 if spread is not None and spread > NOISY_SPREAD else "")
         return (f"ttft {r['ttft_s'] * 1e3:.2f} ms, tpot {r['tpot_s'] * 1e3:.2f} ms, "
-                f"{r['decode_tokens_per_s']:.1f} tok/s decode{gbs}{joules}")
+                f"{r['decode_tokens_per_s']:.1f} tok/s decode{gbs}{joules}{noisy}")
     if r.get("kind") == "train":
         return f"step {r['step_s'] * 1e3:.2f} ms, {r['tokens_per_s']:.0f} tok/s{joules}"
     return "ok"

@@ -207,8 +207,12 @@ METRIC_FORMULAS = {
     "decode_tokens_per_s": "batch / tpot_s",
     "prefill_tokens_per_s": "batch * prompt / ttft_s",
     "prefill_forward_s": "median of time(model(ids, attention_mask, use_cache=True, logits_to_keep=1))",
-    "decode_forward_s": "median of time(model(next_ids[B,1], past_key_values, use_cache=True)), after 2 warm steps",
-    "generate_overhead_per_token_s": "tpot_s - decode_forward_s",
+    "decode_forward_s": "median of time(model(next_ids[B,1], past_key_values, use_cache=True)), after 2 warm steps: "
+                        "HF's eager forward over a DynamicCache whatever the engine",
+    "generate_overhead_per_token_s": "tpot_s - decode_forward_s (hf-eager only: the other engines' steps are "
+                                     "compiled or replayed, not that eager forward)",
+    "e2e_spread": "(max - min) / median of the E2E repeats; above 0.2 the record says noisy (a busy or jittery "
+                  "host): TPOT from medians of so few samples is uncertain by about that much",
     "peak_*_bytes": "torch.cuda.max_memory_allocated after reset_peak_memory_stats, max over repeats",
     "decode_weights_gbs": "weights_bytes / tpot_s / 1e9 (the weights read once per decode step; KV reads not counted)",
     "j_per_token": "generate_energy_j / (repeats * batch * generated_tokens): NVML energy over the E2E repeats "
@@ -450,7 +454,9 @@ def _run_infer(case: dict, dev: Device, state: dict) -> dict:
         "prefill_forward_s": s_pf["median"], "prefill_forward_s_min": s_pf["min"], "prefill_forward_s_max": s_pf["max"],
         "decode_forward_s": s_dec["median"], "decode_forward_s_min": s_dec["min"], "decode_forward_s_max": s_dec["max"],
         "decode_forward_iters": s_dec["n"],
-        "generate_overhead_per_token_s": (tpot - s_dec["median"]) if tpot is not None else None,
+        "generate_overhead_per_token_s": (tpot - s_dec["median"]) if tpot is not None and engine == "hf-eager"
+        else None,
+        "e2e_spread": (s_e2e["max"] - s_e2e["min"]) / s_e2e["median"] if s_e2e["median"] else None,
         "samples_s": {"ttft": ttft, "e2e": e2e, "prefill_forward": pf, "decode_forward": dec},
         "timer": dev.timer_kind,
         "metric_formulas": METRIC_FORMULAS,
