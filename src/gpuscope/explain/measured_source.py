@@ -12,7 +12,8 @@ Selection:
   name/source/notes, equals the compared one's);
 - inference: batch, prompt, gen, engine (compare ``graph`` = bench ``gs-compile``, ``hf-graph`` = ``hf-graph``,
   ``eager`` = ``hf-eager``, the bench default), kv dtype = weight dtype, and the dtype AND card count compare
-  chooses for that GPU: the bench measures one card, so a row is used only where compare's plan is that dtype on 1 card (``--dtype auto`` resolves per GPU);
+  chooses for that GPU: the bench measures one card, so a row is used only where compare's plan is that dtype on
+  1 card (``--dtype auto`` resolves per GPU);
 - training: micro_batch, seq, precision (after compare's bf16 -> fp16 fallback), recompute, optimizer; only
   ``--grad-accum 1 --offload none`` (what the bench runs).
 
