@@ -521,3 +521,23 @@ def test_bench_infer_records_an_moe_models_routing():
     assert "rows_per_expert" not in mr and len(mr["imbalance"]) == 2
     shown = dict(r, tpot_s=0.01, decode_tokens_per_s=100.0, decode_weights_gbs=1.0)  # the headline's decode form
     assert f"busiest expert {mr['imbalance_median']:.2f}x" in headline(shown)
+
+
+def test_generate_waits_finding():
+    """hf-graph: generate reads its stop condition on the host every token, so the compiled call's host time runs
+    in series with the GPU. Fires with >= 1 sync per generated token and a planned host share >= 10%; quiet for the
+    graph loop that never waits (gs-compile), with fewer syncs than tokens, or a small host share."""
+    from gpuscope.estimate.roofline import ENGINES
+
+    est = {"estimated_s": 0.44, "planner_decode_serial_host_s": 1.4e-3, "planner_decode_gpu_s": 5.0e-3}
+    s = _with(case={"kind": "infer", "engine": "hf-graph", "gen": 64}, syncs={"calls": 109}, estimate=est)
+    (f,) = [x for x in F.diagnose(s) if x.code == "generate_waits"]
+    saved = 63 * (1.4e-3 - ENGINES["graph"].step_s)
+    assert f.speedup == pytest.approx(0.44 / (0.44 - saved)) and f.severity == "medium"
+    assert f.evidence["host_share_of_step"] == pytest.approx(1.4 / 6.4) and "gs-compile" in f.fix
+    for quiet in (_with(case={"kind": "infer", "engine": "gs-compile", "gen": 64}, syncs={"calls": 109}, estimate=est),
+                  _with(case={"kind": "infer", "engine": "hf-graph", "gen": 64}, syncs={"calls": 10}, estimate=est),
+                  _with(case={"kind": "infer", "engine": "hf-graph", "gen": 64}, syncs={"calls": 109},
+                        estimate=dict(est, planner_decode_serial_host_s=0.4e-3, planner_decode_gpu_s=20e-3)),
+                  HEALTHY):
+        assert not [x for x in F.diagnose(quiet) if x.code == "generate_waits"]
