@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 3/6 acceptance checks on one GPU; usage: bash scripts/gpu_session_a.sh [infer] [validate] [doctor] [loader] [train] [accum] [profile] [fuse] [fusedoc] [loaderdoc] [mamf] [moe] [moeprefill] [moerouting] [tinytrain] [trainhost] [hosttrain] [ttft] [ttftfix] [calib] [hfgraph] [hfgraph2] [hfbench] [calsame] [benchall] [ceilings]
+# Issue 3/6 acceptance checks on one GPU; usage: bash scripts/gpu_session_a.sh [infer] [validate] [doctor] [loader] [train] [accum] [profile] [fuse] [fusedoc] [loaderdoc] [mamf] [moe] [moeprefill] [moerouting] [tinytrain] [trainhost] [hosttrain] [ttft] [ttftfix] [calib] [hfgraph] [hfgraph2] [hfbench] [calsame] [hfpair] [benchall] [ceilings]
 # (run from the repo root on the GPU machine; writes under $OUT).
 # Each step is bounded by `timeout` so one failure never ends the batch; stderr of each goes to <step>.err.
 set -u
@@ -132,6 +132,11 @@ step train_1b_s128_same 100 python3 -m gpuscope bench train --model llama-3.2-1b
 step train_gpt2_full_same 100 python3 -m gpuscope bench train --model gpt2 --micro-batch 2 --seq 128 --precision amp-bf16 --recompute full --steps 20 --warmup 5 --json
 step train_1b_s2048_same 120 python3 -m gpuscope bench train --model llama-3.2-1b --micro-batch 4 --seq 2048 --precision amp-bf16 --steps 10 --warmup 3 --json
 step hfg_1b_p512_again 150 python3 -m gpuscope bench infer --model llama-3.2-1b --batch 1 --prompt 512 --gen 128 --engine hf-graph --repeats 3 --json
+fi
+if want hfpair; then  # the same compiled step with and without generate's per-token wait, one session; hf-graph's TTFT
+step pair_gs_8b_p128 170 python3 -m gpuscope bench infer --model llama-3.1-8b --batch 1 --prompt 128 --gen 256 --engine gs-compile --repeats 3 --json
+step pair_hfg_8b_p128 170 python3 -m gpuscope bench infer --model llama-3.1-8b --batch 1 --prompt 128 --gen 256 --engine hf-graph --repeats 3 --json
+step doctor_hfg_ttft_8b 150 python3 -m gpuscope doctor infer --model llama-3.1-8b --batch 1 --prompt 128 --gen 1 --engine hf-graph --json
 fi
 if want benchall; then
 step bench_all_quick 400 python3 -m gpuscope bench all --json
