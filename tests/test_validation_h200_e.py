@@ -21,7 +21,8 @@ from validation_rows import check_row
 HERE = Path(__file__).resolve().parents[1] / "results" / "2026-11-30-h200"
 RECORDS = read_records(HERE / "measurements.jsonl")
 WORKLOADS = [r for r in RECORDS if r["case"]["kind"] in ("infer", "train")]
-CALL4 = [r for r in WORKLOADS if r["provenance"]["timestamp_utc"] >= "2026-11-30T01:30"]  # after its calibrate
+CALL4 = [r for r in WORKLOADS  # after its calibrate, before call 5
+         if "2026-11-30T01:30" <= r["provenance"]["timestamp_utc"] < "2026-11-30T01:40"]
 
 HOST_PREFILL = ("host-bound eager prefill on this VM's host: TTFT samples 22-30 ms (1B p512, planned 14.5-15.6) and "
                 "52-62 ms (8B p128, planned 27.5); earlier sessions read 15-26 and 27-49 ms for the same cases")
@@ -46,7 +47,7 @@ def _json(name: str) -> dict:
 
 def test_the_set():
     kinds = [r["case"]["kind"] for r in RECORDS]
-    assert len(RECORDS) == 25 and kinds.count("infer") == 6 and kinds.count("train") == 3
+    assert len(RECORDS) == 27 and kinds.count("infer") == 8 and kinds.count("train") == 3
     assert all(r["result"]["status"] == "ok" and r["result"]["device_name"] == "NVIDIA H200" for r in RECORDS)
     assert len(CALL4) == 6
 
@@ -115,13 +116,27 @@ def test_estimate_vs_h200_fifth_session(row):
     check_row(row, (row.case, row.metric), KNOWN_MISSES)
 
 
-def test_hf_graph_decode_within_fifteen_percent():
-    """The four hf-graph bench runs (1B p512 twice, 8B p2048, 8B p128): -10.4% to -12.6% against the catalog
-    planner; the previous engine model (the graph loop's, host never in series) planned 1.72 / 6.06 / 5.49 ms."""
+def test_hf_graph_decode_against_the_planner():
+    """The five hf-graph bench runs (1B p512 twice, 8B p2048, 8B p128 in calls 3 and 5): -10.4% to -19.4% against
+    the catalog planner, four of them within 15% (the previous engine model, host never in series, planned 1.72 /
+    6.06 / 5.49 ms). The host time in series varies between calls: 8B p128 read 7.24 ms in call 3, 8.05 in call 5."""
     rows = [row for rec in WORKLOADS if rec["case"].get("engine") == "hf-graph"
             for row in compare_record(rec, hardware_for(rec["result"]["device_name"]))
             if row.metric == "decode_s_per_token"]
-    assert len(rows) == 4 and all(abs(r.error) <= 0.15 for r in rows), [(r.case, r.error) for r in rows]
+    errs = sorted(r.error for r in rows)
+    assert len(rows) == 5 and all(-0.20 < e < 0 for e in errs), errs
+    assert sum(abs(e) <= 0.15 for e in errs) == 4
+
+
+def test_the_same_step_without_generates_wait():
+    """Call 5, one after the other on Llama-3.1-8B p128 g256: gs-compile (the same kind of compiled step, replayed
+    by a loop that never waits) 5.69 ms/token, within 4% of its plan; hf-graph 8.05 ms. gs-compile reads its
+    weights at >= 1.4x hf-graph's rate."""
+    by = {r["case"]["engine"]: r["result"] for r in WORKLOADS
+          if r["provenance"]["timestamp_utc"] >= "2026-11-30T01:40" and r["case"]["kind"] == "infer"}
+    gs, hf = by["gs-compile"], by["hf-graph"]
+    assert gs["decode_weights_gbs"] / hf["decode_weights_gbs"] > 1.4
+    assert gs["e2e_spread"] < 0.05 and hf["e2e_spread"] < 0.05  # each run steady: the gap is not noise
 
 
 def test_calibrated_in_the_same_session():
