@@ -371,8 +371,8 @@ def generate_waits(s: dict, t: dict = THRESHOLDS) -> Finding | None:
         "Decode in a loop that does not read the stop condition on the host every token, so the next step is "
         "queued while the GPU runs: gpuscope's --engine gs-compile (the same compiled step replayed as one CUDA "
         "graph; Llama-3.1-8B at p128 on an H200: 5.7 ms/token, 5.1 with --fuse-proj, against 7.2-8.1 with "
-        "hf-graph) or a serving engine (vLLM, SGLang) that schedules ahead. transformers defers that check by one token on MPS "
-        "only (DeferredStopCheck).",
+        "hf-graph) or a serving engine (vLLM, SGLang) that schedules ahead. transformers defers that check by one "
+        "token on MPS only (DeferredStopCheck).",
         f"the planner puts {serial * 1e3:.2f} ms of each {step * 1e3:.2f} ms decode step on the host in series: "
         f"up to {speedup:.2f}x faster generate without the wait", speedup=speedup)
 
