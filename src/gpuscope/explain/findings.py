@@ -122,11 +122,12 @@ def launch_bound(s: dict, t: dict = THRESHOLDS) -> Finding | None:
         ev["profiler_overhead_s_excluded"] = prof
     return Finding(
         "launch_bound", "CPU/launch-bound: the GPU idles between small kernels", _sev(speedup), ev,
-        "Remove the per-kernel host cost: capture the step in CUDA graphs (torch.compile(mode='reduce-overhead'); "
-        "for HF generate a static KV cache, cache_implementation='static', i.e. --engine hf-graph, or gpuscope's "
-        "graph loops: --engine gs-compile (torch.compile + one CUDA graph per step; 8.0x plain generate for "
-        "Llama-3.2-1B at batch 1 on an H200) or gs-graph (no compile), and/or raise the batch so each kernel "
-        "does more work for the same launch cost.",
+        "Remove the per-kernel host cost: capture the step in CUDA graphs (torch.compile(mode='reduce-overhead')). "
+        "gpuscope's graph loops: --engine gs-compile (torch.compile + one CUDA graph per step; 8.0x plain generate "
+        "for Llama-3.2-1B at batch 1 on an H200) or gs-graph (no compile). HF generate with a static KV cache "
+        "(cache_implementation='static', --engine hf-graph) compiles the same step but still waits on the GPU "
+        "every token (~1.1-2.4 ms of host per token in series on an H200 host: the generate_waits finding). "
+        "And/or raise the batch so each kernel does more work for the same launch cost.",
         f"the step can fall towards the GPU's busy time: up to {speedup:.1f}x faster "
         f"({host * 1e3:.1f} -> {busy * 1e3:.1f} ms); a larger batch raises tokens/s at nearly the "
         "same step time while launch-bound", speedup=speedup)
