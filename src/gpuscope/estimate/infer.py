@@ -32,11 +32,10 @@ from gpuscope.estimate.roofline import ENGINES, STATIC_CACHE_ENGINES, engine_for
 from gpuscope.estimate.runtime import CUBLAS_WORKSPACE_BYTES, runtime_overheads
 from gpuscope.specs.model import ModelSpec
 
-# The planner engine of plain HF `generate`: on a GPU its decode steps switch MoE experts from grouped_mm to
-# batched_mm (ops._moe_ops). hf-graph goes through generate too but shares the "graph" engine with gpuscope's own
-# graph loops (gs-compile, which keep grouped_mm): estimate_infer(moe_batched=True) says so for a measured hf-graph
-# case (explain.compare.estimate_for).
-GENERATE_ENGINE = "eager"
+# The planner engines of HF `generate` (plain, and over the compiled static-cache step): on a GPU their decode
+# steps switch MoE experts from grouped_mm to batched_mm (ops._moe_ops). gpuscope's own graph loops (graph,
+# graph-unfused: gs-compile, gs-graph) keep grouped_mm.
+GENERATE_ENGINES = ("eager", "hf-graph")
 
 
 
@@ -132,7 +131,7 @@ def estimate_infer(m: ModelSpec, hw, *, batch: int, prompt: int, gen: int, dtype
         note_ctx = ""
 
     if moe_batched is None:  # generate's decode on a GPU: batched_mm experts
-        moe_batched = engine == GENERATE_ENGINE
+        moe_batched = engine in GENERATE_ENGINES
     memory = _memory(m, batch, prompt, gen, dtype, kv_dtype, act_b, tp, static=engine in STATIC_CACHE_ENGINES,
                      moe_batched=moe_batched)
     peak = max(memory["phases"].values())
