@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 3/6 acceptance checks on one GPU; usage: bash scripts/gpu_session_a.sh [infer] [validate] [doctor] [loader] [train] [accum] [profile] [fuse] [fusedoc] [loaderdoc] [mamf] [moe] [moeprefill] [moerouting] [tinytrain] [trainhost] [hosttrain] [ttft] [ttftfix] [calib] [hfgraph] [hfgraph2] [hfbench] [calsame] [hfpair] [benchall] [ceilings]
+# Issue 3/6 acceptance checks on one GPU; usage: bash scripts/gpu_session_a.sh [infer] [validate] [doctor] [loader] [train] [accum] [profile] [fuse] [fusedoc] [loaderdoc] [mamf] [moe] [moeprefill] [moerouting] [tinytrain] [trainhost] [hosttrain] [ttft] [ttftfix] [calib] [hfgraph] [hfgraph2] [hfbench] [calsame] [hfpair] [final] [benchall] [ceilings]
 # (run from the repo root on the GPU machine; writes under $OUT).
 # Each step is bounded by `timeout` so one failure never ends the batch; stderr of each goes to <step>.err.
 set -u
@@ -137,6 +137,11 @@ if want hfpair; then  # the same compiled step with and without generate's per-t
 step pair_gs_8b_p128 170 python3 -m gpuscope bench infer --model llama-3.1-8b --batch 1 --prompt 128 --gen 256 --engine gs-compile --repeats 3 --json
 step pair_hfg_8b_p128 170 python3 -m gpuscope bench infer --model llama-3.1-8b --batch 1 --prompt 128 --gen 256 --engine hf-graph --repeats 3 --json
 step doctor_hfg_ttft_8b 150 python3 -m gpuscope doctor infer --model llama-3.1-8b --batch 1 --prompt 128 --gen 1 --engine hf-graph --json
+fi
+if want final; then  # the final tree: bench all's time; the hf-graph script and bench on one case, back to back
+step bench_all_final 150 python3 -m gpuscope bench all --json
+step hf_script_1b 70 python3 scripts/gpu_hf_graph.py --model llama-3.2-1b --prompt 512 --gen 128 --variants default --trend 6 --prof-gen 0 --out "$W/hf_script_1b.json"
+step hf_bench_1b 70 python3 -m gpuscope bench infer --model llama-3.2-1b --batch 1 --prompt 512 --gen 128 --engine hf-graph --repeats 3 --json
 fi
 if want benchall; then
 step bench_all_quick 400 python3 -m gpuscope bench all --json
