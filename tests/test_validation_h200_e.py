@@ -39,6 +39,15 @@ KNOWN_MISSES = {
     ("train/gpt2/mb2-s128-amp-bf16-rc_full", "step_s"):
         (0.40, "host-bound with full recompute: -27% in session d, -36% here; -18% calibrated"),
 }
+TINY = ("bench all's tiny cases (call 6) are all host: this VM's host ran slower than in session d, where the same "
+        "cases read -16% to +16% (tests/test_validation_h200_d.py)")
+KNOWN_MISSES |= {
+    ("infer/tiny-llama/b2-p32-g8-fp32", "prefill_s"): (0.25, TINY),
+    ("infer/tiny-gpt2/b2-p32-g8-bf16", "prefill_s"): (0.50, TINY),
+    ("infer/tiny-gpt2/b2-p32-g8-bf16", "decode_s_per_token"): (0.50, TINY),
+    ("train/tiny-llama/mb2-s64-amp-bf16-rc_none", "step_s"): (0.30, TINY),
+    ("train/tiny-gpt2/mb2-s64-fp32-rc_full", "step_s"): (0.50, TINY),
+}
 
 
 def _json(name: str) -> dict:
@@ -47,7 +56,7 @@ def _json(name: str) -> dict:
 
 def test_the_set():
     kinds = [r["case"]["kind"] for r in RECORDS]
-    assert len(RECORDS) == 27 and kinds.count("infer") == 8 and kinds.count("train") == 3
+    assert len(RECORDS) == 45 and kinds.count("infer") == 11 and kinds.count("train") == 5
     assert all(r["result"]["status"] == "ok" and r["result"]["device_name"] == "NVIDIA H200" for r in RECORDS)
     assert len(CALL4) == 6
 
@@ -117,15 +126,16 @@ def test_estimate_vs_h200_fifth_session(row):
 
 
 def test_hf_graph_decode_against_the_planner():
-    """The five hf-graph bench runs (1B p512 twice, 8B p2048, 8B p128 in calls 3 and 5): -10.4% to -19.4% against
-    the catalog planner, four of them within 15% (the previous engine model, host never in series, planned 1.72 /
-    6.06 / 5.49 ms). The host time in series varies between calls: 8B p128 read 7.24 ms in call 3, 8.05 in call 5."""
+    """The six hf-graph bench runs (1B p512 in calls 3, 4, 6; 8B p2048; 8B p128 in calls 3 and 5): -1.2% to -19.4%
+    against the catalog planner, five of them within 15% (the previous engine model, host never in series, planned
+    1.72 / 6.06 / 5.49 ms). The host time in series varies between calls: 8B p128 read 7.24 ms in call 3, 8.05 in
+    call 5; 1B p512 2.88, 2.95 and 2.61 ms."""
     rows = [row for rec in WORKLOADS if rec["case"].get("engine") == "hf-graph"
             for row in compare_record(rec, hardware_for(rec["result"]["device_name"]))
             if row.metric == "decode_s_per_token"]
     errs = sorted(r.error for r in rows)
-    assert len(rows) == 5 and all(-0.20 < e < 0 for e in errs), errs
-    assert sum(abs(e) <= 0.15 for e in errs) == 4
+    assert len(rows) == 6 and all(-0.20 < e < 0 for e in errs), errs
+    assert sum(abs(e) <= 0.15 for e in errs) == 5
 
 
 def test_the_same_step_without_generates_wait():
@@ -133,7 +143,8 @@ def test_the_same_step_without_generates_wait():
     by a loop that never waits) 5.69 ms/token, within 4% of its plan; hf-graph 8.05 ms. gs-compile reads its
     weights at >= 1.4x hf-graph's rate."""
     by = {r["case"]["engine"]: r["result"] for r in WORKLOADS
-          if r["provenance"]["timestamp_utc"] >= "2026-11-30T01:40" and r["case"]["kind"] == "infer"}
+          if "2026-11-30T01:40" <= r["provenance"]["timestamp_utc"] < "2026-11-30T01:50"
+          and r["case"]["kind"] == "infer"}
     gs, hf = by["gs-compile"], by["hf-graph"]
     assert gs["decode_weights_gbs"] / hf["decode_weights_gbs"] > 1.4
     assert gs["e2e_spread"] < 0.05 and hf["e2e_spread"] < 0.05  # each run steady: the gap is not noise
@@ -171,3 +182,28 @@ def test_generate_waits_fires_on_the_h200_profile():
     saved = 63 * (ENGINES["hf-graph"].serial_host_s(32) - ENGINES["graph"].step_s)
     assert f.speedup == pytest.approx(est / (est - saved)) and 1.1 < f.speedup < 1.3
     assert "gs-compile" in f.fix
+
+
+def test_script_and_bench_agree_back_to_back():
+    """Call 6 ran scripts/gpu_hf_graph.py (default variant) and bench infer --engine hf-graph on Llama-3.2-1B p512
+    one after the other: the bench's 2.61 ms lies within the script's 7 TPOTs (2.49-3.00 ms), so the bench's higher
+    readings in calls 3-4 (2.88, 2.95) were the host's variation between calls, not the bench."""
+    (v,) = _json("hf_script_1b_call6.json")["variants"]
+    script = [v["tpot_s"], *v["tpot_trend_s"]]
+    (bench,) = [r["result"] for r in WORKLOADS if r["case"].get("engine") == "hf-graph"
+                and r["provenance"]["timestamp_utc"] >= "2026-11-30T01:50"]
+    assert min(script) <= bench["tpot_s"] <= max(script)
+
+
+def test_bench_all_on_the_final_tree():
+    """Issue 3: `gpuscope bench all` (quick) on one H200 in under 5 minutes: 123 s, all 17 measurements ok."""
+    steps = (HERE / "steps.txt").read_text().splitlines()
+    (line,) = [x for x in steps if x.startswith("bench_all_final")]
+    assert " rc=0 " in f" {line} " and float(line.split()[-1].rstrip("s")) < 300
+    def from_bench_all(r):
+        argv = r["provenance"].get("parent_argv") or r["provenance"].get("argv") or []
+        return argv[-3:] == ["bench", "all", "--json"]
+
+    call6 = [r for r in RECORDS if from_bench_all(r)]
+    assert len(call6) == 17 and all(r["result"]["status"] == "ok" for r in call6)
+    assert {r["case"]["kind"] for r in call6} == {"micro", "infer", "train"}

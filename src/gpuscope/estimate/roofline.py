@@ -121,9 +121,9 @@ ENGINES = {
     # cudaGraphLaunch, ~30 small kernels of generate's own, and one cudaStreamSynchronize. TPOT minus the
     # profiled GPU kernel time per token, medians of 5-15 calls, on Llama models of 2, 8 and 32 layers (hidden
     # 256), Llama-3.2-1B (16) and Llama-3.1-8B (32): 0.94, 1.52, 1.42, 1.13, 1.36 ms; least squares
-    # 1.12 ms + 8.6 us per layer (residuals within 0.33 ms). Less t_step (0.4 ms): call_s 0.72 ms. bench infer
-    # runs of the same engine read 0.3-1 ms more per token than that script (five runs planned -10% to -19%): the
-    # host time in series varies between calls on that VM.
+    # 1.12 ms + 8.6 us per layer (residuals within 0.33 ms). Less t_step (0.4 ms): call_s 0.72 ms. Six bench
+    # infer runs of this engine in later calls read -1% to -19% against it: the host time in series varies
+    # between calls on that VM (back to back, script and bench agreed).
     "hf-graph": EngineModel("hf-graph", launch_s=0.0, forward_s=0.0, step_s=0.4e-3, fused=True,
                             call_s=0.72e-3, call_layer_s=8.6e-6),
 }
