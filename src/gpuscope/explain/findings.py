@@ -40,6 +40,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
+from gpuscope.estimate.roofline import ENGINES
+
 GIB = 2**30
 MIB = 2**20
 
@@ -351,8 +353,6 @@ def moe_imbalance(s: dict, t: dict = THRESHOLDS) -> Finding | None:
 
 
 def generate_waits(s: dict, t: dict = THRESHOLDS) -> Finding | None:
-    from gpuscope.estimate.roofline import ENGINES
-
     case, cmp_ = s.get("case") or {}, s.get("estimate") or {}
     gen, n = case.get("gen"), _num(s, "syncs", "calls")
     serial, gpu = _num(cmp_, "planner_decode_serial_host_s"), _num(cmp_, "planner_decode_gpu_s")
