@@ -32,6 +32,8 @@ def main() -> None:
     from gpuscope.measure.calibrate import host_costs
 
     out["decode_host"] = host_costs(args.device)
+    # TrainHost's units are per tiny-model launch (host_launch_s carries the real-size factor on top)
+    out["decode_launch_tiny_s"] = (out["decode_host"].get("host_detail") or {}).get("launch_tiny_s")
     print({k: v for k, v in out["decode_host"].items() if k != "host_detail"})
     json.dump(out, open(args.out, "w"), indent=1)
 

@@ -336,6 +336,32 @@ def test_host_costs_on_this_machine():
     assert 0 < c["host_launch_s"] < 1e-3 and c["host_forward_s"] >= 0 and c["host_step_s"] >= 0
 
 
+def test_host_costs_carry_the_catalogs_real_size_factor(monkeypatch):
+    """host_launch_s = the tiny models' per-kernel slope x REAL_SIZE_LAUNCH_FACTOR (the catalog's 17.2 us is the
+    first session's tiny 15.7 us x that factor); the forward intercept and the detail keep the tiny figure."""
+    import gpuscope.measure.host_overhead as ho
+    from gpuscope.estimate import ops as opsmod
+    from gpuscope.estimate.roofline import ENGINES, REAL_SIZE_LAUNCH_FACTOR
+    from gpuscope.measure.calibrate import host_costs
+    from gpuscope.specs.hf_config import spec_from_config
+
+    def kernels(n):
+        spec = spec_from_config(dict(ho.TINY["llama"], num_hidden_layers=n))
+        return sum(o.kernels * o.count for o in opsmod.forward_ops(spec, 1, 1, 16, 2.0, 2.0, 2.0, head_tokens=1))
+
+    per_layer = kernels(2) - kernels(1)
+    other = kernels(1) - per_layer
+    tiny = 15.7e-6
+    monkeypatch.setattr(ho, "measure_family", lambda *a, **k: {
+        "family": "llama", "layers": [2, 4, 8], "decode_forward_s": [1e-3, 2e-3, 4e-3],
+        "forward_s": 0.68e-3, "layer_s": tiny * per_layer, "generate_step_s": 0.4e-3})
+    c = host_costs("cpu")
+    assert c["host_launch_s"] == pytest.approx(tiny * REAL_SIZE_LAUNCH_FACTOR)
+    assert c["host_launch_s"] == pytest.approx(ENGINES["eager"].launch_s)  # the catalog's derivation, reproduced
+    assert c["host_forward_s"] == pytest.approx(0.68e-3 - other * tiny)
+    assert c["host_detail"]["launch_tiny_s"] == pytest.approx(tiny)
+
+
 def test_host_costs_refuse_a_fit_that_does_not_grow_with_depth(monkeypatch):
     """A flat fit (as one H200 calibrate run gave: 42 ms intercept, slope <= 0) must not become host costs."""
     import gpuscope.measure.host_overhead as ho
@@ -580,6 +606,17 @@ def test_calibrate_host_cli_writes_decode_and_training_host_keys(monkeypatch, tm
     m = tomllib.loads(out.read_text())["measured"]
     assert m["host_launch_s"] == pytest.approx(10e-6) and m["host_train_bwd"] == pytest.approx(4.0)
     assert m["host_train_recompute"] == pytest.approx(6.0)
+
+    # with the fit's detail, the training units are per tiny-model launch: x host_launch_s (real-size factor
+    # included) the planner's training host carries the same factor as its decode host
+    monkeypatch.setattr(cal, "host_costs", lambda device=None: {
+        "host_launch_s": 11e-6, "host_forward_s": 4e-4, "host_step_s": 3e-4, "host_detail": {"launch_tiny_s": 10e-6}})
+    r = calibrate_cli("--quick", "--device", "cpu", "--dtype", "fp32", "--host", "--db", str(tmp_path / "c.sqlite"),
+                      "--out", str(out))
+    assert r.exit_code == 0, r.output
+    m = tomllib.loads(out.read_text())["measured"]
+    assert m["host_launch_s"] == pytest.approx(11e-6) and m["host_train_bwd"] == pytest.approx(4.0)
+    assert "launch_tiny_s" not in m and "10.0 us x the catalog's real-size factor" in r.output
 
 
 def test_a_burst_holds_a_quarter_second_of_work_at_most(monkeypatch):

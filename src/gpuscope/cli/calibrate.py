@@ -56,11 +56,15 @@ def register_calibrate(hw: typer.Typer) -> None:
             else:
                 measured.update({k: v for k, v in costs.items()
                                  if k.startswith("host_") and k not in ("host_detail", "host_invalid")})
-                typer.echo(f"host: {costs['host_launch_s'] * 1e6:.1f} us per kernel, {costs['host_step_s'] * 1e3:.2f} "
+                tiny = (costs.get("host_detail") or {}).get("launch_tiny_s") or costs["host_launch_s"]
+                typer.echo(f"host: {costs['host_launch_s'] * 1e6:.1f} us per kernel (tiny models' "
+                           f"{tiny * 1e6:.1f} us x the catalog's real-size factor), {costs['host_step_s'] * 1e3:.2f} "
                            "ms per generated token outside the model", err=True)
                 from gpuscope.measure.calibrate import train_host_costs
 
-                tr = train_host_costs(costs["host_launch_s"], device)
+                # the training costs in units of the tiny models' launch: x host_launch_s in the planner, they
+                # carry the same real-size factor
+                tr = train_host_costs(tiny, device)
                 if tr.get("host_train_invalid"):
                     typer.echo(f"host (training): not written ({tr['host_train_invalid']})", err=True)
                 else:

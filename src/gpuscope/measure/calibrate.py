@@ -122,8 +122,10 @@ def host_costs(device: str | None = None) -> dict:
     """This machine's eager host costs for the planner's engine model (estimate/roofline.EngineModel), measured on
     tiny Llama models whose GPU work is negligible (measure/host_overhead.py): the host time of one decoder layer
     divided by the kernels the planner counts in it gives host_launch_s; the per-forward intercept less its
-    kernels gives host_forward_s; generate's per-token extra gives host_step_s."""
+    kernels gives host_forward_s; generate's per-token extra gives host_step_s. host_launch_s is the tiny models'
+    per-kernel time x estimate.roofline.REAL_SIZE_LAUNCH_FACTOR (as the catalog's); the detail keeps both."""
     from gpuscope.estimate import ops as opsmod
+    from gpuscope.estimate.roofline import REAL_SIZE_LAUNCH_FACTOR
     from gpuscope.measure.device import Device, pick_device
     from gpuscope.measure.host_overhead import TINY, measure_family
     from gpuscope.specs.hf_config import spec_from_config
@@ -143,15 +145,20 @@ def host_costs(device: str | None = None) -> dict:
     if r["layer_s"] <= 0 or any(b < a for a, b in zip(fwd, fwd[1:])):
         return {"host_detail": r, "host_invalid": "decode-forward host times do not grow with the layer count "
                 f"({', '.join(f'{t * 1e3:.2f}' for t in fwd)} ms for {r['layers']} layers)"}
-    launch = r["layer_s"] / per_layer_kernels
-    return {"host_launch_s": launch, "host_forward_s": max(0.0, r["forward_s"] - other_kernels * launch),
+    tiny = r["layer_s"] / per_layer_kernels
+    # real-size kernels cost the host more than the tiny models' (estimate/roofline.py: the catalog's launch_s is
+    # the tiny figure x REAL_SIZE_LAUNCH_FACTOR); the per-forward intercept stays the tiny models'
+    r = dict(r, launch_tiny_s=tiny, real_size_launch_factor=REAL_SIZE_LAUNCH_FACTOR)
+    return {"host_launch_s": tiny * REAL_SIZE_LAUNCH_FACTOR,
+            "host_forward_s": max(0.0, r["forward_s"] - other_kernels * tiny),
             "host_step_s": max(0.0, r["generate_step_s"]), "host_detail": r}
 
 
 def train_host_costs(launch_s: float, device: str | None = None, steps: int = 10) -> dict:
     """This machine's eager training host costs (estimate/roofline.TrainHost), in units of ``launch_s`` (the decode
-    calibration's host_launch_s): tiny Llama models of 2/4/8 layers trained with amp-bf16, without and with full
-    recompute, each phase timed between synchronizes (measure/host_overhead.measure_train_family). The per-layer
+    calibration's tiny-model launch cost, host_costs' host_detail.launch_tiny_s; the planner multiplies them by
+    host_launch_s, which carries the real-size factor): tiny Llama models of 2/4/8 layers trained with amp-bf16,
+    without and with full recompute, each phase timed between synchronizes (measure/host_overhead.measure_train_family). The per-layer
     slopes divided by the kernels the planner counts in a layer of the training forward give the per-kernel costs;
     the intercepts less the other kernels give the per-call ones. Invalid (nothing written) when a slope is not
     positive: the host's noise swamped the fit."""
