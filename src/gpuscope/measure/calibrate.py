@@ -159,7 +159,8 @@ def train_host_costs(launch_s: float, device: str | None = None, steps: int = 10
     calibration's tiny-model launch cost, host_costs' host_detail.launch_tiny_s; the planner multiplies them by
     host_launch_s, which carries the real-size factor): tiny Llama models of 2/4/8 layers trained with amp-bf16,
     without and with full recompute, each phase timed between synchronizes
-    (measure/host_overhead.measure_train_family). The per-layer slopes divided by the kernels the planner counts in a layer of the training forward give the per-kernel costs;
+    (measure/host_overhead.measure_train_family). The per-layer slopes divided by the kernels the planner counts
+    in a layer of the training forward give the per-kernel costs;
     the intercepts less the other kernels give the per-call ones. Invalid (nothing written) when a slope is not
     positive: the host's noise swamped the fit."""
     from gpuscope.estimate.train import layer_kernels, train_forward_ops
