@@ -76,6 +76,27 @@ def test_graph_engine_removes_host_bound_decode():
     assert graph.time["decode_s_per_token"] >= graph.breakdown_bytes["weights"] / (H200.achievable_bw_gbs() * 1e9)
 
 
+def test_hf_graph_is_the_graph_step_plus_host_in_series_and_the_tips_say_so():
+    """hf-graph = the graph loop's GPU step + generate's step + the compiled call's host (fixed + per layer), not
+    overlapped; an HF-generate estimate carries the other engines' TPOT and its tip quotes them."""
+    from gpuscope.estimate.roofline import ENGINES
+
+    m = load_model("llama-3.1-8b")
+    kw = dict(batch=1, prompt=128, gen=256)
+    eager, hf, graph = (estimate_infer(m, H200, engine=e, **kw) for e in ("eager", "hf-graph", "graph"))
+    assert hf.time["decode_gpu_s"] == pytest.approx(graph.time["decode_gpu_s"])
+    assert hf.time["decode_serial_host_s"] == pytest.approx(ENGINES["hf-graph"].serial_host_s(m.num_layers))
+    assert hf.time["decode_s_per_token"] == pytest.approx(hf.time["decode_gpu_s"] + hf.time["decode_serial_host_s"])
+    assert eager.time["decode_s_per_token_if_graph"] == pytest.approx(graph.time["decode_s_per_token"])
+    assert eager.time["decode_s_per_token_if_hf_graph"] == pytest.approx(hf.time["decode_s_per_token"])
+    assert hf.time["decode_s_per_token_if_graph"] == pytest.approx(graph.time["decode_s_per_token"])
+    assert "decode_s_per_token_if_hf_graph" not in hf.time and not any("_if_" in k for k in graph.time)
+    (tip,) = [t for t in eager.suggestions if "launch-bound" in t]
+    assert f"~{graph.time['decode_s_per_token'] * 1e3:.2f} ms/token" in tip and "--engine hf-graph" in tip
+    (tip,) = [t for t in hf.suggestions if "waits on the GPU" in t]
+    assert f"{hf.time['decode_serial_host_s'] * 1e3:.2f} of {hf.time['decode_s_per_token'] * 1e3:.2f} ms" in tip
+
+
 def test_train_optimizer_phase_is_zero_16_bytes_per_param():
     # ZeRO section 3.1: mixed-precision Adam keeps 16 bytes per parameter of model states (here fp32 weights and
     # grads and two fp32 moments: 4 + 4 + 8); at the optimizer step all of them are live.

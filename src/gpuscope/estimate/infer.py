@@ -36,6 +36,9 @@ from gpuscope.specs.model import ModelSpec
 # steps switch MoE experts from grouped_mm to batched_mm (ops._moe_ops). gpuscope's own graph loops (graph,
 # graph-unfused: gs-compile, gs-graph) keep grouped_mm.
 GENERATE_ENGINES = ("eager", "hf-graph")
+# an HF-generate estimate's time also holds the decode step under the other engines: decode_s_per_token_if_graph,
+# decode_s_per_token_if_hf_graph (the same model, batch and lengths)
+ALT_KEY = "decode_s_per_token_if_{}"
 
 
 
@@ -103,7 +106,7 @@ def prefill_activation_bytes(m: ModelSpec, batch: int, prompt: int, act_b: float
 def estimate_infer(m: ModelSpec, hw, *, batch: int, prompt: int, gen: int, dtype: str = "bf16",
                    kv_dtype: str | None = None, engine: str = "eager", num_gpus: int = 1, tp: int = 1,
                    with_ops: bool = False, mla_cache: str = "full", gqa_fold: bool = False,
-                   fuse_proj: bool = False, moe_batched: bool | None = None) -> Estimate:
+                   fuse_proj: bool = False, moe_batched: bool | None = None, _alternatives: bool = True) -> Estimate:
     _positive("batch", batch)
     _positive("prompt", prompt)
     _positive("gen", gen)
@@ -224,6 +227,13 @@ def estimate_infer(m: ModelSpec, hw, *, batch: int, prompt: int, gen: int, dtype
             "(--engine graph, a static-cache loop with grouped_mm, reads each routed expert once)")
     est.limits = max_fit(m, hw, batch, prompt, gen, dtype, kv_dtype, act_b, tp, engine in STATIC_CACHE_ENGINES,
                          moe_batched)
+    if _alternatives and engine in GENERATE_ENGINES:  # what the same decode would take under the other engines
+        for e in ("hf-graph", "graph"):
+            if e != engine:
+                est.time[ALT_KEY.format(e.replace("-", "_"))] = estimate_infer(
+                    m, hw, batch=batch, prompt=prompt, gen=gen, dtype=dtype, kv_dtype=kv_dtype, engine=e,
+                    num_gpus=num_gpus, tp=tp, gqa_fold=gqa_fold, fuse_proj=fuse_proj,
+                    _alternatives=False).time["decode_s_per_token"]
     est.verdict, est.suggestions = verdict_infer(est, m, hw, dtype, tp)
     if with_ops:
         est.ops = [dict(phase="prefill", **t.__dict__) for t in pre_times] + \
@@ -310,8 +320,19 @@ def verdict_infer(est: Estimate, m: ModelSpec, hw, dtype: str, tp: int) -> tuple
         v = (f"Fits on {hw.name}: {need:.1f} of {have:.1f} GiB; decode {est.throughput['decode_tokens_per_s']:.0f}"
              f" tok/s, TTFT {est.time['prefill_s'] * 1e3:.0f} ms.")
         tips = []
-        if est.inputs["engine"] == "eager" and est.time["decode_host_s"] > est.time["decode_gpu_s"]:
-            tips.append("decode is launch-bound: use CUDA graphs / torch.compile (--engine graph) or a larger batch")
+        t = est.time
+        other = {e: t[ALT_KEY.format(e.replace("-", "_"))] for e in ("graph", "hf-graph")
+                 if ALT_KEY.format(e.replace("-", "_")) in t}
+        loop = (f"~{other['graph'] * 1e3:.2f} ms/token in a compiled CUDA-graph loop that never waits (--engine "
+                "graph; bench --engine gs-compile)") if "graph" in other else ""
+        if est.inputs["engine"] == "eager" and t["decode_host_s"] > t["decode_gpu_s"]:
+            tips.append(f"decode is launch-bound (host {t['decode_host_s'] * 1e3:.2f} vs GPU "
+                        f"{t['decode_gpu_s'] * 1e3:.2f} ms a token): {loop or 'CUDA graphs / torch.compile'}"
+                        + (f", ~{other['hf-graph'] * 1e3:.2f} under HF generate with a static cache (--engine "
+                           "hf-graph)" if "hf-graph" in other else "") + ", or a larger batch")
+        if est.inputs["engine"] == "hf-graph" and loop:
+            tips.append(f"generate waits on the GPU every token: {t['decode_serial_host_s'] * 1e3:.2f} of "
+                        f"{t['decode_s_per_token'] * 1e3:.2f} ms a token is host in series; {loop}")
         return v, tips
     tips = []
     w = est.breakdown_bytes["weights"]
