@@ -23,7 +23,7 @@ import time
 import torch
 
 from gpuscope.measure.device import Device
-from gpuscope.measure.llm_infer import _silence_generation, build_model, case_config
+from gpuscope.measure.hf_model import build_model, case_config, silence_generation
 
 
 def _capture_logs():
@@ -105,7 +105,7 @@ def run_variant(cfg, dev, args, variant):
         cfg = {**cfg, "num_hidden_layers": args.layers}
     model, config = build_model(cfg, dev, torch.bfloat16, "sdpa", use_cache=True)
     model.eval()
-    _silence_generation(model)
+    silence_generation(model)
     if variant == "fullgraph":
         from transformers import CompileConfig
 

@@ -18,7 +18,7 @@ import statistics
 import torch
 
 from gpuscope.measure.device import Device
-from gpuscope.measure.llm_infer import build_model, case_config
+from gpuscope.measure.hf_model import build_model, case_config
 from gpuscope.measure.micro_timing import Settings, time_queued
 from gpuscope.measure.moe_routing import RoutingCounter
 

@@ -100,7 +100,7 @@ def profile(out, name, run):
 
 def workloads(out):
     from gpuscope.measure.device import Device
-    from gpuscope.measure.llm_infer import build_model
+    from gpuscope.measure.hf_model import build_model
     from gpuscope.specs.models import preset_config
 
     dev = Device("cuda")

@@ -172,7 +172,7 @@ def test_bench_infer_loads_a_local_checkpoint_with_from_pretrained(tmp_path):
     import torch
 
     from gpuscope.measure.device import Device
-    from gpuscope.measure.llm_infer import build_model, load_pretrained
+    from gpuscope.measure.hf_model import build_model, load_pretrained
 
     ckpt = tmp_path / "ckpt"
     model, _ = build_model(dict(TINY_LLAMA), Device("cpu"), torch.float32)

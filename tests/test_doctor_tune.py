@@ -461,7 +461,7 @@ def test_routing_counter_counts_each_layers_rows_per_expert():
     import torch
 
     from gpuscope.measure.device import Device
-    from gpuscope.measure.llm_infer import build_model
+    from gpuscope.measure.hf_model import build_model
     from gpuscope.measure.moe_routing import RoutingCounter, experts_modules
 
     model, cfg = build_model(dict(TINY_MIXTRAL), Device("cpu"), torch.float32)

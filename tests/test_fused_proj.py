@@ -17,7 +17,7 @@ from gpuscope.measure.cases import TINY_GPT2, TINY_LLAMA  # noqa: E402
 from gpuscope.measure.device import Device  # noqa: E402
 from gpuscope.measure.fused_proj import fuse_projections  # noqa: E402
 from gpuscope.measure.graph_decode import static_greedy  # noqa: E402
-from gpuscope.measure.llm_infer import _silence_generation, build_model  # noqa: E402
+from gpuscope.measure.hf_model import build_model, silence_generation  # noqa: E402
 
 MISTRAL = dict(TINY_LLAMA, model_type="mistral", sliding_window=6)  # shorter than the sequences below
 QWEN2 = dict(TINY_LLAMA, model_type="qwen2")  # biases on q, k, v
@@ -31,7 +31,7 @@ def _pair(cfg: dict):
     fused = copy.deepcopy(ref)
     for m in (ref, fused):
         m.eval()
-        _silence_generation(m)
+        silence_generation(m)
     return ref, fused, config
 
 

@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from gpuscope.measure import llm_infer, llm_train  # noqa: E402
+from gpuscope.measure import hf_model, llm_infer, llm_train  # noqa: E402
 from gpuscope.measure.cases import TINY_GPT2, TINY_LLAMA, case_id, h200_cases, smoke_cases  # noqa: E402
 from gpuscope.measure.run_case import measure  # noqa: E402
 from gpuscope.measure.suite import read_results, run_one, run_suite  # noqa: E402
@@ -102,7 +102,7 @@ def test_infer_spread_and_the_eager_only_overhead():
 def test_infer_random_weights_and_tied_embeddings():
     from gpuscope.measure.device import Device
 
-    model, _ = llm_infer.build_model(TINY_GPT2, Device("cpu"), torch.float32)
+    model, _ = hf_model.build_model(TINY_GPT2, Device("cpu"), torch.float32)
     assert model.get_output_embeddings().weight is model.get_input_embeddings().weight
     for name, p in model.named_parameters():
         assert torch.isfinite(p).all(), name
@@ -125,7 +125,7 @@ def test_train_cpu(precision, recompute):
 def test_model_from_path(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(TINY_LLAMA))
     for m in (str(tmp_path), str(tmp_path / "config.json")):
-        assert llm_infer.case_config({"model": m}) == TINY_LLAMA
+        assert hf_model.case_config({"model": m}) == TINY_LLAMA
 
 
 def test_unknown_preset_is_an_error_result():
@@ -242,12 +242,12 @@ def test_gs_graph_decode_matches_generate_token_for_token():
 
     from gpuscope.measure.device import Device
     from gpuscope.measure.graph_decode import static_greedy
-    from gpuscope.measure.llm_infer import _silence_generation, build_model
+    from gpuscope.measure.hf_model import build_model, silence_generation
 
     torch.manual_seed(0)
     model, cfg = build_model(dict(TINY_LLAMA), Device("cpu"), torch.float32)
     model.eval()
-    _silence_generation(model)
+    silence_generation(model)
     ids = torch.randint(0, cfg.vocab_size, (2, 12))
     ref = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=9, min_new_tokens=9,
                          do_sample=False)
@@ -281,7 +281,7 @@ def test_gqa_fold_attention_equals_the_stock_path():
 
     from gpuscope.measure.device import Device
     from gpuscope.measure.graph_decode import static_greedy
-    from gpuscope.measure.llm_infer import _silence_generation, build_model
+    from gpuscope.measure.hf_model import build_model, silence_generation
 
     torch.manual_seed(0)
     ref_m, cfg = build_model(dict(TINY_LLAMA), Device("cpu"), torch.float32)
@@ -291,7 +291,7 @@ def test_gqa_fold_attention_equals_the_stock_path():
     assert gqa_m.config._attn_implementation == "gs_gqa_sdpa"
     for m in (ref_m, gqa_m):
         m.eval()
-        _silence_generation(m)
+        silence_generation(m)
     ids = torch.randint(0, cfg.vocab_size, (2, 12))
     logits = [m(input_ids=ids, past_key_values=StaticCache(config=m.config, max_cache_len=20),
                 cache_position=torch.arange(12)).logits for m in (ref_m, gqa_m)]

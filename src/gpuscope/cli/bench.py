@@ -78,7 +78,7 @@ def _checkpoint_options(model: str, weights: bool, device_map: str | None, max_m
         raise UserError(f"--weights: '{model}' holds no *.safetensors or *.bin weights.")
     out: dict = {"weights": True}
     if device_map:
-        from gpuscope.measure.llm_infer import DEVICE_MAPS
+        from gpuscope.measure.hf_model import DEVICE_MAPS
 
         _choice("device-map", device_map, DEVICE_MAPS)
         out["device_map"] = device_map

@@ -45,7 +45,7 @@ def resolve_config(model: str | None, config: str | None) -> tuple[dict, str]:
     from gpuscope.specs.models import load_model
 
     load_model(model)  # a missing file or unknown preset is a UserError here
-    from gpuscope.measure.llm_infer import case_config
+    from gpuscope.measure.hf_model import case_config
 
     return case_config({"model": model}), model
 

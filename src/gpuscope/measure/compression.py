@@ -56,7 +56,8 @@ import torch.distributed as dist
 from gpuscope.measure.device import Device, summarize
 from gpuscope.measure.dist_case import add_model_and_device, read_case
 from gpuscope.measure.dist_train import env_ranks, gather, make_batches, worker_main
-from gpuscope.measure.llm_infer import _release, build_model, case_config, model_bytes, vocab_size
+from gpuscope.measure.hf_model import build_model, case_config, model_bytes, vocab_size
+from gpuscope.measure.llm_infer import _release
 from gpuscope.measure.llm_train import PRECISIONS, optimizer_step
 
 HOOKS = ("none", "fp16", "bf16", "powersgd1", "powersgd2", "powersgd4", "sign")

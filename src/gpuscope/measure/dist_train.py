@@ -51,7 +51,8 @@ import torch.distributed as dist
 
 from gpuscope.measure.device import Device, is_oom, summarize
 from gpuscope.measure.dist_case import check_case, parse_case
-from gpuscope.measure.llm_infer import _release, build_model, case_config, model_bytes, vocab_size
+from gpuscope.measure.hf_model import build_model, case_config, model_bytes, vocab_size
+from gpuscope.measure.llm_infer import _release
 from gpuscope.measure.llm_train import (PRECISIONS, _enable_recompute, instrumented_step, step_functions,
                                         matmul_settings)
 

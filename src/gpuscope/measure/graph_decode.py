@@ -26,7 +26,7 @@ class _Captured:
                  compile: bool = False):
         from transformers import StaticCache
 
-        from gpuscope.measure.llm_infer import _cache_kwarg
+        from gpuscope.measure.hf_model import cache_kwarg
 
         self.model = model
         # gs-compile: Inductor fuses each chain of HF's elementwise ops (RMSNorm, rotary, SiLU x up) into one
@@ -34,7 +34,7 @@ class _Captured:
         # ~52 small kernels (H200 profile: 836 per Llama-3.2-1B step; the 723 besides the GEMVs take 1.2-1.5 ms
         # of a 2.4-2.6 ms step, roofline.ENGINES["graph-unfused"]).
         self.fwd = torch.compile(model.forward, dynamic=False) if compile else model.forward
-        self.cache_kw = _cache_kwarg(model)  # "past_key_values", or "cache" where transformers renamed it
+        self.cache_kw = cache_kwarg(model)  # "past_key_values", or "cache" where transformers renamed it
         self.cache = StaticCache(config=model.config, max_cache_len=max_len)
         self.token = torch.zeros(batch, 1, dtype=torch.long, device=device)
         self.pos = torch.zeros(1, dtype=torch.long, device=device)

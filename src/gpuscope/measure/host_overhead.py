@@ -18,7 +18,7 @@ import time
 import torch
 
 from gpuscope.measure.device import Device, pick_device
-from gpuscope.measure.llm_infer import build_model
+from gpuscope.measure.hf_model import build_model
 
 TINY = {
     "llama": {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
@@ -44,7 +44,7 @@ def _fit(xs: list[int], ys: list[float]) -> tuple[float, float]:
 
 @torch.no_grad()
 def measure_family(family: str, dev: Device, layers=(1, 2, 4, 8), iters: int = 60, dtype=torch.bfloat16) -> dict:
-    from gpuscope.measure.llm_infer import _cache_kwarg, _out_cache, _silence_generation
+    from gpuscope.measure.hf_model import cache_kwarg, out_cache, silence_generation
 
     base = dict(TINY[family])
     fwd, gen_step = [], []
@@ -56,21 +56,21 @@ def measure_family(family: str, dev: Device, layers=(1, 2, 4, 8), iters: int = 6
     warm, _ = build_model(dict(base, **{_layers_key(base): 1}), dev, dtype)
     warm.eval()
     ids = torch.randint(0, 256, (1, 16), device=dev.torch_device)
-    kw = _cache_kwarg(warm)
+    kw = cache_kwarg(warm)
     out = warm(ids, use_cache=True)
     for _ in range(iters + 40):  # the timed loop's lengths (16 + iters + 5) and generate's (16 + 33)
-        out = warm(ids[:, -1:], use_cache=True, **{kw: _out_cache(out)})
+        out = warm(ids[:, -1:], use_cache=True, **{kw: out_cache(out)})
     dev.synchronize()
     del warm, out
     for n in layers:
         cfg = dict(base, **{_layers_key(base): n})
         model, _ = build_model(cfg, dev, dtype)
         model.eval()
-        _silence_generation(model)
+        silence_generation(model)
         ids = torch.randint(0, 256, (1, 16), device=dev.torch_device)
-        kw = _cache_kwarg(model)
+        kw = cache_kwarg(model)
         out = model(ids, use_cache=True)
-        cache = _out_cache(out)
+        cache = out_cache(out)
         nxt = ids[:, -1:]
         times = []
         for i in range(iters + 5):
@@ -80,7 +80,7 @@ def measure_family(family: str, dev: Device, layers=(1, 2, 4, 8), iters: int = 6
             dev.synchronize()
             if i >= 5:
                 times.append(time.perf_counter() - t0)
-            cache = _out_cache(out)
+            cache = out_cache(out)
         fwd.append(statistics.median(times))
         g = []
         for _ in range(3):

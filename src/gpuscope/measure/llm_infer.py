@@ -16,176 +16,15 @@ with min/max; peaks are ``max_memory_allocated`` after ``reset_peak_memory_stats
 
 from __future__ import annotations
 
-import contextlib
 import gc
-import json
 import statistics
-from pathlib import Path
 
 import torch
 
 from gpuscope.measure.device import Device, is_oom, oom_result, pick_device, summarize
+from gpuscope.measure.hf_model import (DTYPES, build_model, cache_bytes, cache_kwarg, case_config, load_pretrained,
+                                       model_bytes, out_cache, placement_bytes, silence_generation, vocab_size)
 from gpuscope.measure.nvml import PhaseEnergy
-
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
-
-# Config keys that only describe a checkpoint (or would ask for remote code / quantized loading).
-_DROP_KEYS = {"_name_or_path", "transformers_version", "torch_dtype", "dtype", "auto_map", "quantization_config",
-              "_gpuscope", "architectures"}
-
-
-# --- model construction (shared with llm_train) -----------------------------------------------------------
-def case_config(case: dict) -> dict:
-    """The HF config dict of a case: inline ``config`` dict, a path, or a preset name under ``model``."""
-    if isinstance(case.get("config"), dict):
-        return dict(case["config"])
-    m = case.get("model")
-    if isinstance(m, dict):
-        return dict(m)
-    if not m:
-        raise ValueError("case has neither 'config' nor 'model'")
-    path = Path(str(m)).expanduser()
-    if path.exists() or "/" in str(m) or str(m).endswith(".json"):
-        if path.is_dir():
-            path = path / "config.json"
-        return json.loads(path.read_text())
-    from gpuscope.specs.models import preset_config
-
-    return preset_config(str(m))
-
-
-def hf_config(cfg: dict):
-    """``transformers.AutoConfig.for_model`` from a config dict, dropping checkpoint-only keys."""
-    from transformers import AutoConfig
-
-    kw = {k: v for k, v in cfg.items() if k not in _DROP_KEYS and not k.startswith("_")}
-    model_type = kw.pop("model_type", None)
-    if not model_type:
-        raise ValueError("config has no 'model_type'")
-    return AutoConfig.for_model(model_type, **kw)
-
-
-def _no_init():
-    """transformers' context that skips per-module weight init (its location moved between versions)."""
-    for modpath in ("transformers.initialization", "transformers.modeling_utils"):
-        try:
-            mod = __import__(modpath, fromlist=["no_init_weights"])
-            fn = getattr(mod, "no_init_weights", None)
-            if fn is not None:
-                return fn()
-        except ImportError:
-            continue
-    return contextlib.nullcontext()
-
-
-@torch.no_grad()
-def init_random_(model: torch.nn.Module, std: float = 0.02) -> None:
-    """Fresh random parameters in place: matrices ~ N(0, std), biases ~ N(0, std), other vectors (norm scales)
-    ~ N(1, std). Never zeros, never uninitialised memory."""
-    for name, p in model.named_parameters():
-        if p.ndim >= 2 or name.endswith("bias"):
-            p.normal_(0.0, std)
-        else:
-            p.normal_(1.0, std)
-
-
-def build_model(cfg: dict, dev: Device, dtype: torch.dtype, attn: str = "sdpa", use_cache: bool = True):
-    """Random-weight causal LM built directly on ``dev`` in ``dtype`` (no CPU copy, no HF per-module init)."""
-    from transformers import AutoModelForCausalLM
-    from transformers.utils import logging as hf_logging
-
-    from gpuscope.measure.gqa_attention import implementation
-
-    hf_logging.set_verbosity_error()
-    config = hf_config(cfg)
-    config.use_cache = use_cache
-    attn = implementation(attn)  # gs-gqa: gpuscope's registered GQA-folding SDPA
-    try:
-        with torch.device(dev.torch_device), _no_init():
-            model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=attn)
-    except ValueError as e:  # e.g. Gemma-2 has no sdpa path (logit soft-capping): fall back to eager, and say so
-        if attn == "eager" or "attention implementation" not in str(e):
-            raise
-        with torch.device(dev.torch_device), _no_init():
-            model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation="eager")
-    model.tie_weights()  # init_weights (which ties) was skipped by no_init_weights
-    init_random_(model)
-    return model, config
-
-
-DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
-
-
-def load_pretrained(case: dict, dev: Device, dtype: torch.dtype, attn: str = "sdpa"):
-    """A local checkpoint directory (``case["model"]``: config.json + weights) through ``from_pretrained``, as a user
-    runs it: on ``dev``, or with ``case["device_map"]`` ("auto": accelerate spreads the layers over the GPUs, then
-    CPU memory, then disk; ``case["max_memory"]`` caps each, e.g. {"0": "20GiB", "cpu": "64GiB"}), which is how
-    the article ran a 32B model on one 16 GB card with CPU offload. Nothing is downloaded (local_files_only)."""
-    from transformers import AutoModelForCausalLM
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.set_verbosity_error()
-    path = Path(str(case["model"])).expanduser()
-    from gpuscope.measure.gqa_attention import implementation
-
-    kw: dict = {"dtype": dtype, "attn_implementation": implementation(attn), "local_files_only": True}
-    dm = case.get("device_map")
-    if dm:
-        kw["device_map"] = dm
-        if case.get("max_memory"):
-            kw["max_memory"] = {(int(k) if str(k).isdigit() else k): v for k, v in case["max_memory"].items()}
-    model = AutoModelForCausalLM.from_pretrained(str(path), **kw)
-    if not dm:
-        model.to(dev.torch_device)
-    return model, model.config
-
-
-def placement_bytes(model: torch.nn.Module) -> dict[str, int]:
-    """Parameter bytes per device the model's weights sit on ("cuda:0", "cpu", "meta" = offloaded to disk)."""
-    out: dict[str, int] = {}
-    for p in model.parameters():
-        out[str(p.device)] = out.get(str(p.device), 0) + p.numel() * p.element_size()
-    return out
-
-
-def model_bytes(model: torch.nn.Module) -> dict:
-    params = list(model.parameters())  # tied parameters are listed once
-    buffers = list(model.buffers())
-    pb = sum(p.numel() * p.element_size() for p in params)
-    bb = sum(b.numel() * b.element_size() for b in buffers)
-    return {
-        "attn_impl": getattr(model.config, "_attn_implementation", None),
-        # MoE models: which experts path transformers dispatched to (grouped_mm by default in 5.x, else eager)
-        "experts_impl": getattr(model.config, "_experts_implementation", None),
-        "model_class": type(model).__name__,
-        "param_count": sum(p.numel() for p in params),
-        "param_dtype": str(params[0].dtype).replace("torch.", "") if params else None,
-        "weights_bytes": pb + bb,
-        "param_bytes": pb,
-        "buffer_bytes": bb,
-    }
-
-
-def vocab_size(config) -> int:
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
-    return int(text.vocab_size)
-
-
-def cache_bytes(cache) -> int | None:
-    """Bytes held by the keys and values of a transformers cache (DynamicCache or legacy tuples)."""
-    try:
-        tensors = []
-        if hasattr(cache, "layers"):
-            for layer in cache.layers:
-                tensors += [getattr(layer, "keys", None), getattr(layer, "values", None)]
-        elif hasattr(cache, "key_cache"):
-            tensors = list(cache.key_cache) + list(cache.value_cache)
-        else:
-            for layer in cache:
-                tensors += list(layer)
-        return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
-    except Exception:
-        return None
 
 
 def _release(dev: Device) -> None:
@@ -239,22 +78,6 @@ def run_infer(case: dict) -> dict:
     return run_as_result(_run_infer, case)
 
 
-def _cache_kwarg(model) -> str:
-    """Name of the forward argument for the past cache: ``past_key_values`` (transformers <= 5.2x) or ``cache``."""
-    import inspect
-
-    params = inspect.signature(model.forward).parameters
-    return "past_key_values" if "past_key_values" in params or "cache" not in params else "cache"
-
-
-def _out_cache(out):
-    for name in ("past_key_values", "cache"):
-        c = getattr(out, name, None)
-        if c is not None:
-            return c
-    raise RuntimeError("the model output carries no cache (use_cache=True was ignored)")
-
-
 ENGINES = ("hf-eager", "hf-graph", "gs-graph", "gs-compile")
 
 
@@ -289,20 +112,6 @@ def _generate(model, ids, mask, n: int, engine: str = "hf-eager", cache_len: int
                           **kw)
 
 
-def _silence_generation(model) -> None:
-    """Greedy, no EOS (so exactly max_new_tokens come out), a pad id (no warning)."""
-    gc_ = model.generation_config
-    gc_.eos_token_id = None
-    gc_.pad_token_id = 0
-    gc_.do_sample = False
-    gc_.num_beams = 1
-    for k in ("temperature", "top_p", "top_k"):
-        if hasattr(gc_, k):
-            setattr(gc_, k, None)
-    model.config.eos_token_id = None
-    model.config.pad_token_id = 0
-
-
 @torch.no_grad()
 def _run_infer(case: dict, dev: Device, state: dict) -> dict:
     B, P, G = int(case["batch"]), int(case["prompt"]), int(case["gen"])
@@ -325,7 +134,7 @@ def _run_infer(case: dict, dev: Device, state: dict) -> dict:
     else:
         model, config = build_model(cfg, dev, dtype, attn, use_cache=True)
     model.eval()
-    _silence_generation(model)
+    silence_generation(model)
     fused = None
     if case.get("fuse_proj"):  # one GEMM for q|k|v and one for gate|up (measure/fused_proj.py)
         from gpuscope.measure.fused_proj import fuse_projections
@@ -421,7 +230,7 @@ def _run_infer(case: dict, dev: Device, state: dict) -> dict:
         peaks.append(dev.peak_allocated())
     res["peak_prefill_forward_bytes"] = _max_or_none(peaks)
     res["prefill_forward_logits_to_keep"] = kw.get("logits_to_keep")
-    pkv = _out_cache(o)
+    pkv = out_cache(o)
     res["kv_cache_bytes"] = cache_bytes(pkv)  # for the P prompt tokens of the whole batch
 
     # (d) bare decode-step forward with the past cache (the cache grows by one token per step).
@@ -431,12 +240,12 @@ def _run_infer(case: dict, dev: Device, state: dict) -> dict:
     warm = 2
     full_mask = torch.ones(B, P + warm + decode_iters, dtype=mask.dtype, device=in_dev)
     dec = []
-    cache_kw = _cache_kwarg(model)
+    cache_kw = cache_kwarg(model)
     for i in range(warm + decode_iters):
         step_mask = full_mask[:, : P + i + 1]
         with dev.timer() as t:
             o = model(input_ids=nxt, attention_mask=step_mask, use_cache=True, **{cache_kw: pkv})
-        pkv = _out_cache(o)
+        pkv = out_cache(o)
         nxt = o.logits[:, -1:].argmax(-1)
         if i >= warm:
             dec.append(t.s)

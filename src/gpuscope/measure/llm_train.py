@@ -28,7 +28,8 @@ import torch
 
 from gpuscope.measure.device import Device, summarize
 from gpuscope.measure.nvml import PhaseEnergy
-from gpuscope.measure.llm_infer import _release, build_model, case_config, model_bytes, run_as_result, vocab_size
+from gpuscope.measure.hf_model import build_model, case_config, model_bytes, vocab_size
+from gpuscope.measure.llm_infer import _release, run_as_result
 
 PRECISIONS = {  # name -> (parameter dtype, autocast dtype or None)
     "amp-bf16": (torch.float32, torch.bfloat16),

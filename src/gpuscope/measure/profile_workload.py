@@ -30,7 +30,8 @@ def profile_workload(case: dict, device: str | None = None) -> dict:
     train: ``steps`` optimizer steps (default 3) after one warm-up step, a step mark after each.
     Either is also run once bare (no profiler) just before, so ``bare_s`` and the profiler's overhead are measured.
     An out-of-memory error is a result: ``status: oom`` with the allocator's numbers at the failure."""
-    from gpuscope.measure.llm_infer import _generate, case_config
+    from gpuscope.measure.hf_model import case_config
+    from gpuscope.measure.llm_infer import _generate
     from gpuscope.measure.moe_routing import RoutingCounter, prefill_routing
     from gpuscope.measure.tune import InferTrial, TrainTrial
 

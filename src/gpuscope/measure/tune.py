@@ -188,13 +188,13 @@ def _util_of(sampler) -> float | None:
 class InferTrial:
     def __init__(self, cfg: dict, dev: Device, dtype: str = "bf16", prompt: int = 128, gen: int = 16,
                  repeats: int = 2, attn: str = "sdpa", fuse_proj: bool = False):
-        from gpuscope.measure.llm_infer import DTYPES, _silence_generation, build_model, vocab_size
+        from gpuscope.measure.hf_model import DTYPES, build_model, silence_generation, vocab_size
 
         torch.manual_seed(0)
         self.dev, self.prompt, self.gen, self.repeats = dev, prompt, gen, repeats
         self.model, config = build_model(cfg, dev, DTYPES[dtype], attn, use_cache=True)
         self.model.eval()
-        _silence_generation(self.model)
+        silence_generation(self.model)
         self.fused = None
         if fuse_proj:
             from gpuscope.measure.fused_proj import fuse_projections
@@ -225,7 +225,7 @@ class InferTrial:
 
 class TrainTrial:
     def __init__(self, cfg: dict, dev: Device, precision: str = "amp-bf16", seq: int = 128, steps: int = 2):
-        from gpuscope.measure.llm_infer import build_model, vocab_size
+        from gpuscope.measure.hf_model import build_model, vocab_size
         from gpuscope.measure.llm_train import PRECISIONS
 
         torch.manual_seed(0)
@@ -343,7 +343,7 @@ def _timed(dev: Device, fn, repeats: int) -> tuple[float, object]:
 
 def precision_sweep(kind: str, cfg: dict, dev: Device, *, batch: int = 2, seq: int = 64,
                     modes=PRECISION_MODES, steps: int = 3, repeats: int = 2) -> dict:
-    from gpuscope.measure.llm_infer import build_model, vocab_size
+    from gpuscope.measure.hf_model import build_model, vocab_size
 
     torch.manual_seed(0)
     base, config = build_model(cfg, dev, torch.float32, use_cache=False)
