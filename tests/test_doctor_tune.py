@@ -373,7 +373,7 @@ def test_tune_batch_on_tiny_model_with_fake_oom(monkeypatch):
 def test_precision_sweep_bf16_deviation_on_cpu():
     from gpuscope.measure.cases import TINY_LLAMA
     from gpuscope.measure.device import Device
-    from gpuscope.measure.tune import precision_sweep
+    from gpuscope.measure.tune_precision import precision_sweep
     from gpuscope.report.doctor_view import precision_markdown
 
     r = precision_sweep("infer", TINY_LLAMA, Device("cpu"), batch=2, seq=16, modes=("fp32", "bf16", "fp8"))

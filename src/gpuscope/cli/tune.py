@@ -159,7 +159,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
     ) -> None:
         """Speed, memory and deviation from fp32 per precision, and a recommendation with its trade-off."""
-        from gpuscope.measure.tune import PRECISION_MODES, precision_sweep
+        from gpuscope.measure.tune_precision import PRECISION_MODES, precision_sweep
         from gpuscope.report.doctor_view import precision_markdown, render_precision
 
         _kind(kind)
