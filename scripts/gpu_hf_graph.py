@@ -96,13 +96,13 @@ def _profile(fn, n_tokens, dev):
             "gpu_kernel_us_total": gpu_us, "top_self_cpu": [{"name": k, **v} for k, v in top]}
 
 
-def run_variant(cfg, dev, args, variant):
+def run_variant(cfg, dev, args, variant, layers: int = 0):
     torch._dynamo.reset()
     from torch._dynamo.utils import counters
 
     counters.clear()
-    if args.layers:
-        cfg = {**cfg, "num_hidden_layers": args.layers}
+    if layers:  # 0: the preset's own depth
+        cfg = {**cfg, "num_hidden_layers": layers}
     model, config = build_model(cfg, dev, torch.bfloat16, "sdpa", use_cache=True)
     model.eval()
     silence_generation(model)
@@ -187,11 +187,10 @@ def main():
     buf = _capture_logs()[0] if args.logs else io.StringIO()
     layer_list = [int(x) for x in args.layers.split(",")] if args.layers else [0]
     for n_layers in layer_list:
-        args.layers = n_layers
         for v in args.variants.split(","):
             mark = buf.tell()
             try:
-                r = run_variant(cfg, dev, args, v)
+                r = run_variant(cfg, dev, args, v, n_layers)
             except Exception as e:  # one variant's failure is a result
                 r = {"variant": v, "error": f"{type(e).__name__}: {e}"[:2000]}
             r["layers"] = n_layers or cfg.get("num_hidden_layers")

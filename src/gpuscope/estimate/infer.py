@@ -36,10 +36,12 @@ from gpuscope.specs.model import ModelSpec
 # steps switch MoE experts from grouped_mm to batched_mm (ops._moe_ops). gpuscope's own graph loops (graph,
 # graph-unfused: gs-compile, gs-graph) keep grouped_mm.
 GENERATE_ENGINES = ("eager", "hf-graph")
-# an HF-generate estimate's time also holds the decode step under the other engines: decode_s_per_token_if_graph,
-# decode_s_per_token_if_hf_graph (the same model, batch and lengths)
-ALT_KEY = "decode_s_per_token_if_{}"
 
+
+def alt_key(engine: str) -> str:
+    """An HF-generate estimate's time also holds the decode step under the other engines (same model, batch and
+    lengths): decode_s_per_token_if_graph, decode_s_per_token_if_hf_graph."""
+    return "decode_s_per_token_if_" + engine.replace("-", "_")
 
 
 def _positive(name: str, value: int) -> int:
@@ -204,8 +206,9 @@ def estimate_infer(m: ModelSpec, hw, *, batch: int, prompt: int, gen: int, dtype
         "host_launch_s") else " (the lent H200 host's; `gpuscope hardware calibrate` measures yours)")
     loop = not eng.launch_s and not eng.call_s  # gpuscope's graph loops: one replay per token, never waiting
     if eng.call_s:
-        engine_line = (f"engine {engine}: host {eng.step_s * 1e3:.2f} ms/token in generate + {eng.call_s * 1e3:.2f} "
-                       f"ms + {eng.call_layer_s * 1e6:.1f} us/layer per compiled call{host_src}")
+        engine_line = (f"engine {engine}: host {eng.step_s * 1e3:.2f} ms/token in generate{host_src} + "
+                       f"{eng.call_s * 1e3:.2f} ms + {eng.call_layer_s * 1e6:.1f} us/layer per compiled call (the "
+                       "lent H200 host's; calibrate does not measure it)")
         decode_line = (f"decode: GPU {dec_gpu * 1e3:.2f} ms + host {serial * 1e3:.2f} ms per step in series (generate "
                        "waits on the GPU every token, so the compiled call's host work never overlaps it)")
     elif loop:
@@ -245,7 +248,7 @@ def estimate_infer(m: ModelSpec, hw, *, batch: int, prompt: int, gen: int, dtype
     if _alternatives and engine in GENERATE_ENGINES:  # what the same decode would take under the other engines
         for e in ("hf-graph", "graph"):
             if e != engine:
-                est.time[ALT_KEY.format(e.replace("-", "_"))] = estimate_infer(
+                est.time[alt_key(e)] = estimate_infer(
                     m, hw, batch=batch, prompt=prompt, gen=gen, dtype=dtype, kv_dtype=kv_dtype, engine=e,
                     num_gpus=num_gpus, tp=tp, gqa_fold=gqa_fold, fuse_proj=fuse_proj,
                     _alternatives=False).time["decode_s_per_token"]
@@ -336,8 +339,7 @@ def verdict_infer(est: Estimate, m: ModelSpec, hw, dtype: str, tp: int) -> tuple
              f" tok/s, TTFT {est.time['prefill_s'] * 1e3:.0f} ms.")
         tips = []
         t = est.time
-        other = {e: t[ALT_KEY.format(e.replace("-", "_"))] for e in ("graph", "hf-graph")
-                 if ALT_KEY.format(e.replace("-", "_")) in t}
+        other = {e: t[alt_key(e)] for e in ("graph", "hf-graph") if alt_key(e) in t}
         loop = (f"~{other['graph'] * 1e3:.2f} ms/token in a compiled CUDA-graph loop that never waits (--engine "
                 "graph; bench --engine gs-compile)") if "graph" in other else ""
         if est.inputs["engine"] == "eager" and t["decode_host_s"] > t["decode_gpu_s"]:

@@ -50,8 +50,8 @@ METRIC_FORMULAS = {
                         "HF's eager forward over a DynamicCache whatever the engine",
     "generate_overhead_per_token_s": "tpot_s - decode_forward_s (hf-eager only: the other engines' steps are "
                                      "compiled or replayed, not that eager forward)",
-    "e2e_spread": "(max - min) / median of the E2E repeats; above 0.2 the record says noisy (a busy or jittery "
-                  "host): TPOT from medians of so few samples is uncertain by about that much",
+    "e2e_spread": "(max - min) / median of the E2E repeats: TPOT from medians of so few samples is uncertain by "
+                  "about that much (bench's headline calls a run noisy above cli/bench_report.NOISY_SPREAD)",
     "peak_*_bytes": "torch.cuda.max_memory_allocated after reset_peak_memory_stats, max over repeats",
     "decode_weights_gbs": "weights_bytes / tpot_s / 1e9 (the weights read once per decode step; KV reads not counted)",
     "j_per_token": "generate_energy_j / (repeats * batch * generated_tokens): NVML energy over the E2E repeats "
