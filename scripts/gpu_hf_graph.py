@@ -8,7 +8,8 @@ Per variant of `model.generate(..., cache_implementation="static")` (random weig
   perf_hints / recompiles / graph_breaks / cudagraphs log lines;
 - a torch.profiler trace of one generate of --prof-gen tokens: counts of cudaGraphLaunch and kernel launches per
   decoded token, GPU kernel time and host time per token.
-Variants: default (what bench runs), user_cache (one StaticCache passed in and reset between calls, so its tensors
+Variants: default (what bench runs), defer / eager_defer (static-cache / plain generate with transformers'
+DeferredStopCheck switched on for CUDA, measure/defer_stop.py; checks the tokens equal the reference's), eager, user_cache (one StaticCache passed in and reset between calls, so its tensors
 keep their addresses), fullgraph (CompileConfig(fullgraph=True)), no_compile (disable_compile=True: the static cache
 eager, the baseline that tells whether compile ran at all).
 """
@@ -43,6 +44,7 @@ def _capture_logs():
 
 
 _LOGS: dict = {}
+_USED: list = []  # the defer variants: whether transformers applied the deferred stop check, per generate
 
 
 def _counters() -> dict:
@@ -53,6 +55,14 @@ def _counters() -> dict:
 
 def _gen(model, ids, mask, n, variant, cache):
     kw = dict(input_ids=ids, attention_mask=mask, max_new_tokens=n, min_new_tokens=n, do_sample=False)
+    if variant in ("defer", "eager_defer"):  # generate reads its stop flag one token late (measure/defer_stop.py)
+        from gpuscope.measure.defer_stop import deferred_stop
+
+        with deferred_stop(_USED):
+            return model.generate(**kw) if variant == "eager_defer" else model.generate(
+                cache_implementation="static", **kw)
+    if variant == "eager":
+        return model.generate(**kw)
     if variant == "user_cache":
         cache.reset()
         return model.generate(past_key_values=cache, **kw)
@@ -101,6 +111,7 @@ def run_variant(cfg, dev, args, variant, layers: int = 0):
     from torch._dynamo.utils import counters
 
     counters.clear()
+    _USED.clear()
     if layers:  # 0: the preset's own depth
         cfg = {**cfg, "num_hidden_layers": layers}
     model, config = build_model(cfg, dev, torch.bfloat16, "sdpa", use_cache=True)
@@ -136,6 +147,13 @@ def run_variant(cfg, dev, args, variant, layers: int = 0):
             b, _x = _time(lambda: _gen(model, ids, mask, G, variant, cache), 1, dev)
             trend.append((b - a) / (G - 1))
         out["tpot_trend_s"] = trend
+        if variant in ("defer", "eager_defer"):  # the same tokens as without deferral (the extra step is undone)
+            ref = "default" if variant == "defer" else "eager"
+            a = _gen(model, ids, mask, G, variant, cache)
+            b = _gen(model, ids, mask, G, ref, cache)
+            out["tokens_equal_to_" + ref] = bool(a.shape == b.shape and torch.equal(a, b))
+            out["generated_tokens"] = int(a.shape[1]) - P
+            out["deferred_applied"] = sorted(set(_USED))
         pg = args.prof_gen
         if pg <= 1:
             out["counters"] = _counters()
@@ -198,7 +216,8 @@ def main():
             res["variants"].append(r)
             print(json.dumps({k: r.get(k) for k in ("variant", "layers", "tpot_s", "ttft_s", "decode_gbs",
                                                     "decode_launch_per_token", "decode_gpu_us_per_token",
-                                                    "tpot_trend_s", "error")}), flush=True)
+                                                    "tpot_trend_s", "tokens_equal_to_default",
+                                                    "tokens_equal_to_eager", "deferred_applied", "error")}), flush=True)
             with open(args.out, "w") as f:
                 json.dump(res, f, indent=1, default=str)
 

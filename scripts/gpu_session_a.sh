@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 3/6 acceptance checks on one GPU; usage: bash scripts/gpu_session_a.sh [infer] [validate] [doctor] [loader] [train] [accum] [profile] [fuse] [fusedoc] [loaderdoc] [mamf] [moe] [moeprefill] [moerouting] [tinytrain] [trainhost] [hosttrain] [ttft] [ttftfix] [calib] [hfgraph] [hfgraph2] [hfbench] [calsame] [hfpair] [final] [benchall] [ceilings]
+# Issue 3/6 acceptance checks on one GPU; usage: bash scripts/gpu_session_a.sh [infer] [validate] [doctor] [loader] [train] [accum] [profile] [fuse] [fusedoc] [loaderdoc] [mamf] [moe] [moeprefill] [moerouting] [tinytrain] [trainhost] [hosttrain] [ttft] [ttftfix] [calib] [hfgraph] [hfgraph2] [hfbench] [calsame] [hfpair] [final] [defer] [defer2] [benchall] [ceilings]
 # (run from the repo root on the GPU machine; writes under $OUT).
 # Each step is bounded by `timeout` so one failure never ends the batch; stderr of each goes to <step>.err.
 set -u
@@ -142,6 +142,18 @@ if want final; then  # the final tree: bench all's time; the hf-graph script and
 step bench_all_final 150 python3 -m gpuscope bench all --json
 step hf_script_1b 70 python3 scripts/gpu_hf_graph.py --model llama-3.2-1b --prompt 512 --gen 128 --variants default --trend 6 --prof-gen 0 --out "$W/hf_script_1b.json"
 step hf_bench_1b 70 python3 -m gpuscope bench infer --model llama-3.2-1b --batch 1 --prompt 512 --gen 128 --engine hf-graph --repeats 3 --json
+fi
+if want defer; then  # generate without its per-token wait: transformers' DeferredStopCheck on CUDA (--defer-stop)
+step defer_diag_1b 240 python3 scripts/gpu_hf_graph.py --model llama-3.2-1b --prompt 128 --gen 128 --variants default,defer,eager,eager_defer --prof-gen 16 --out "$W/defer_diag_1b.json"
+step defer_8b_hfg 170 python3 -m gpuscope bench infer --model llama-3.1-8b --batch 1 --prompt 128 --gen 256 --engine hf-graph --defer-stop --repeats 3 --json
+step defer_8b_hfg_fused 170 python3 -m gpuscope bench infer --model llama-3.1-8b --batch 1 --prompt 128 --gen 256 --engine hf-graph --defer-stop --fuse-proj --repeats 3 --json
+fi
+if want defer2; then  # the same session's references: hf-graph as HF runs it, gs-compile fused, the copy ceiling
+step micro_quick 120 python3 -m gpuscope bench micro --quick --dtype bf16 --json
+step defer2_8b_hfg 170 python3 -m gpuscope bench infer --model llama-3.1-8b --batch 1 --prompt 128 --gen 256 --engine hf-graph --repeats 3 --json
+step defer2_8b_gs_fused 170 python3 -m gpuscope bench infer --model llama-3.1-8b --batch 1 --prompt 128 --gen 256 --engine gs-compile --fuse-proj --repeats 3 --json
+step defer2_1b_eager_d 100 python3 -m gpuscope bench infer --model llama-3.2-1b --batch 1 --prompt 512 --gen 128 --defer-stop --repeats 3 --json
+step defer2_1b_hfg_d 100 python3 -m gpuscope bench infer --model llama-3.2-1b --batch 1 --prompt 512 --gen 128 --engine hf-graph --defer-stop --repeats 3 --json
 fi
 if want benchall; then
 step bench_all_quick 400 python3 -m gpuscope bench all --json

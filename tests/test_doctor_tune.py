@@ -535,7 +535,15 @@ def test_generate_waits_finding():
     saved = 63 * (1.4e-3 - ENGINES["graph"].step_s)
     assert f.speedup == pytest.approx(0.44 / (0.44 - saved)) and f.severity == "medium"
     assert f.evidence["host_share_of_step"] == pytest.approx(1.4 / 6.4) and "gs-compile" in f.fix
+    assert "--defer-stop" in f.fix and "deferred_stop()" in f.fix
+    # a host-bound step: running ahead saves only down to the host's own time (max(GPU + 0.4 ms, host))
+    slow_host = dict(est, planner_decode_serial_host_s=1.4e-3, planner_decode_gpu_s=0.5e-3)
+    (f,) = [x for x in F.diagnose(_with(case={"kind": "infer", "engine": "hf-graph", "gen": 64},
+                                        syncs={"calls": 109}, estimate=slow_host)) if x.code == "generate_waits"]
+    assert f.speedup == pytest.approx(0.44 / (0.44 - 63 * 0.5e-3))
     for quiet in (_with(case={"kind": "infer", "engine": "gs-compile", "gen": 64}, syncs={"calls": 109}, estimate=est),
+                  _with(case={"kind": "infer", "engine": "hf-graph", "gen": 64, "defer_stop": True},
+                        syncs={"calls": 109}, estimate=est),
                   _with(case={"kind": "infer", "engine": "hf-graph", "gen": 64}, syncs={"calls": 10}, estimate=est),
                   _with(case={"kind": "infer", "engine": "hf-graph", "gen": 64}, syncs={"calls": 109},
                         estimate=dict(est, planner_decode_serial_host_s=0.4e-3, planner_decode_gpu_s=20e-3)),

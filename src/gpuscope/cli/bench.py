@@ -58,6 +58,28 @@ def check_device(device: str | None) -> str | None:
     return device.strip() if device else None
 
 
+def _defer_stop_ok(engine: str, device: str | None) -> bool:
+    """--defer-stop's checks (one sentence, exit 2): an HF generate engine on a device with events."""
+    from gpuscope.measure.defer_stop import DEVICE_TYPES, stop_check_class
+    from gpuscope.measure.device import pick_device
+
+    if engine not in ("hf-eager", "hf-graph"):
+        raise UserError(f"--defer-stop applies to HF generate (--engine hf-eager or hf-graph); {engine}'s loop never "
+                        "waits for the GPU.")
+    try:
+        kind = pick_device(device).split(":")[0]
+    except RuntimeError as e:
+        raise UserError(f"--device: {e}.") from None
+    if kind not in DEVICE_TYPES:
+        raise UserError(f"--defer-stop needs a device with events ({', '.join(DEVICE_TYPES)}); on {kind} nothing runs "
+                        "ahead of the host.")
+    try:
+        stop_check_class()
+    except ValueError as e:
+        raise UserError(f"--defer-stop: {e}.") from None
+    return True
+
+
 def _positive(**kw) -> None:
     for name, v in kw.items():
         if v is None or v <= 0:
@@ -323,6 +345,9 @@ def register(app: typer.Typer) -> None:
                                  "gs-compile on an H200)."),
         fuse_proj: bool = typer.Option(False, "--fuse-proj", help="One GEMM for q|k|v and one for gate|up "
                                        "(Llama, Mistral, Qwen2; as gpt-fast and vLLM load them)."),
+        defer_stop: bool = typer.Option(False, "--defer-stop", help="HF engines on cuda/xpu/mps: generate reads its "
+                                        "stop flag one token late (transformers' DeferredStopCheck, which it enables "
+                                        "on MPS only) instead of waiting for the GPU every token."),
         weights: bool = typer.Option(False, "--weights", help="Load the checkpoint's own weights (--model DIR holding "
                                      "config.json and safetensors) with from_pretrained, instead of random weights."),
         device_map: str = typer.Option(None, "--device-map", help="With --weights: auto | balanced | "
@@ -358,6 +383,8 @@ def register(app: typer.Typer) -> None:
                 raise UserError("--fuse-proj cannot be combined with --device-map: accelerate's offload hooks hold "
                                 "the separate q/k/v and gate/up weights it would replace.")
             extra["fuse_proj"] = True
+        if defer_stop:
+            extra["defer_stop"] = _defer_stop_ok(engine, device)
         extra.update(_checkpoint_options(model, weights, device_map, max_memory))
         if weights:  # from_pretrained reads the directory itself
             model = str(Path(model).expanduser().resolve())

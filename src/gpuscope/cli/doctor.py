@@ -116,6 +116,8 @@ def register(app: typer.Typer) -> None:
         engine: str = typer.Option("hf-eager", "--engine", help="infer: hf-eager | hf-graph | gs-graph | gs-compile."),
         attn: str = typer.Option("sdpa", "--attn", help="infer: sdpa | eager | gs-gqa (as bench infer)."),
         fuse_proj: bool = typer.Option(False, "--fuse-proj", help="infer: one GEMM for q|k|v and gate|up."),
+        defer_stop: bool = typer.Option(False, "--defer-stop", help="infer, HF engines: generate reads its stop "
+                                        "flag one token late (as bench infer)."),
         micro_batch: int = typer.Option(1, "--micro-batch", help="train: micro-batch."),
         seq: int = typer.Option(2048, "--seq", help="train: tokens per sequence."),
         precision: str = typer.Option("amp-bf16", "--precision", help="train: amp-bf16|amp-fp16|bf16|fp32."),
@@ -160,6 +162,11 @@ def register(app: typer.Typer) -> None:
                     extra["attn"] = attn
                 if fuse_proj:
                     extra["fuse_proj"] = True
+                if defer_stop:
+                    from gpuscope.cli.bench import _defer_stop_ok, require_torch
+
+                    require_torch()
+                    extra["defer_stop"] = _defer_stop_ok(engine, device)
                 from gpuscope.measure.cases import infer_case
 
                 case = infer_case(name, batch, prompt, gen, dtype=dtype, repeats=1, engine=engine, **extra)

@@ -37,6 +37,7 @@ def register(app: typer.Typer) -> None:
         engine: str = typer.Option("eager", "--engine", help="eager (plain HF generate) | graph (CUDA graphs over "
                                    "compiled, fused kernels in a loop that never waits: gs-compile) | hf-graph (the "
                                    "same step under HF generate, which waits on the GPU every token) | "
+                                   "hf-graph-defer (hf-graph reading its stop flag a token late: --defer-stop) | "
                                    "graph-unfused (HF's eager kernels replayed from a CUDA graph: gs-graph)."),
         num_gpus: int = typer.Option(1, "--num-gpus"),
         tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree."),

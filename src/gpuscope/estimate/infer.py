@@ -35,12 +35,12 @@ from gpuscope.specs.model import ModelSpec
 # The planner engines of HF `generate` (plain, and over the compiled static-cache step): on a GPU their decode
 # steps switch MoE experts from grouped_mm to batched_mm (ops._moe_ops). gpuscope's own graph loops (graph,
 # graph-unfused: gs-compile, gs-graph) keep grouped_mm.
-GENERATE_ENGINES = ("eager", "hf-graph")
+GENERATE_ENGINES = ("eager", "hf-graph", "hf-graph-defer")
 
 
 def alt_key(engine: str) -> str:
     """An HF-generate estimate's time also holds the decode step under the other engines (same model, batch and
-    lengths): decode_s_per_token_if_graph, decode_s_per_token_if_hf_graph."""
+    lengths): decode_s_per_token_if_graph, decode_s_per_token_if_hf_graph, decode_s_per_token_if_hf_graph_defer."""
     return "decode_s_per_token_if_" + engine.replace("-", "_")
 
 
@@ -169,8 +169,9 @@ def estimate_infer(m: ModelSpec, hw, *, batch: int, prompt: int, gen: int, dtype
     dec_wall, dec_gpu, dec_host, dec_times = forward_time(dec_ops, tflops, bw, eng, sms, graph, m.head_dim)
     comm = _tp_comm_s(m, hw, tp, batch * prompt, act_b), _tp_comm_s(m, hw, tp, batch, act_b)
     prefill_s = pre_wall + comm[0] + eng.step_s + eng.setup_s
-    serial = eng.serial_host_s(m.num_layers)  # host per step the GPU waits for (generate's step; hf-graph's call)
-    decode_s = dec_wall + comm[1] + serial
+    host_step = eng.serial_host_s(m.num_layers)  # host per step outside the launches (generate; the compiled call)
+    serial = 0.0 if eng.ahead else host_step  # of it, what the GPU waits for
+    decode_s = eng.decode_step_s(dec_wall, m.num_layers) + comm[1]
     e2e = prefill_s + (gen - 1) * decode_s
     pc = count_params(m)
     flops_prefill = opsmod.total(pre_ops, "flops") * 1.0
@@ -180,7 +181,7 @@ def estimate_infer(m: ModelSpec, hw, *, batch: int, prompt: int, gen: int, dtype
         "decode_s_per_token": decode_s,
         "e2e_s": e2e,
         "decode_gpu_s": dec_gpu,
-        "decode_host_s": dec_host + serial,
+        "decode_host_s": dec_host + host_step,
         "decode_serial_host_s": serial,  # of it, what the GPU waits for every step (not overlapped)
         "prefill_gpu_s": pre_gpu,
         "tp_comm_s_per_token": comm[1],
@@ -190,7 +191,7 @@ def estimate_infer(m: ModelSpec, hw, *, batch: int, prompt: int, gen: int, dtype
         "prefill_tokens_per_s": batch * prompt / prefill_s,
         "e2e_tokens_per_s": batch * gen / e2e,
     }
-    bound = "host (launch)" if dec_host + serial > dec_gpu else "GPU"
+    bound = "host (launch)" if dec_host + host_step > dec_gpu + eng.gpu_step_s else "GPU"
     est = Estimate(
         kind="infer", model=m.name, hardware=hw.key,
         inputs=dict(batch=batch, prompt=prompt, gen=gen, dtype=dtype, kv_dtype=kv_dtype, engine=engine,
@@ -205,7 +206,14 @@ def estimate_infer(m: ModelSpec, hw, *, batch: int, prompt: int, gen: int, dtype
     host_src = (" (this machine's, from the hardware TOML)" if (getattr(hw, "measured", None) or {}).get(
         "host_launch_s") else " (the lent H200 host's; `gpuscope hardware calibrate` measures yours)")
     loop = not eng.launch_s and not eng.call_s  # gpuscope's graph loops: one replay per token, never waiting
-    if eng.call_s:
+    if eng.ahead:
+        engine_line = (f"engine {engine}: HF generate over the compiled step, its stop flag read one token late "
+                       f"(bench --defer-stop), so its host {host_step * 1e3:.2f} ms/token ({eng.step_s * 1e3:.2f} in "
+                       f"generate{host_src} + {eng.call_s * 1e3:.2f} ms + {eng.call_layer_s * 1e6:.1f} us/layer per "
+                       "compiled call, the lent H200 host's) runs ahead of the GPU")
+        decode_line = (f"decode: the larger of GPU {dec_gpu * 1e3:.2f} + {eng.gpu_step_s * 1e3:.2f} ms (generate's "
+                       f"own kernels and the replay) and host {host_step * 1e3:.2f} ms per step")
+    elif eng.call_s:
         engine_line = (f"engine {engine}: host {eng.step_s * 1e3:.2f} ms/token in generate{host_src} + "
                        f"{eng.call_s * 1e3:.2f} ms + {eng.call_layer_s * 1e6:.1f} us/layer per compiled call (the "
                        "lent H200 host's; calibrate does not measure it)")
@@ -246,7 +254,7 @@ def estimate_infer(m: ModelSpec, hw, *, batch: int, prompt: int, gen: int, dtype
     est.limits = max_fit(m, hw, batch, prompt, gen, dtype, kv_dtype, act_b, tp, engine in STATIC_CACHE_ENGINES,
                          moe_batched)
     if _alternatives and engine in GENERATE_ENGINES:  # what the same decode would take under the other engines
-        for e in ("hf-graph", "graph"):
+        for e in ("hf-graph", "hf-graph-defer", "graph"):
             if e != engine:
                 est.time[alt_key(e)] = estimate_infer(
                     m, hw, batch=batch, prompt=prompt, gen=gen, dtype=dtype, kv_dtype=kv_dtype, engine=e,
@@ -339,17 +347,19 @@ def verdict_infer(est: Estimate, m: ModelSpec, hw, dtype: str, tp: int) -> tuple
              f" tok/s, TTFT {est.time['prefill_s'] * 1e3:.0f} ms.")
         tips = []
         t = est.time
-        other = {e: t[alt_key(e)] for e in ("graph", "hf-graph") if alt_key(e) in t}
+        other = {e: t[alt_key(e)] for e in ("graph", "hf-graph", "hf-graph-defer") if alt_key(e) in t}
         loop = (f"~{other['graph'] * 1e3:.2f} ms/token in a compiled CUDA-graph loop that never waits (--engine "
                 "graph; bench --engine gs-compile)") if "graph" in other else ""
+        defer = (f"~{other['hf-graph-defer'] * 1e3:.2f} with its stop flag read one token late (--engine "
+                 "hf-graph-defer; bench --engine hf-graph --defer-stop)") if "hf-graph-defer" in other else ""
         if est.inputs["engine"] == "eager" and t["decode_host_s"] > t["decode_gpu_s"]:
             tips.append(f"decode is launch-bound (host {t['decode_host_s'] * 1e3:.2f} vs GPU "
                         f"{t['decode_gpu_s'] * 1e3:.2f} ms a token): {loop or 'CUDA graphs / torch.compile'}"
                         + (f", ~{other['hf-graph'] * 1e3:.2f} under HF generate with a static cache (--engine "
-                           "hf-graph)" if "hf-graph" in other else "") + ", or a larger batch")
+                           "hf-graph), " + defer if "hf-graph" in other else "") + ", or a larger batch")
         if est.inputs["engine"] == "hf-graph" and loop:
             tips.append(f"generate waits on the GPU every token: {t['decode_serial_host_s'] * 1e3:.2f} of "
-                        f"{t['decode_s_per_token'] * 1e3:.2f} ms a token is host in series; {loop}")
+                        f"{t['decode_s_per_token'] * 1e3:.2f} ms a token is host in series; {defer}, or {loop}")
         return v, tips
     tips = []
     w = est.breakdown_bytes["weights"]

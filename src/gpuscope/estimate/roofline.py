@@ -79,11 +79,23 @@ class EngineModel:
     # serialises with the GPU (hf-graph: generate's per-token sync); 0 where the loop runs ahead of the GPU
     call_s: float = 0.0
     call_layer_s: float = 0.0
+    # ahead: the loop never waits for the token it just queued (hf-graph-defer: generate reads its stop flag one
+    # token late), so its host time per step overlaps the GPU's and the slower of the two sets the pace; the GPU
+    # then also runs the step's own small kernels (sampling, bookkeeping, replay gaps): gpu_step_s
+    ahead: bool = False
+    gpu_step_s: float = 0.0
 
     def serial_host_s(self, layers: int) -> float:
-        """Host seconds per step that the GPU waits for, besides the launches: the loop's own step and the compiled
-        call's host time."""
+        """Host seconds per step outside the launches: the loop's own step and the compiled call's host time. The
+        GPU waits for all of it unless the engine runs ``ahead``."""
         return self.step_s + self.call_s + self.call_layer_s * layers
+
+    def decode_step_s(self, gpu_wall_s: float, layers: int) -> float:
+        """One decode step: the layers' time (``forward_time``'s wall) with the per-step host time in series, or,
+        for an engine that runs ahead, the larger of the GPU's step and the host's."""
+        if self.ahead:
+            return max(gpu_wall_s + self.gpu_step_s, self.serial_host_s(layers))
+        return gpu_wall_s + self.serial_host_s(layers)
 
 
 # Host constants measured on the lent H200 machine's host (16-core Firecracker VM, torch 2.11, transformers 5.17),
@@ -130,6 +142,15 @@ ENGINES = {
     # between calls on that VM (back to back, script and bench agreed).
     "hf-graph": EngineModel("hf-graph", launch_s=0.0, forward_s=0.0, step_s=0.4e-3, fused=True,
                             call_s=0.72e-3, call_layer_s=8.6e-6),
+    # hf-graph with transformers' DeferredStopCheck switched on for CUDA (bench --defer-stop, measure/defer_stop.py):
+    # the same host work per token (step_s + call_s + call_layer_s x layers), now one token ahead of the GPU. The
+    # GPU's own per-step residual is the graph loop's 0.4 ms (generate's sampling kernels and the replay). Measured
+    # on the lent H200 (2026-11-30 session 6, results/2026-11-30-h200-f/): the per-token cudaStreamSynchronize is
+    # gone (1 -> 0 per token; one event wait on the token before instead), Llama-3.2-1B p128 TPOT 2.57 -> 1.64 ms
+    # with 1.42 ms of profiled GPU time a token, Llama-3.1-8B p128 7.76 -> 5.76 ms (gs-compile: 5.69 ms, session
+    # 5), and 5.14 ms with --fuse-proj, the same as gs-compile --fuse-proj's 5.14 ms in the same session.
+    "hf-graph-defer": EngineModel("hf-graph-defer", launch_s=0.0, forward_s=0.0, step_s=0.4e-3, fused=True,
+                                  call_s=0.72e-3, call_layer_s=8.6e-6, ahead=True, gpu_step_s=0.4e-3),
 }
 
 
@@ -178,7 +199,18 @@ def train_host_for(hw) -> TrainHost:
 # Which planner engine models each measured engine (measure/llm_infer.ENGINES).
 ENGINE_OF_MEASURED = {"hf-eager": "eager", "hf-graph": "hf-graph", "gs-compile": "graph",
                       "gs-graph": "graph-unfused"}
-STATIC_CACHE_ENGINES = ("graph", "graph-unfused", "hf-graph")
+STATIC_CACHE_ENGINES = ("graph", "graph-unfused", "hf-graph", "hf-graph-defer")
+
+
+def planner_engine(case: dict) -> str:
+    """The planner engine that models a measured infer case: its bench engine (ENGINE_OF_MEASURED), with hf-graph
+    under --defer-stop as hf-graph-defer. hf-eager under --defer-stop stays eager: a launch-bound step is host
+    time whether or not the loop waits (one of eager's two syncs a token goes; Llama-3.2-1B p128 read 20.3 against
+    22.6 ms/token, inside the eager runs' own spread, results/2026-11-30-h200-f)."""
+    engine = case.get("engine", "hf-eager")
+    if engine == "hf-graph" and case.get("defer_stop"):
+        return "hf-graph-defer"
+    return ENGINE_OF_MEASURED.get(engine, "eager")
 
 
 def engine_for(name: str, hw) -> EngineModel:

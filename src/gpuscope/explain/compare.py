@@ -14,7 +14,7 @@ from pathlib import Path
 
 from gpuscope.errors import UserError
 from gpuscope.estimate.infer import estimate_infer
-from gpuscope.estimate.roofline import ENGINE_OF_MEASURED
+from gpuscope.estimate.roofline import planner_engine
 from gpuscope.estimate.train import estimate_train
 from gpuscope.specs.hardware import HardwareSpec, load_hardware
 from gpuscope.specs.hf_config import spec_from_config
@@ -73,7 +73,7 @@ def estimate_for(case: dict, hw: HardwareSpec):
     """The planner's estimate for a measured case: infer, train, or train-dist (DDP/FSDP over nproc x nnodes)."""
     m = _model(case)
     if case["kind"] == "infer":
-        engine = ENGINE_OF_MEASURED.get(case.get("engine", "hf-eager"), "eager")
+        engine = planner_engine(case)
         return estimate_infer(m, hw, batch=case["batch"], prompt=case["prompt"], gen=case["gen"],
                               dtype=case.get("dtype", "bf16"), engine=engine, gqa_fold=case.get("attn") == "gs-gqa",
                               fuse_proj=bool(case.get("fuse_proj")),

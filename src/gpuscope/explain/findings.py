@@ -357,23 +357,26 @@ def generate_waits(s: dict, t: dict = THRESHOLDS) -> Finding | None:
     gen, n = case.get("gen"), _num(s, "syncs", "calls")
     serial, gpu = _num(cmp_, "planner_decode_serial_host_s"), _num(cmp_, "planner_decode_gpu_s")
     est = _num(cmp_, "estimated_s")
-    if case.get("engine") != "hf-graph" or not isinstance(gen, int) or gen < 2 or None in (n, serial, gpu, est):
+    if (case.get("engine") != "hf-graph" or case.get("defer_stop") or not isinstance(gen, int) or gen < 2
+            or None in (n, serial, gpu, est)):
         return None
     step = gpu + serial
     if n < gen or serial / step < t["serial_host_share"]:
         return None
-    saved = (gen - 1) * max(0.0, serial - ENGINES["graph"].step_s)
+    ahead = ENGINES["hf-graph-defer"]  # the same step with the host one token ahead: the slower side sets the pace
+    saved = (gen - 1) * max(0.0, step - max(gpu + ahead.gpu_step_s, serial))
     speedup = est / max(1e-12, est - saved)
     return Finding(
         "generate_waits", "HF generate waits on the GPU every token: the compiled step's host work is not hidden",
         _sev(speedup), {"syncs": n, "generated_tokens": gen, "syncs_per_token": n / gen,
                         "planner_host_in_series_ms": serial * 1e3, "planner_gpu_ms": gpu * 1e3,
                         "host_share_of_step": serial / step},
-        "Decode in a loop that does not read the stop condition on the host every token, so the next step is "
-        "queued while the GPU runs: gpuscope's --engine gs-compile (the same compiled step replayed as one CUDA "
-        "graph; Llama-3.1-8B at p128 on an H200: 5.7 ms/token, 5.1 with --fuse-proj, against 7.2-8.1 with "
-        "hf-graph) or a serving engine (vLLM, SGLang) that schedules ahead. transformers defers that check by one "
-        "token on MPS only (DeferredStopCheck).",
+        "Let generate read its stop flag one token late, so the next step is queued while the GPU runs: "
+        "transformers (5.17+) has DeferredStopCheck for this but enables it on MPS only; bench --defer-stop, or "
+        "`with gpuscope.measure.defer_stop.deferred_stop(): model.generate(...)` in your own code, enables it on "
+        "CUDA/XPU with transformers' other conditions kept (Llama-3.1-8B at p128 on an H200: 7.76 -> 5.76 ms/token, "
+        "5.14 with --fuse-proj, the same tokens). Or decode in a loop that never waits (gpuscope's --engine "
+        "gs-compile: 5.7 ms/token) or a serving engine (vLLM, SGLang) that schedules ahead.",
         f"the planner puts {serial * 1e3:.2f} ms of each {step * 1e3:.2f} ms decode step on the host in series: "
         f"up to {speedup:.2f}x faster generate without the wait", speedup=speedup)
 

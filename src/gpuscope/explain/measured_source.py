@@ -38,11 +38,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuscope.errors import UserError
-from gpuscope.estimate.roofline import ENGINE_OF_MEASURED
+from gpuscope.estimate.roofline import planner_engine
 
 GIB = 2**30
-# planner engine -> the bench engine it models (estimate.roofline.ENGINE_OF_MEASURED, one bench engine each)
-ENGINE_OF = {planner: bench for bench, planner in ENGINE_OF_MEASURED.items()}
 
 
 @dataclass
@@ -149,8 +147,8 @@ def _infer_metrics(model, hw, w, case: dict, res: dict, plan_cache: dict) -> dic
 
     if (case.get("batch"), case.get("prompt"), case.get("gen")) != (w.batch, w.prompt, w.gen):
         return None
-    if case.get("engine", "hf-eager") != ENGINE_OF.get(w.engine, w.engine):
-        return None
+    if planner_engine(case) != w.engine or (case.get("defer_stop") and w.engine == "eager"):
+        return None  # hf-eager under --defer-stop is planned as eager, but it is not what eager measures
     dtype = case.get("dtype", "bf16")
     if w.kv_dtype not in (None, dtype):
         return None

@@ -47,6 +47,7 @@ def case_name(case: dict) -> str:
         eng = "" if case.get("engine", "hf-eager") == "hf-eager" else f"-{case['engine']}"
         eng += "" if case.get("attn", "sdpa") == "sdpa" else f"-{case['attn']}"
         eng += "-fused" if case.get("fuse_proj") else ""
+        eng += "-defer" if case.get("defer_stop") else ""
         return (f"infer/{m}/b{case.get('batch')}-p{case.get('prompt')}-g{case.get('gen')}-{case.get('dtype', 'bf16')}"
                 f"{eng}")
     if case.get("kind") == "train":

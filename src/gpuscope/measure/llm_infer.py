@@ -97,11 +97,19 @@ def tpot_fields(ttft_s: float, e2e_s: float, gen: int, batch: int, weights_bytes
     return {"tpot_s": tpot, "decode_tokens_per_s": batch / tpot, "decode_weights_gbs": weights_bytes / tpot / 1e9}
 
 
-def _generate(model, ids, mask, n: int, engine: str = "hf-eager", cache_len: int | None = None):
+def _generate(model, ids, mask, n: int, engine: str = "hf-eager", cache_len: int | None = None,
+              deferred: list | None = None):
     """hf-eager: plain generate (DynamicCache). hf-graph: a static KV cache, with which transformers compiles the
     decode step (torch.compile, mode "reduce-overhead": CUDA graphs) on CUDA devices. gs-graph: gpuscope's greedy
     loop over a static cache with the decode step captured once as a CUDA graph (measure/graph_decode.py);
-    gs-compile: the same with the step compiled by torch.compile (Inductor) before capture."""
+    gs-compile: the same with the step compiled by torch.compile (Inductor) before capture. ``deferred`` (a list,
+    HF engines): generate reads its stop flag one token late instead of waiting every token
+    (measure/defer_stop.py); the list collects whether it applied."""
+    if deferred is not None:
+        from gpuscope.measure.defer_stop import deferred_stop
+
+        with deferred_stop(deferred):
+            return _generate(model, ids, mask, n, engine, cache_len)
     if engine in ("gs-graph", "gs-compile"):  # gpuscope's own: static cache + the step replayed as one CUDA graph
         from gpuscope.measure.graph_decode import static_greedy
 
@@ -110,6 +118,21 @@ def _generate(model, ids, mask, n: int, engine: str = "hf-eager", cache_len: int
     kw = {"cache_implementation": "static"} if engine == "hf-graph" else {}
     return model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=n, min_new_tokens=n, do_sample=False,
                           **kw)
+
+
+def _deferred(case: dict, engine: str, dev: Device) -> list | None:
+    """The list that collects whether generate deferred its stop check, or None without ``defer_stop``."""
+    if not case.get("defer_stop"):
+        return None
+    from gpuscope.measure.defer_stop import DEVICE_TYPES, stop_check_class
+
+    if engine not in ("hf-eager", "hf-graph"):
+        raise ValueError(f"defer_stop: applies to HF generate (hf-eager, hf-graph), not to {engine}, whose loop "
+                         "never waits")
+    if dev.type not in DEVICE_TYPES:
+        raise ValueError(f"defer_stop: needs a device with events ({', '.join(DEVICE_TYPES)}), not {dev.type}")
+    stop_check_class()
+    return []
 
 
 @torch.no_grad()
@@ -123,6 +146,7 @@ def _run_infer(case: dict, dev: Device, state: dict) -> dict:
     engine = case.get("engine", "hf-eager")
     if engine not in ENGINES:
         raise ValueError(f"engine: '{engine}' is not one of {', '.join(ENGINES)}")
+    deferred = _deferred(case, engine, dev)
     torch.manual_seed(int(case.get("seed", 0)))
 
     state["phase"] = "load"
@@ -172,8 +196,8 @@ def _run_infer(case: dict, dev: Device, state: dict) -> dict:
     # KV-cache size it meets (cudaMalloc), which would otherwise land in the first timed run. hf-graph also
     # compiles and records its CUDA graphs here (two calls at the timed cache length).
     for _ in range(2 if engine == "hf-eager" else 3):
-        out = _generate(model, ids, mask, G, engine)
-    out = _generate(model, ids, mask, 1, engine, cache_len=P + G)
+        out = _generate(model, ids, mask, G, engine, deferred=deferred)
+    out = _generate(model, ids, mask, 1, engine, cache_len=P + G, deferred=deferred)
     del out
     _release(dev)
     res["mem_before_generate_bytes"] = dev.allocated()
@@ -184,7 +208,7 @@ def _run_infer(case: dict, dev: Device, state: dict) -> dict:
     for _ in range(repeats):
         dev.reset_peak()
         with dev.timer() as t:
-            out = _generate(model, ids, mask, 1, engine, cache_len=P + G)
+            out = _generate(model, ids, mask, 1, engine, cache_len=P + G, deferred=deferred)
         ttft.append(t.s)
         peaks.append(dev.peak_allocated())
         del out
@@ -197,7 +221,7 @@ def _run_infer(case: dict, dev: Device, state: dict) -> dict:
         for _ in range(repeats):
             dev.reset_peak()
             with dev.timer() as t:
-                out = _generate(model, ids, mask, G, engine)
+                out = _generate(model, ids, mask, G, engine, deferred=deferred)
             e2e.append(t.s)
             e2e_wall.append(t.wall_s)
             peaks.append(dev.peak_allocated())
@@ -210,6 +234,9 @@ def _run_infer(case: dict, dev: Device, state: dict) -> dict:
     res["peak_generate_bytes"] = _max_or_none(peaks)
     res["peak_generate_reserved_bytes"] = _max_or_none(rpeaks)
     res["generated_tokens"] = n_out
+    if deferred is not None:  # the timed E2E calls' decode loops (generate asks once per call, after the prefill)
+        used = deferred[-repeats:]
+        res["stop_check"] = "deferred" if all(used) else "per-token sync (transformers refused to defer)"
     _release(dev)
 
     # (c) bare prefill forward (what generate does for its first step, without the loop around it).

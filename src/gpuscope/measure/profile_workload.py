@@ -31,7 +31,7 @@ def profile_workload(case: dict, device: str | None = None) -> dict:
     Either is also run once bare (no profiler) just before, so ``bare_s`` and the profiler's overhead are measured.
     An out-of-memory error is a result: ``status: oom`` with the allocator's numbers at the failure."""
     from gpuscope.measure.hf_model import case_config
-    from gpuscope.measure.llm_infer import _generate
+    from gpuscope.measure.llm_infer import _deferred, _generate
     from gpuscope.measure.moe_routing import RoutingCounter, prefill_routing
     from gpuscope.measure.tune import InferTrial, TrainTrial
 
@@ -46,13 +46,18 @@ def profile_workload(case: dict, device: str | None = None) -> dict:
             mask = torch.ones_like(ids)
             phase = "warmup"
             engine = case.get("engine", "hf-eager")
+            deferred = _deferred(case, engine, dev)  # --defer-stop: generate reads its stop flag a token late
+
+            def gen():
+                return _generate(tr.model, ids, mask, case["gen"], engine, deferred=deferred)
+
             with torch.no_grad():
                 routing = prefill_routing(tr.model, ids, mask)  # MoE rows per expert, in an untimed eager prefill
-                _generate(tr.model, ids, mask, case["gen"], engine)
-                bare = _timed(dev, lambda: _generate(tr.model, ids, mask, case["gen"], engine))
+                gen()
+                bare = _timed(dev, gen)
                 phase = "profile"
                 with profile_run(dev.name, bare_s=bare) as p:
-                    _generate(tr.model, ids, mask, case["gen"], engine)
+                    gen()
                     p.step()
         else:
             tr = TrainTrial(cfg, dev, precision=case.get("precision", "amp-bf16"), seq=case["seq"])
