@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuscope.explain.compare import compare_record, hardware_for, read_records
-from validation_rows import check_row
+from gpuscope.explain.compare import read_records
+from validation_rows import check_row, row_params
 
 HERE = Path(__file__).resolve().parents[1] / "results" / "2026-11-30-h200-f"
 RECORDS = read_records(HERE / "measurements.jsonl")
@@ -76,11 +76,7 @@ def test_hf_graph_reaches_70_percent_of_copy_with_deferred_stop_and_fused_projec
     assert rate["hf-graph-fused-defer"] == pytest.approx(rate["gs-compile-fused"], rel=0.01)
 
 
-ROWS = [pytest.param(row, id=f"{row.case}:{row.metric}") for rec in WORKLOADS
-        for row in compare_record(rec, hardware_for(rec["result"]["device_name"]))]
-
-
-@pytest.mark.parametrize("row", ROWS)
+@pytest.mark.parametrize("row", row_params(WORKLOADS))
 def test_estimate_vs_h200_sixth_session(row):
     check_row(row, (row.case, row.metric), KNOWN_MISSES)
 
@@ -88,9 +84,8 @@ def test_estimate_vs_h200_sixth_session(row):
 def test_hf_graph_defer_decode_against_the_planner():
     """The planner's hf-graph-defer (max(GPU + 0.4 ms, host per step)): 8B -4.6%, 8B fused -0.6%, 1B p512 +6.1%;
     the same session's plain hf-graph 8B read -16% against hf-graph's serial model (host in series)."""
-    err = {row.case: row.error for rec in WORKLOADS
-           for row in compare_record(rec, hardware_for(rec["result"]["device_name"]))
-           if row.metric == "decode_s_per_token"}
+    err = {p.values[0].case: p.values[0].error for p in row_params(WORKLOADS)
+           if p.values[0].metric == "decode_s_per_token"}
     for name in ("llama-3.1-8b/b1-p128-g256-bf16-hf-graph-defer", "llama-3.1-8b/b1-p128-g256-bf16-hf-graph-fused-defer",
                  "llama-3.2-1b/b1-p512-g128-bf16-hf-graph-defer"):
         assert abs(err["infer/" + name]) < 0.08, (name, err["infer/" + name])
