@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 3/6 acceptance checks on one GPU; usage: bash scripts/gpu_session_a.sh [infer] [validate] [doctor] [loader] [train] [accum] [profile] [fuse] [fusedoc] [loaderdoc] [mamf] [moe] [moeprefill] [moerouting] [tinytrain] [trainhost] [hosttrain] [ttft] [ttftfix] [calib] [hfgraph] [hfgraph2] [hfbench] [calsame] [hfpair] [final] [defer] [defer2] [benchall] [ceilings]
+# Issue 3/6 acceptance checks on one GPU; usage: bash scripts/gpu_session_a.sh [infer] [validate] [doctor] [loader] [train] [accum] [profile] [fuse] [fusedoc] [loaderdoc] [mamf] [moe] [moeprefill] [moerouting] [tinytrain] [trainhost] [hosttrain] [ttft] [ttftfix] [calib] [hfgraph] [hfgraph2] [hfbench] [calsame] [hfpair] [final] [defer] [defer2] [realhost] [benchall] [ceilings]
 # (run from the repo root on the GPU machine; writes under $OUT).
 # Each step is bounded by `timeout` so one failure never ends the batch; stderr of each goes to <step>.err.
 set -u
@@ -154,6 +154,15 @@ step defer2_8b_hfg 170 python3 -m gpuscope bench infer --model llama-3.1-8b --ba
 step defer2_8b_gs_fused 170 python3 -m gpuscope bench infer --model llama-3.1-8b --batch 1 --prompt 128 --gen 256 --engine gs-compile --fuse-proj --repeats 3 --json
 step defer2_1b_eager_d 100 python3 -m gpuscope bench infer --model llama-3.2-1b --batch 1 --prompt 512 --gen 128 --defer-stop --repeats 3 --json
 step defer2_1b_hfg_d 100 python3 -m gpuscope bench infer --model llama-3.2-1b --batch 1 --prompt 512 --gen 128 --engine hf-graph --defer-stop --repeats 3 --json
+fi
+if want realhost; then  # calibrate --host with the real-width fit, then host-bound workloads in the same call
+step cal_real_1 150 python3 -m gpuscope hardware calibrate --quick --host --dtype bf16 --out "$W/cal_real_1.toml"
+step rh_eager_1b_p512 120 python3 -m gpuscope bench infer --model llama-3.2-1b --batch 1 --prompt 512 --gen 128 --repeats 3 --json
+step rh_eager_8b_p128 150 python3 -m gpuscope bench infer --model llama-3.1-8b --batch 1 --prompt 128 --gen 64 --repeats 3 --json
+step rh_hfgd_1b_p512 120 python3 -m gpuscope bench infer --model llama-3.2-1b --batch 1 --prompt 512 --gen 128 --engine hf-graph --defer-stop --repeats 3 --json
+step rh_train_1b_s128 100 python3 -m gpuscope bench train --model llama-3.2-1b --micro-batch 1 --seq 128 --precision amp-bf16 --steps 20 --warmup 5 --json
+step rh_train_gpt2_full 100 python3 -m gpuscope bench train --model gpt2 --micro-batch 2 --seq 128 --precision amp-bf16 --recompute full --steps 20 --warmup 5 --json
+step cal_real_2 150 python3 -m gpuscope hardware calibrate --quick --host --dtype bf16 --out "$W/cal_real_2.toml"
 fi
 if want benchall; then
 step bench_all_quick 400 python3 -m gpuscope bench all --json

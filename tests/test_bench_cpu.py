@@ -364,6 +364,73 @@ def test_host_costs_carry_the_catalogs_real_size_factor(monkeypatch):
     assert c["host_detail"]["launch_tiny_s"] == pytest.approx(tiny)
 
 
+def _real_width_kernels(new: int, past: int) -> int:
+    """Kernels the planner counts in one Llama-3.2-1B-wide layer of a forward over ``new`` tokens."""
+    from gpuscope.estimate import ops as opsmod
+    from gpuscope.measure.host_overhead import REAL_WIDTH
+    from gpuscope.specs.hf_config import spec_from_config
+
+    k = [sum(o.kernels * o.count for o in opsmod.forward_ops(spec_from_config(dict(REAL_WIDTH, num_hidden_layers=n)),
+                                                              1, new, past, 2.0, 2.0, 2.0, head_tokens=1))
+         for n in (1, 2)]
+    return k[1] - k[0]
+
+
+def test_host_costs_from_real_widths(monkeypatch):
+    """Where the device runs apart from the host, host_launch_s and host_prefill_launch_s are the per-layer slopes
+    of Llama-3.2-1B-wide decode and prefill forwards over the kernels the planner counts in such a layer (41 for
+    a decode layer); the tiny models keep the forward intercept, and the detail the measured real/tiny ratio."""
+    import gpuscope.measure.host_overhead as ho
+    from gpuscope.measure.calibrate import host_costs
+
+    assert _real_width_kernels(1, 128) == 41
+    k_dec, k_pre = _real_width_kernels(1, 128), _real_width_kernels(128, 0)
+    monkeypatch.setattr(ho, "measure_family", lambda *a, **k: {
+        "family": "llama", "layers": [2, 4, 8], "decode_forward_s": [1e-3, 2e-3, 4e-3],
+        "forward_s": 0.68e-3, "layer_s": 0.643e-3, "generate_step_s": 0.4e-3})
+
+    def fake_real(dev, layers=(2, 4, 8), prompt=128, **kw):
+        dec = [1e-3 + n * k_dec * 17.5e-6 for n in layers]
+        pre = [2e-3 + n * k_pre * 19.3e-6 for n in layers]
+        return {"layers": list(layers), "prompt": prompt, "decode_forward_s": dec, "prefill_forward_s": pre,
+                "decode_layer_s": k_dec * 17.5e-6, "prefill_layer_s": k_pre * 19.3e-6}
+
+    monkeypatch.setattr(ho, "measure_real_width", fake_real)
+    c = host_costs("cpu", real_width=True)
+    assert c["host_launch_s"] == pytest.approx(17.5e-6) and c["host_prefill_launch_s"] == pytest.approx(19.3e-6)
+    tiny = 0.643e-3 / _tiny_layer_kernels()
+    assert c["host_detail"]["real_size_launch_factor"] == pytest.approx(17.5e-6 / tiny)
+    # a real-width fit that does not grow with depth is not used: the tiny figure x the catalog's factor instead
+    monkeypatch.setattr(ho, "measure_real_width", lambda dev, **kw: dict(
+        fake_real(dev), decode_forward_s=[5e-3, 4e-3, 6e-3]))
+    c = host_costs("cpu", real_width=True)
+    assert "host_prefill_launch_s" not in c and "do not grow" in c["host_detail"]["real_width"]["invalid"]
+
+
+def _tiny_layer_kernels() -> int:
+    import gpuscope.measure.host_overhead as ho
+    from gpuscope.estimate import ops as opsmod
+    from gpuscope.specs.hf_config import spec_from_config
+
+    k = [sum(o.kernels * o.count for o in opsmod.forward_ops(spec_from_config(dict(ho.TINY["llama"],
+                                                                                    num_hidden_layers=n)),
+                                                              1, 1, 16, 2.0, 2.0, 2.0, head_tokens=1)) for n in (1, 2)]
+    return k[1] - k[0]
+
+
+def test_measure_real_width_runs_and_grows_with_depth(monkeypatch):
+    """The real-width fit itself on CPU, at narrower widths so it takes a second: one decode and one prefill time
+    per depth, each growing with the layer count (on CPU the device's own work grows too)."""
+    import gpuscope.measure.host_overhead as ho
+    from gpuscope.measure.device import Device
+
+    monkeypatch.setattr(ho, "REAL_WIDTH", dict(ho.REAL_WIDTH, hidden_size=128, intermediate_size=256,
+                                              num_attention_heads=4, num_key_value_heads=2, head_dim=32))
+    r = ho.measure_real_width(Device("cpu"), layers=(1, 4), prompt=32, iters=3)
+    assert len(r["decode_forward_s"]) == len(r["prefill_forward_s"]) == 2
+    assert r["decode_layer_s"] > 0 and r["prefill_layer_s"] > 0
+
+
 def test_host_costs_refuse_a_fit_that_does_not_grow_with_depth(monkeypatch):
     """A flat fit (as one H200 calibrate run gave: 42 ms intercept, slope <= 0) must not become host costs."""
     import gpuscope.measure.host_overhead as ho

@@ -294,3 +294,18 @@ def test_training_host_model_and_its_verdict():
     slow = estimate_train(m, slow_host, micro_batch=1, seq=128)
     assert slow.time["host_s_per_micro_batch"] == pytest.approx(2 * t["host_s_per_micro_batch"], rel=1e-6)
     assert TRAIN_HOST.recompute > TRAIN_HOST.bwd > TRAIN_HOST.fwd > 1.0
+
+
+def test_a_measured_prefill_launch_cost_changes_the_eager_prefill_only():
+    """host_prefill_launch_s (`hardware calibrate --host` on a GPU) is the eager prefill's host cost per kernel;
+    decode keeps host_launch_s. A host-bound prefill (8B p128) grows by its kernels x the difference."""
+    from dataclasses import replace
+
+    m = load_model("llama-3.1-8b")
+    base = replace(H200, measured={**(H200.measured or {}), "host_launch_s": 17.5e-6})
+    pre = replace(H200, measured={**(H200.measured or {}), "host_launch_s": 17.5e-6, "host_prefill_launch_s": 19.3e-6})
+    a, b = (estimate_infer(m, hw, batch=1, prompt=128, gen=64, with_ops=True) for hw in (base, pre))
+    assert b.time["decode_s_per_token"] == pytest.approx(a.time["decode_s_per_token"])
+    kernels = sum(o["kernels"] for o in a.ops if o["phase"] == "prefill")  # per op, its repeats included
+    assert kernels == 32 * 39 + 17
+    assert b.time["prefill_s"] - a.time["prefill_s"] == pytest.approx(kernels * 1.8e-6, rel=1e-6)

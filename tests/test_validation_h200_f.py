@@ -17,17 +17,26 @@ from validation_rows import check_row, row_params
 
 HERE = Path(__file__).resolve().parents[1] / "results" / "2026-11-30-h200-f"
 RECORDS = read_records(HERE / "measurements.jsonl")
-WORKLOADS = [r for r in RECORDS if r["case"]["kind"] == "infer"]
+WORKLOADS = [r for r in RECORDS if r["case"]["kind"] in ("infer", "train")]
 DIAG = {v["variant"]: v for v in json.loads((HERE / "defer_diag_1b.json").read_text())["variants"]}
 
 HOST_PREFILL = ("host-bound eager prefill of Llama-3.1-8B p128 on this VM's host: TTFT 32-40 ms against 25.8-27.5 "
                 "planned (27-62 ms in earlier sessions; tests/test_validation_h200_e.py)")
+HFG_TTFT = ("hf-graph's TTFT (generate of one token over a static cache) on Llama-3.2-1B p512: 16.5 ms in call 2, "
+            "29.9 ms in call 3, while plain generate's read 15.0 ms in call 3; 22-30 ms in session 5. Not explained")
 KNOWN_MISSES = {
     ("infer/llama-3.1-8b/b1-p128-g256-bf16-hf-graph-defer", "prefill_s"): (0.40, HOST_PREFILL),
     ("infer/llama-3.1-8b/b1-p128-g256-bf16-hf-graph-fused-defer", "prefill_s"): (0.30, HOST_PREFILL),
     ("infer/llama-3.1-8b/b1-p128-g256-bf16-hf-graph", "prefill_s"): (0.30, HOST_PREFILL),
     ("infer/llama-3.1-8b/b1-p128-g256-bf16-gs-compile-fused", "prefill_s"): (0.25, HOST_PREFILL),
 }
+KNOWN_MISSES_CALL3 = {  # the catalog's plan against call 3 (its own calibration: the tests at the end)
+    ("infer/llama-3.1-8b/b1-p128-g64-bf16", "prefill_s"): (0.20, HOST_PREFILL + "; -5% with call 3's calibration"),
+    ("infer/llama-3.2-1b/b1-p512-g128-bf16-hf-graph-defer", "prefill_s"): (0.50, HFG_TTFT),
+    ("train/gpt2/mb2-s128-amp-bf16-rc_full", "step_s"):
+        (0.35, "host-bound with full recompute: -27% in sessions d-e too; calibration does not help (-32%)"),
+}
+CALL3 = [r for r in RECORDS if r["provenance"]["timestamp_utc"] >= "2026-11-30T03:16"]
 
 
 def _by_name(name: str) -> dict:
@@ -36,10 +45,10 @@ def _by_name(name: str) -> dict:
 
 
 def test_the_set():
-    assert len(RECORDS) == 14 and len(WORKLOADS) == 6
+    assert len(RECORDS) == 35 and len(WORKLOADS) == 11 and len(CALL3) == 21
     assert all(r["result"]["status"] == "ok" and r["result"]["device_name"] == "NVIDIA H200" for r in RECORDS)
     deferred = [r for r in WORKLOADS if r["case"].get("defer_stop")]
-    assert len(deferred) == 4 and all(r["result"]["stop_check"] == "deferred" for r in deferred)
+    assert len(deferred) == 5 and all(r["result"]["stop_check"] == "deferred" for r in deferred)
 
 
 def test_deferred_stop_removes_the_per_token_sync_and_keeps_the_tokens():
@@ -67,7 +76,8 @@ def test_hf_graph_reaches_70_percent_of_copy_with_deferred_stop_and_fused_projec
     Llama-3.1-8B p128 g256 against this session's copy (4174 GB/s): hf-graph as transformers runs it 2070 GB/s
     (50%); with --defer-stop 2790 (67%); with --defer-stop --fuse-proj 3125 (75%), the same as gpuscope's own
     gs-compile --fuse-proj loop (3124) in the same session."""
-    (copy,) = [r["result"]["gbs"] for r in RECORDS if r["case_id"].startswith("micro/memory/copy/")]
+    (copy,) = [r["result"]["gbs"] for r in RECORDS if r["case_id"].startswith("micro/memory/copy/")
+               and r not in CALL3]
     rate = {n: _by_name(f"infer/llama-3.1-8b/b1-p128-g256-bf16-{n}")["decode_weights_gbs"] / copy
             for n in ("hf-graph", "hf-graph-defer", "hf-graph-fused-defer", "gs-compile-fused")}
     assert copy > 4000
@@ -76,16 +86,68 @@ def test_hf_graph_reaches_70_percent_of_copy_with_deferred_stop_and_fused_projec
     assert rate["hf-graph-fused-defer"] == pytest.approx(rate["gs-compile-fused"], rel=0.01)
 
 
-@pytest.mark.parametrize("row", row_params(WORKLOADS))
+@pytest.mark.parametrize("row", row_params([r for r in WORKLOADS if r not in CALL3]))
 def test_estimate_vs_h200_sixth_session(row):
     check_row(row, (row.case, row.metric), KNOWN_MISSES)
+
+
+@pytest.mark.parametrize("row", row_params([r for r in WORKLOADS if r in CALL3]))
+def test_estimate_vs_h200_sixth_session_call3(row):
+    check_row(row, (row.case, row.metric), KNOWN_MISSES_CALL3)
 
 
 def test_hf_graph_defer_decode_against_the_planner():
     """The planner's hf-graph-defer (max(GPU + 0.4 ms, host per step)): 8B -4.6%, 8B fused -0.6%, 1B p512 +6.1%;
     the same session's plain hf-graph 8B read -16% against hf-graph's serial model (host in series)."""
-    err = {p.values[0].case: p.values[0].error for p in row_params(WORKLOADS)
+    err = {p.values[0].case: p.values[0].error for p in row_params([r for r in WORKLOADS if r not in CALL3])
            if p.values[0].metric == "decode_s_per_token"}
     for name in ("llama-3.1-8b/b1-p128-g256-bf16-hf-graph-defer", "llama-3.1-8b/b1-p128-g256-bf16-hf-graph-fused-defer",
                  "llama-3.2-1b/b1-p512-g128-bf16-hf-graph-defer"):
         assert abs(err["infer/" + name]) < 0.08, (name, err["infer/" + name])
+
+
+def _calibrated_errors(toml: str) -> dict:
+    from gpuscope.explain.compare import compare_record
+    from gpuscope.specs.hardware import load_hardware
+
+    hw = load_hardware(str(HERE / toml))
+    return {(row.case, row.metric): row.error for rec in CALL3 if rec["case"]["kind"] != "micro"
+            for row in compare_record(rec, hw)}
+
+
+def test_calibrated_with_real_width_host_costs_in_the_same_call():
+    """Call 3: `hardware calibrate --quick --host` (the real-width fit: 17.5 us per decode kernel and 19.3 per
+    prefill kernel at Llama-3.2-1B's widths, tiny models 15.8 us: a real/tiny ratio of 1.11, the catalog's factor
+    being 1.10), then the workloads, then calibrate again (cal_real_2.toml). With it the host-bound eager cases
+    land within 10%: 1B p512 prefill +9.6% / decode -1.2%, 8B p128 prefill -5.0% (catalog -15.9%) / decode +0.4%;
+    hf-graph-defer decode -8.3%; 1B s128 training -11.7%; memory within 1%."""
+    err = _calibrated_errors("cal_real_2.toml")
+    for key in (("infer/llama-3.2-1b/b1-p512-g128-bf16", "prefill_s"),
+                ("infer/llama-3.2-1b/b1-p512-g128-bf16", "decode_s_per_token"),
+                ("infer/llama-3.1-8b/b1-p128-g64-bf16", "prefill_s"),
+                ("infer/llama-3.1-8b/b1-p128-g64-bf16", "decode_s_per_token"),
+                ("infer/llama-3.2-1b/b1-p512-g128-bf16-hf-graph-defer", "decode_s_per_token")):
+        assert abs(err[key]) < 0.10, (key, err[key])
+    assert abs(err[("train/llama-3.2-1b/mb1-s128-amp-bf16-rc_none", "step_s")]) < 0.15
+    assert all(abs(e) < 0.05 for (c, m), e in err.items() if m.endswith("bytes"))
+    from gpuscope.specs.hardware import load_hardware
+
+    m = load_hardware(str(HERE / "cal_real_2.toml")).measured
+    assert m["host_launch_s"] == pytest.approx(17.5e-6, rel=0.01)
+    assert m["host_prefill_launch_s"] == pytest.approx(19.3e-6, rel=0.01)
+
+
+def test_the_host_itself_moved_between_two_calibrations():
+    """The same calibrate four minutes earlier, first thing in the call (cal_real_1.toml), read 22.4 us per decode
+    kernel with the tiny models at 22.4 us too: the whole host was ~28% slower then, while the GPU ceilings of the
+    two runs agree within 0.3% (bf16 matmul 755 / 754 TFLOP/s, copy 4095 / 4094 GB/s). With that TOML the same
+    workloads plan 24-42% long. So a host calibration is one sample of a moving host; calibrate reports it as such."""
+    from gpuscope.specs.hardware import load_hardware
+
+    a = load_hardware(str(HERE / "cal_real_1.toml")).measured
+    b = load_hardware(str(HERE / "cal_real_2.toml")).measured
+    assert a["host_launch_s"] / b["host_launch_s"] == pytest.approx(1.28, abs=0.01)
+    assert a["memory_bw_gbs"] == pytest.approx(b["memory_bw_gbs"], rel=0.003)
+    err = _calibrated_errors("cal_real_1.toml")
+    assert err[("infer/llama-3.2-1b/b1-p512-g128-bf16", "prefill_s")] > 0.35
+    assert err[("infer/llama-3.1-8b/b1-p128-g64-bf16", "decode_s_per_token")] > 0.2

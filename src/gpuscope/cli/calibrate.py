@@ -56,14 +56,22 @@ def register_calibrate(hw: typer.Typer) -> None:
             else:
                 measured.update({k: v for k, v in costs.items()
                                  if k.startswith("host_") and k not in ("host_detail", "host_invalid")})
-                tiny = (costs.get("host_detail") or {}).get("launch_tiny_s") or costs["host_launch_s"]
-                typer.echo(f"host: {costs['host_launch_s'] * 1e6:.1f} us per kernel (tiny models' "
-                           f"{tiny * 1e6:.1f} us x the catalog's real-size factor), {costs['host_step_s'] * 1e3:.2f} "
-                           "ms per generated token outside the model", err=True)
+                detail = costs.get("host_detail") or {}
+                tiny = detail.get("launch_tiny_s") or costs["host_launch_s"]
+                real = detail.get("real_width") or {}
+                if costs.get("host_prefill_launch_s"):
+                    how = (f"decode, measured at Llama-3.2-1B's widths; {costs['host_prefill_launch_s'] * 1e6:.1f} us "
+                           f"per prefill kernel; tiny models' {tiny * 1e6:.1f} us")
+                else:
+                    how = f"tiny models' {tiny * 1e6:.1f} us x the catalog's real-size factor"
+                    if real.get("invalid"):
+                        typer.echo(f"host (real widths): not used ({real['invalid']})", err=True)
+                typer.echo(f"host: {costs['host_launch_s'] * 1e6:.1f} us per kernel ({how}), "
+                           f"{costs['host_step_s'] * 1e3:.2f} ms per generated token outside the model", err=True)
                 from gpuscope.measure.calibrate import train_host_costs
 
                 # the training costs in units of the tiny models' launch: x host_launch_s in the planner, they
-                # carry the same real-size factor
+                # carry the same real/tiny ratio (measured on a GPU, the catalog's factor elsewhere)
                 tr = train_host_costs(tiny, device)
                 if tr.get("host_train_invalid"):
                     typer.echo(f"host (training): not written ({tr['host_train_invalid']})", err=True)

@@ -157,8 +157,8 @@ def estimate_infer(m: ModelSpec, hw, *, batch: int, prompt: int, gen: int, dtype
                                  hf_cache_cat=not graph, head_w_b=act_b, static_len=static_len, gqa_fold=gqa_fold,
                                  fuse_proj=fuse_proj)
     # transformers compiles only the decode step (static cache); the prefill forward runs eagerly in both engines.
-    pre_wall, pre_gpu, pre_host, pre_times = forward_time(pre_ops, tflops, bw, engine_for("eager", hw), sms, False,
-                                                          m.head_dim)
+    pre_wall, pre_gpu, pre_host, pre_times = forward_time(pre_ops, tflops, bw, engine_for("eager", hw).for_prefill(),
+                                                          sms, False, m.head_dim)
     mid_past = prompt + (gen - 1) / 2.0
     dec_ops = opsmod.forward_ops(m, batch, 1, int(round(mid_past)), act_b, w_b, act_b, head_tokens=batch,
                                  hf_cache_cat=not graph, head_w_b=act_b, static_len=static_len, gqa_fold=gqa_fold,

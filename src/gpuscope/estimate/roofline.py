@@ -68,6 +68,9 @@ class EngineModel:
 
     name: str = "eager"
     launch_s: float = 17.2e-6  # host time per kernel: dispatcher, Python module code, cudaLaunchKernel
+    # host time per kernel of an eager prefill where it was measured apart (`hardware calibrate --host` on a GPU:
+    # host_prefill_launch_s); 0: launch_s
+    prefill_launch_s: float = 0.0
     forward_s: float = 0.41e-3  # host time per forward outside the kernels (mask/rotary set-up, output objects)
     step_s: float = 0.4e-3  # generate's own work per token (logits processors, stopping criteria, bookkeeping)
     setup_s: float = 2.7e-3  # generate's work once per call before the prefill (config checks, cache, processors)
@@ -84,6 +87,12 @@ class EngineModel:
     # then also runs the step's own small kernels (sampling, bookkeeping, replay gaps): gpu_step_s
     ahead: bool = False
     gpu_step_s: float = 0.0
+
+    def for_prefill(self) -> "EngineModel":
+        """This engine as an eager prefill runs: per kernel the prefill's own host cost where one was measured."""
+        from dataclasses import replace
+
+        return replace(self, launch_s=self.prefill_launch_s) if self.prefill_launch_s else self
 
     def serial_host_s(self, layers: int) -> float:
         """Host seconds per step outside the launches: the loop's own step and the compiled call's host time. The
@@ -103,9 +112,11 @@ class EngineModel:
 # - launch_s: the bare decode-step forward of llama-3.2-1b (batch 1; GPU busy ~1 ms of it) took 12.0 ms for
 #   16 layers x 41 kernels + 17 others; tiny llama models (hidden 64) of 2/4/8 layers gave 0.643 ms per layer,
 #   15.7 us per kernel (host_overhead.json): real sizes cost the host ~10% more per kernel. We use 17.2 us, the
-#   tiny figure x REAL_SIZE_LAUNCH_FACTOR; `hardware calibrate --host` times tiny models and applies the same
-#   factor, so a calibrated launch_s means what the catalog's does. (Later sessions saw larger real/tiny ratios on
-#   the same host: 1.27 for Llama-3.1-8B's bare decode forward, 1.38 for its 128-token prefill, 2026-11-30.)
+#   tiny figure x REAL_SIZE_LAUNCH_FACTOR. `hardware calibrate --host` times Llama-3.2-1B-wide layers on a GPU
+#   (decode and prefill apart: host_launch_s, host_prefill_launch_s; 17.5 / 19.3 us against the tiny models' 15.8
+#   on that host, 2026-11-30 session 6, a real/tiny ratio of 1.11), and elsewhere the tiny models x this factor.
+#   (Other sessions saw larger real/tiny ratios on the same host: 1.27 for Llama-3.1-8B's bare decode forward,
+#   1.38 for its 128-token prefill, 2026-11-30.)
 # - forward_s: the tiny models' per-forward intercept (0.68 ms) less its 17 kernels.
 # - step_s: generate's per-token time above the bare forward on the tiny models (0.29-0.53 ms).
 # - kernel_min_s / matmul_min_s: in a CUDA graph a tiny elementwise kernel took 1.15 us, and a bf16 GEMV of a
@@ -215,15 +226,16 @@ def planner_engine(case: dict) -> str:
 
 def engine_for(name: str, hw) -> EngineModel:
     """The engine's host costs, with this machine's measured ones (`gpuscope hardware calibrate`: host_launch_s,
-    host_forward_s, host_step_s, host_setup_s in the hardware TOML's [measured] table) where present."""
+    host_forward_s, host_step_s, host_setup_s, host_prefill_launch_s in the hardware TOML's [measured] table) where
+    present."""
     from dataclasses import replace
 
     eng = ENGINES[name]
     m = getattr(hw, "measured", None) or {}
     over = {}
     if name == "eager":
-        over = {f: float(m[k]) for f, k in (("launch_s", "host_launch_s"), ("forward_s", "host_forward_s"))
-                if m.get(k)}
+        over = {f: float(m[k]) for f, k in (("launch_s", "host_launch_s"), ("forward_s", "host_forward_s"),
+                                            ("prefill_launch_s", "host_prefill_launch_s")) if m.get(k)}
     over |= {f: float(m[k]) for f, k in (("step_s", "host_step_s"), ("setup_s", "host_setup_s")) if m.get(k)}
     return replace(eng, **over) if over else eng
 

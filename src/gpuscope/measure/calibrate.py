@@ -92,8 +92,8 @@ def calibration_toml(device_name: str, device_type: str, measured: dict, total_m
     lines += ["", "[measured]"]
     from gpuscope.estimate.roofline import TRAIN_HOST_KEYS
 
-    for k in ("memory_bw_gbs", "h2d_gbs", "d2h_gbs", "host_launch_s", "host_forward_s", "host_step_s",
-              "host_setup_s", *TRAIN_HOST_KEYS):
+    for k in ("memory_bw_gbs", "h2d_gbs", "d2h_gbs", "host_launch_s", "host_prefill_launch_s", "host_forward_s",
+              "host_step_s", "host_setup_s", *TRAIN_HOST_KEYS):
         if measured.get(k):
             lines.append(f"{k} = {_f(measured[k])}")
     if mm:
@@ -118,12 +118,15 @@ def calibrate(dev_name: str | None = None, mode: str = "quick", dtypes=None, on_
     return text, results
 
 
-def host_costs(device: str | None = None) -> dict:
+def host_costs(device: str | None = None, real_width: bool | None = None) -> dict:
     """This machine's eager host costs for the planner's engine model (estimate/roofline.EngineModel), measured on
     tiny Llama models whose GPU work is negligible (measure/host_overhead.py): the host time of one decoder layer
     divided by the kernels the planner counts in it gives host_launch_s; the per-forward intercept less its
-    kernels gives host_forward_s; generate's per-token extra gives host_step_s. host_launch_s is the tiny models'
-    per-kernel time x estimate.roofline.REAL_SIZE_LAUNCH_FACTOR (as the catalog's); the detail keeps both."""
+    kernels gives host_forward_s; generate's per-token extra gives host_step_s. host_launch_s and
+    host_prefill_launch_s come from layers at Llama-3.2-1B's widths where the device is not the CPU (real-size
+    kernels cost the host more), else host_launch_s is the tiny models' per-kernel time x
+    estimate.roofline.REAL_SIZE_LAUNCH_FACTOR (as the catalog's); the detail keeps every figure. ``real_width``
+    forces the real-width fit on or off (default: on unless the device is the CPU)."""
     from gpuscope.estimate import ops as opsmod
     from gpuscope.estimate.roofline import REAL_SIZE_LAUNCH_FACTOR
     from gpuscope.measure.device import Device, pick_device
@@ -146,12 +149,43 @@ def host_costs(device: str | None = None) -> dict:
         return {"host_detail": r, "host_invalid": "decode-forward host times do not grow with the layer count "
                 f"({', '.join(f'{t * 1e3:.2f}' for t in fwd)} ms for {r['layers']} layers)"}
     tiny = r["layer_s"] / per_layer_kernels
-    # real-size kernels cost the host more than the tiny models' (estimate/roofline.py: the catalog's launch_s is
-    # the tiny figure x REAL_SIZE_LAUNCH_FACTOR); the per-forward intercept stays the tiny models'
-    r = dict(r, launch_tiny_s=tiny, real_size_launch_factor=REAL_SIZE_LAUNCH_FACTOR)
-    return {"host_launch_s": tiny * REAL_SIZE_LAUNCH_FACTOR,
-            "host_forward_s": max(0.0, r["forward_s"] - other_kernels * tiny),
-            "host_step_s": max(0.0, r["generate_step_s"]), "host_detail": r}
+    out = {"host_forward_s": max(0.0, r["forward_s"] - other_kernels * tiny),
+           "host_step_s": max(0.0, r["generate_step_s"])}
+    # real-size kernels cost the host more than the tiny models' (estimate/roofline.py). Where the device runs
+    # apart from the host, time Llama-3.2-1B-wide layers (measure/host_overhead.measure_real_width): decode and
+    # prefill per kernel. Else, or if that fit is not valid, the tiny figure x the catalog's REAL_SIZE_LAUNCH_FACTOR.
+    real = _real_width_launch(dev) if (dev.type != "cpu" if real_width is None else real_width) else None
+    if real and not real.get("invalid"):
+        r = dict(r, launch_tiny_s=tiny, real_width=real, real_size_launch_factor=real["decode_launch_s"] / tiny)
+        out |= {"host_launch_s": real["decode_launch_s"], "host_prefill_launch_s": real["prefill_launch_s"]}
+    else:
+        r = dict(r, launch_tiny_s=tiny, real_size_launch_factor=REAL_SIZE_LAUNCH_FACTOR, real_width=real)
+        out["host_launch_s"] = tiny * REAL_SIZE_LAUNCH_FACTOR
+    return out | {"host_detail": r}
+
+
+def _real_width_launch(dev) -> dict:
+    """Per-kernel host time of Llama-3.2-1B-wide decode and prefill layers (measure_real_width's per-layer slopes
+    over the kernels the planner counts in one such layer); ``invalid`` when a fit does not grow with depth."""
+    from gpuscope.estimate import ops as opsmod
+    from gpuscope.measure.host_overhead import REAL_WIDTH, measure_real_width
+    from gpuscope.specs.hf_config import spec_from_config
+
+    r = measure_real_width(dev)
+    P = r["prompt"]
+
+    def per_layer(new: int, past: int) -> float:
+        k = [sum(o.kernels * o.count for o in opsmod.forward_ops(
+            spec_from_config(dict(REAL_WIDTH, num_hidden_layers=n)), 1, new, past, 2.0, 2.0, 2.0, head_tokens=1))
+            for n in (1, 2)]
+        return k[1] - k[0]
+
+    for key in ("decode_forward_s", "prefill_forward_s"):
+        if any(b <= a for a, b in zip(r[key], r[key][1:])):
+            return dict(r, invalid=f"{key.split('_')[0]} forward times do not grow with the layer count "
+                        f"({', '.join(f'{t * 1e3:.2f}' for t in r[key])} ms for {r['layers']} layers)")
+    return dict(r, decode_launch_s=r["decode_layer_s"] / per_layer(1, P),
+                prefill_launch_s=r["prefill_layer_s"] / per_layer(P, 0))
 
 
 def train_host_costs(launch_s: float, device: str | None = None, steps: int = 10) -> dict:

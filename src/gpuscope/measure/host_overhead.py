@@ -42,6 +42,23 @@ def _fit(xs: list[int], ys: list[float]) -> tuple[float, float]:
     return my - b * mx, b
 
 
+def _decode_median(model, nxt, cache, kw: str, dev: Device, iters: int, skip: int = 5) -> float:
+    """Median wall time of ``iters`` synchronised decode-step forwards (one token, the cache growing), after
+    ``skip`` untimed ones."""
+    from gpuscope.measure.hf_model import out_cache
+
+    times = []
+    for i in range(iters + skip):
+        dev.synchronize()
+        t0 = time.perf_counter()
+        out = model(nxt, use_cache=True, **{kw: cache})
+        dev.synchronize()
+        if i >= skip:
+            times.append(time.perf_counter() - t0)
+        cache = out_cache(out)
+    return statistics.median(times)
+
+
 @torch.no_grad()
 def measure_family(family: str, dev: Device, layers=(1, 2, 4, 8), iters: int = 60, dtype=torch.bfloat16) -> dict:
     from gpuscope.measure.hf_model import cache_kwarg, out_cache, silence_generation
@@ -70,18 +87,7 @@ def measure_family(family: str, dev: Device, layers=(1, 2, 4, 8), iters: int = 6
         ids = torch.randint(0, 256, (1, 16), device=dev.torch_device)
         kw = cache_kwarg(model)
         out = model(ids, use_cache=True)
-        cache = out_cache(out)
-        nxt = ids[:, -1:]
-        times = []
-        for i in range(iters + 5):
-            dev.synchronize()
-            t0 = time.perf_counter()
-            out = model(nxt, use_cache=True, **{kw: cache})
-            dev.synchronize()
-            if i >= 5:
-                times.append(time.perf_counter() - t0)
-            cache = out_cache(out)
-        fwd.append(statistics.median(times))
+        fwd.append(_decode_median(model, ids[:, -1:], out_cache(out), kw, dev, iters))
         g = []
         for _ in range(3):
             dev.synchronize()
@@ -96,10 +102,65 @@ def measure_family(family: str, dev: Device, layers=(1, 2, 4, 8), iters: int = 6
             dev.synchronize()
             g.append((t33 - (time.perf_counter() - t0)) / 32)
         gen_step.append(statistics.median(g) - fwd[-1])
-        del model, cache, out
+        del model, out
     forward_s, layer_s = _fit(list(layers), fwd)
     return {"family": family, "layers": list(layers), "decode_forward_s": fwd, "forward_s": forward_s,
             "layer_s": layer_s, "generate_step_s": statistics.median(gen_step)}
+
+
+# Llama-3.2-1B's widths (vocab cut to 1024: the LM head's GPU time is not what is measured) for the real-size fit
+REAL_WIDTH = {"model_type": "llama", "hidden_size": 2048, "intermediate_size": 8192, "num_attention_heads": 32,
+              "num_key_value_heads": 8, "head_dim": 64, "vocab_size": 1024, "max_position_embeddings": 4096,
+              "rms_norm_eps": 1e-5, "tie_word_embeddings": False}
+
+
+@torch.no_grad()
+def measure_real_width(dev: Device, layers=(2, 4, 8), prompt: int = 128, iters: int = 20,
+                       dtype=torch.bfloat16) -> dict:
+    """Host time per decoder layer at a real model's widths, for the eager decode step and the prefill.
+
+    Why not only the tiny models: on the lent H200's host a kernel of Llama-3.2-1B's decode cost the host ~10% more
+    than a tiny model's, Llama-3.1-8B's 27% more and its 128-token prefill's 38% more (estimate/roofline.py), so a
+    tiny-model figure under-plans real models. At these widths a batch-1 step is still host-bound on a GPU (a
+    layer's kernels take ~40 us of GPU time against ~0.7 ms of host time), so the wall time of a synchronised
+    forward, fitted as t(L) = fixed + L x per-layer over 2, 4 and 8 layers, gives the host's time per layer;
+    divided by the kernels the planner counts in a layer it is the per-kernel cost. Decode: one token at a time
+    after the prompt's cache, which grows; prefill: ``prompt`` tokens into an empty cache with the head on the
+    last position (as generate's first step). Only meaningful where the device runs apart from the host (not on CPU)."""
+    from gpuscope.measure.hf_model import cache_kwarg, out_cache
+
+    V = REAL_WIDTH["vocab_size"]
+    # warm-up at the timed shapes first (cuDNN's attention plans per KV length, cuBLAS handles; see measure_family)
+    warm, _ = build_model(dict(REAL_WIDTH, num_hidden_layers=1), dev, dtype)
+    warm.eval()
+    ids = torch.randint(0, V, (1, prompt), device=dev.torch_device)
+    kw = cache_kwarg(warm)
+    for _ in range(3):
+        out = warm(ids, use_cache=True, logits_to_keep=1)
+    for _ in range(iters + 10):
+        out = warm(ids[:, -1:], use_cache=True, **{kw: out_cache(out)})
+    dev.synchronize()
+    del warm, out
+    dec, pre = [], []
+    for n in layers:
+        model, _ = build_model(dict(REAL_WIDTH, num_hidden_layers=n), dev, dtype)
+        model.eval()
+        times = []
+        for i in range(iters + 3):
+            dev.synchronize()
+            t0 = time.perf_counter()
+            out = model(ids, use_cache=True, logits_to_keep=1)
+            dev.synchronize()
+            if i >= 3:
+                times.append(time.perf_counter() - t0)
+        pre.append(statistics.median(times))
+        dec.append(_decode_median(model, ids[:, -1:], out_cache(out), kw, dev, iters))
+        del model, out
+    dec_fixed, dec_layer = _fit(list(layers), dec)
+    pre_fixed, pre_layer = _fit(list(layers), pre)
+    return {"widths": "llama-3.2-1b", "layers": list(layers), "prompt": prompt, "decode_forward_s": dec,
+            "prefill_forward_s": pre, "decode_fixed_s": dec_fixed, "decode_layer_s": dec_layer,
+            "prefill_fixed_s": pre_fixed, "prefill_layer_s": pre_layer}
 
 
 def measure_train_family(family: str, dev: Device, layers=(2, 4, 8), precision: str = "amp-bf16",
