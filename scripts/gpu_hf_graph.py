@@ -106,6 +106,54 @@ def _profile(fn, n_tokens, dev):
             "gpu_kernel_us_total": gpu_us, "top_self_cpu": [{"name": k, **v} for k, v in top]}
 
 
+def _bare_forwards(model, ids, dev, n: int = 20) -> dict:
+    """Eager prefill and decode-step forwards over a DynamicCache (what bench infer's decode_forward_s times)."""
+    from gpuscope.measure.hf_model import cache_kwarg, out_cache
+
+    kw = cache_kwarg(model)
+    pre, dec = [], []
+    for _ in range(3):
+        dev.synchronize()
+        t0 = time.perf_counter()
+        o = model(ids, use_cache=True, logits_to_keep=1)
+        dev.synchronize()
+        pre.append(time.perf_counter() - t0)
+    cache, nxt = out_cache(o), ids[:, -1:]
+    for _ in range(n):
+        dev.synchronize()
+        t0 = time.perf_counter()
+        o = model(nxt, use_cache=True, **{kw: cache})
+        dev.synchronize()
+        dec.append(time.perf_counter() - t0)
+        cache = out_cache(o)
+    return {"prefill_s": statistics.median(pre), "decode_s": statistics.median(dec[3:]), "decode_samples": dec}
+
+
+def _probes(model, ids, mask, variant, cache, dev, repeats) -> list:
+    """Why do eager forwards and the TTFT run slower in a process that compiled the step? Each stage times the bare
+    eager forwards and generate of one token (TTFT): as is; after gc.collect() + gc.freeze() (the collector no
+    longer walks the compile's objects, as vLLM does after capture); after torch._dynamo.reset() (compiled code
+    and guards dropped; the next generate compiles again, untimed)."""
+    import gc
+
+    stages = []
+    for stage in ("as_is", "gc_freeze", "dynamo_reset"):
+        if stage == "gc_freeze":
+            gc.collect()
+            gc.freeze()
+        if stage == "dynamo_reset":
+            torch._dynamo.reset()
+            _gen(model, ids, mask, 2, variant, cache)
+        row = {"stage": stage, "gc_objects": len(gc.get_objects()), "gc_counts": gc.get_count(),
+               "gc_frozen": gc.get_freeze_count()}
+        row.update(_bare_forwards(model, ids, dev))
+        row["ttft_s"], row["ttft_samples"] = _time(lambda: _gen(model, ids, mask, 1, variant, cache), repeats, dev)
+        stages.append(row)
+        print(json.dumps({k: v for k, v in row.items() if k != "decode_samples"}), flush=True)
+    gc.unfreeze()
+    return stages
+
+
 def run_variant(cfg, dev, args, variant, layers: int = 0):
     torch._dynamo.reset()
     from torch._dynamo.utils import counters
@@ -154,6 +202,8 @@ def run_variant(cfg, dev, args, variant, layers: int = 0):
             out["tokens_equal_to_" + ref] = bool(a.shape == b.shape and torch.equal(a, b))
             out["generated_tokens"] = int(a.shape[1]) - P
             out["deferred_applied"] = sorted(set(_USED))
+        if args.probes:
+            out["probes"] = _probes(model, ids, mask, variant, cache, dev, args.repeats)
         pg = args.prof_gen
         if pg <= 1:
             out["counters"] = _counters()
@@ -191,6 +241,8 @@ def main():
     ap.add_argument("--layers", default="", help="comma list: rebuild the model with each layer count")
     ap.add_argument("--small", action="store_true", help="hidden 256, 4 heads, 2 KV heads, FFN 512, vocab 4096")
     ap.add_argument("--logs", action="store_true", help="debug logs of compile/cudagraphs (they slow the host)")
+    ap.add_argument("--probes", action="store_true", help="time bare eager forwards and TTFT as is, after "
+                    "gc.freeze() and after torch._dynamo.reset() (_probes)")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     import transformers

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 3/6 acceptance checks on one GPU; usage: bash scripts/gpu_session_a.sh [infer] [validate] [doctor] [loader] [train] [accum] [profile] [fuse] [fusedoc] [loaderdoc] [mamf] [moe] [moeprefill] [moerouting] [tinytrain] [trainhost] [hosttrain] [ttft] [ttftfix] [calib] [hfgraph] [hfgraph2] [hfbench] [calsame] [hfpair] [final] [defer] [defer2] [realhost] [benchall] [ceilings]
+# Issue 3/6 acceptance checks on one GPU; usage: bash scripts/gpu_session_a.sh [infer] [validate] [doctor] [loader] [train] [accum] [profile] [fuse] [fusedoc] [loaderdoc] [mamf] [moe] [moeprefill] [moerouting] [tinytrain] [trainhost] [hosttrain] [ttft] [ttftfix] [calib] [hfgraph] [hfgraph2] [hfbench] [calsame] [hfpair] [final] [defer] [defer2] [realhost] [probe] [benchall] [ceilings]
 # (run from the repo root on the GPU machine; writes under $OUT).
 # Each step is bounded by `timeout` so one failure never ends the batch; stderr of each goes to <step>.err.
 set -u
@@ -163,6 +163,12 @@ step rh_hfgd_1b_p512 120 python3 -m gpuscope bench infer --model llama-3.2-1b --
 step rh_train_1b_s128 100 python3 -m gpuscope bench train --model llama-3.2-1b --micro-batch 1 --seq 128 --precision amp-bf16 --steps 20 --warmup 5 --json
 step rh_train_gpt2_full 100 python3 -m gpuscope bench train --model gpt2 --micro-batch 2 --seq 128 --precision amp-bf16 --recompute full --steps 20 --warmup 5 --json
 step cal_real_2 150 python3 -m gpuscope hardware calibrate --quick --host --dtype bf16 --out "$W/cal_real_2.toml"
+fi
+if want probe; then  # the host's speed between passes and calls; why eager forwards slow down after compile
+step cal_a 150 python3 -m gpuscope hardware calibrate --quick --host --dtype bf16 --out "$W/cal_a.toml"
+step host_passes 150 python3 -c "import json; from gpuscope.measure.calibrate import host_costs; print(json.dumps(host_costs(passes=5), default=str))"
+step probes_1b 300 python3 scripts/gpu_hf_graph.py --model llama-3.2-1b --prompt 512 --gen 128 --variants default,defer --probes --prof-gen 0 --repeats 5 --out "$W/probes_1b.json"
+step cal_b 150 python3 -m gpuscope hardware calibrate --quick --host --dtype bf16 --out "$W/cal_b.toml"
 fi
 if want benchall; then
 step bench_all_quick 400 python3 -m gpuscope bench all --json

@@ -407,6 +407,25 @@ def test_host_costs_from_real_widths(monkeypatch):
     assert "host_prefill_launch_s" not in c and "do not grow" in c["host_detail"]["real_width"]["invalid"]
 
 
+def test_host_costs_take_the_median_of_their_passes(monkeypatch):
+    """Three passes of the tiny fit, one of them invalid (no growth with depth): each cost is the median of the
+    valid ones, and launch_spread says how far apart they were."""
+    import gpuscope.measure.host_overhead as ho
+    from gpuscope.estimate.roofline import REAL_SIZE_LAUNCH_FACTOR
+    from gpuscope.measure.calibrate import host_costs
+
+    k = _tiny_layer_kernels()
+    slopes = iter([15e-6 * k, -1e-5, 21e-6 * k])
+    monkeypatch.setattr(ho, "measure_family", lambda *a, **kw: (lambda ls: {
+        "family": "llama", "layers": [2, 4, 8], "forward_s": 0.7e-3, "layer_s": ls, "generate_step_s": 0.4e-3,
+        "decode_forward_s": [1e-3, 2e-3, 4e-3] if ls > 0 else [3e-3, 2e-3, 4e-3]})(next(slopes)))
+    c = host_costs("cpu", passes=3)
+    d = c["host_detail"]
+    assert d["valid_passes"] == 2 and len(d["passes"]) == 3
+    assert c["host_launch_s"] == pytest.approx(18e-6 * REAL_SIZE_LAUNCH_FACTOR)  # median of two = their mean
+    assert d["launch_spread"] == pytest.approx(6 / 18)
+
+
 def _tiny_layer_kernels() -> int:
     import gpuscope.measure.host_overhead as ho
     from gpuscope.estimate import ops as opsmod
@@ -686,6 +705,15 @@ def test_calibrate_host_cli_writes_decode_and_training_host_keys(monkeypatch, tm
     m = tomllib.loads(out.read_text())["measured"]
     assert m["host_launch_s"] == pytest.approx(11e-6) and m["host_train_bwd"] == pytest.approx(4.0)
     assert "launch_tiny_s" not in m and "10.0 us x the catalog's real-size factor" in r.output
+
+    # passes further apart than HOST_SPREAD_WARN: written (their median), and said to come from a moving host
+    monkeypatch.setattr(cal, "host_costs", lambda device=None: {
+        "host_launch_s": 11e-6, "host_forward_s": 4e-4, "host_step_s": 3e-4,
+        "host_detail": {"launch_tiny_s": 10e-6, "valid_passes": 3, "launch_spread": 0.28}})
+    r = calibrate_cli("--quick", "--device", "cpu", "--dtype", "fp32", "--host", "--db", str(tmp_path / "c.sqlite"),
+                      "--out", str(out))
+    assert r.exit_code == 0 and "median of 3 passes, which spread 28%" in r.output
+    assert "the passes disagree" in r.output
 
 
 def test_a_burst_holds_a_quarter_second_of_work_at_most(monkeypatch):

@@ -8,6 +8,9 @@ from __future__ import annotations
 import typer
 
 
+HOST_SPREAD_WARN = 0.15  # passes of the host fit further apart than this are reported as a moving host
+
+
 def register_calibrate(hw: typer.Typer) -> None:
     from gpuscope.cli.bench import DB_HELP, DEVICE_HELP, RESUME_HELP
 
@@ -66,8 +69,14 @@ def register_calibrate(hw: typer.Typer) -> None:
                     how = f"tiny models' {tiny * 1e6:.1f} us x the catalog's real-size factor"
                     if real.get("invalid"):
                         typer.echo(f"host (real widths): not used ({real['invalid']})", err=True)
+                spread = detail.get("launch_spread")
                 typer.echo(f"host: {costs['host_launch_s'] * 1e6:.1f} us per kernel ({how}), "
-                           f"{costs['host_step_s'] * 1e3:.2f} ms per generated token outside the model", err=True)
+                           f"{costs['host_step_s'] * 1e3:.2f} ms per generated token outside the model"
+                           + (f"; median of {detail['valid_passes']} passes, which spread {spread:.0%}"
+                              if spread is not None else ""), err=True)
+                if spread is not None and spread > HOST_SPREAD_WARN:
+                    typer.echo("host: the passes disagree: this host's speed moves between minutes, and host-bound "
+                               "estimates carry that spread; calibrate again when it is idle", err=True)
                 from gpuscope.measure.calibrate import train_host_costs
 
                 # the training costs in units of the tiny models' launch: x host_launch_s in the planner, they
