@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 3/6 acceptance checks on one GPU; usage: bash scripts/gpu_session_a.sh [infer] [validate] [doctor] [loader] [train] [accum] [profile] [fuse] [fusedoc] [loaderdoc] [mamf] [moe] [moeprefill] [moerouting] [tinytrain] [trainhost] [hosttrain] [ttft] [ttftfix] [calib] [hfgraph] [hfgraph2] [hfbench] [calsame] [hfpair] [final] [defer] [defer2] [realhost] [probe] [benchall] [ceilings]
+# Issue 3/6 acceptance checks on one GPU; usage: bash scripts/gpu_session_a.sh [infer] [validate] [doctor] [loader] [train] [accum] [profile] [fuse] [fusedoc] [loaderdoc] [mamf] [moe] [moeprefill] [moerouting] [tinytrain] [trainhost] [hosttrain] [ttft] [ttftfix] [calib] [hfgraph] [hfgraph2] [hfbench] [calsame] [hfpair] [final] [defer] [defer2] [realhost] [probe] [gc] [benchall] [ceilings]
 # (run from the repo root on the GPU machine; writes under $OUT).
 # Each step is bounded by `timeout` so one failure never ends the batch; stderr of each goes to <step>.err.
 set -u
@@ -169,6 +169,12 @@ step cal_a 150 python3 -m gpuscope hardware calibrate --quick --host --dtype bf1
 step host_passes 150 python3 -c "import json; from gpuscope.measure.calibrate import host_costs; print(json.dumps(host_costs(passes=5), default=str))"
 step probes_1b 300 python3 scripts/gpu_hf_graph.py --model llama-3.2-1b --prompt 512 --gen 128 --variants default,defer --probes --prof-gen 0 --repeats 5 --out "$W/probes_1b.json"
 step cal_b 150 python3 -m gpuscope hardware calibrate --quick --host --dtype bf16 --out "$W/cal_b.toml"
+fi
+if want gc; then  # Python's collector in hf-graph runs: pauses per token, and --gc-freeze
+step gc_8b_hfg 170 python3 -m gpuscope bench infer --model llama-3.1-8b --batch 1 --prompt 128 --gen 256 --engine hf-graph --repeats 3 --json
+step gc_8b_hfg_freeze 170 python3 -m gpuscope bench infer --model llama-3.1-8b --batch 1 --prompt 128 --gen 256 --engine hf-graph --gc-freeze --repeats 3 --json
+step gc_1b_hfg_freeze 120 python3 -m gpuscope bench infer --model llama-3.2-1b --batch 1 --prompt 512 --gen 128 --engine hf-graph --gc-freeze --repeats 3 --json
+step gc_1b_hfg 120 python3 -m gpuscope bench infer --model llama-3.2-1b --batch 1 --prompt 512 --gen 128 --engine hf-graph --repeats 3 --json
 fi
 if want benchall; then
 step bench_all_quick 400 python3 -m gpuscope bench all --json

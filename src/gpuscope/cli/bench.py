@@ -348,6 +348,9 @@ def register(app: typer.Typer) -> None:
         defer_stop: bool = typer.Option(False, "--defer-stop", help="HF engines on cuda/xpu/mps: generate reads its "
                                         "stop flag one token late (transformers' DeferredStopCheck, which it enables "
                                         "on MPS only) instead of waiting for the GPU every token."),
+        gc_freeze: bool = typer.Option(False, "--gc-freeze", help="gc.collect(); gc.freeze() after warm-up: Python's "
+                                       "collector no longer walks the model's and a compile's objects (as vLLM does "
+                                       "after capture). Every run reports its GC pauses per token."),
         weights: bool = typer.Option(False, "--weights", help="Load the checkpoint's own weights (--model DIR holding "
                                      "config.json and safetensors) with from_pretrained, instead of random weights."),
         device_map: str = typer.Option(None, "--device-map", help="With --weights: auto | balanced | "
@@ -385,6 +388,8 @@ def register(app: typer.Typer) -> None:
             extra["fuse_proj"] = True
         if defer_stop:
             extra["defer_stop"] = _defer_stop_ok(engine, device)
+        if gc_freeze:
+            extra["gc_freeze"] = True
         extra.update(_checkpoint_options(model, weights, device_map, max_memory))
         if weights:  # from_pretrained reads the directory itself
             model = str(Path(model).expanduser().resolve())

@@ -48,6 +48,7 @@ def case_name(case: dict) -> str:
         eng += "" if case.get("attn", "sdpa") == "sdpa" else f"-{case['attn']}"
         eng += "-fused" if case.get("fuse_proj") else ""
         eng += "-defer" if case.get("defer_stop") else ""
+        eng += "-gcfreeze" if case.get("gc_freeze") else ""
         return (f"infer/{m}/b{case.get('batch')}-p{case.get('prompt')}-g{case.get('gen')}-{case.get('dtype', 'bf16')}"
                 f"{eng}")
     if case.get("kind") == "train":

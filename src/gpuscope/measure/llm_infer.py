@@ -52,6 +52,10 @@ METRIC_FORMULAS = {
                                      "compiled or replayed, not that eager forward)",
     "e2e_spread": "(max - min) / median of the E2E repeats: TPOT from medians of so few samples is uncertain by "
                   "about that much (bench's headline calls a run noisy above cli/bench_report.NOISY_SPREAD)",
+    "gc_pause_s_per_token": "seconds Python's garbage collector paused the host during the E2E repeats (gc.callbacks)"
+                            " / (repeats * generated_tokens); gc_pause_s_per_ttft likewise per TTFT call",
+    "gc_tracked_objects": "len(gc.get_objects()) after warm-up (a compiled model's graphs and guards add ~0.8 M); "
+                          "with --gc-freeze, gc_frozen_objects were moved out of the collector's reach first",
     "peak_*_bytes": "torch.cuda.max_memory_allocated after reset_peak_memory_stats, max over repeats",
     "decode_weights_gbs": "weights_bytes / tpot_s / 1e9 (the weights read once per decode step; KV reads not counted)",
     "j_per_token": "generate_energy_j / (repeats * batch * generated_tokens): NVML energy over the E2E repeats "
@@ -201,23 +205,32 @@ def _run_infer(case: dict, dev: Device, state: dict) -> dict:
     del out
     _release(dev)
     res["mem_before_generate_bytes"] = dev.allocated()
+    import gc
+
+    from gpuscope.measure.gc_pauses import GCPauses, freeze
+
+    if case.get("gc_freeze"):  # the live objects (the model, a compile's graphs and guards) leave the GC's reach
+        res["gc_frozen_objects"] = freeze()
+    res["gc_tracked_objects"] = len(gc.get_objects())
 
     # (a) TTFT: prefill + first token through generate.
     state["phase"] = "prefill"
     ttft, peaks = [], []
-    for _ in range(repeats):
-        dev.reset_peak()
-        with dev.timer() as t:
-            out = _generate(model, ids, mask, 1, engine, cache_len=P + G, deferred=deferred)
-        ttft.append(t.s)
-        peaks.append(dev.peak_allocated())
-        del out
+    with GCPauses() as gcp:
+        for _ in range(repeats):
+            dev.reset_peak()
+            with dev.timer() as t:
+                out = _generate(model, ids, mask, 1, engine, cache_len=P + G, deferred=deferred)
+            ttft.append(t.s)
+            peaks.append(dev.peak_allocated())
+            del out
+    res["gc_pause_s_per_ttft"] = gcp.summary()["gc_pause_s"] / repeats
     res["peak_prefill_bytes"] = _max_or_none(peaks)
 
     # (b) E2E: exactly G new tokens.
     state["phase"] = "generate"
     e2e, e2e_wall, peaks, rpeaks, n_out = [], [], [], [], None
-    with PhaseEnergy(dev) as energy:  # every timer below synchronises: the counter covers the repeats' work
+    with PhaseEnergy(dev) as energy, GCPauses() as gcp:  # every timer synchronises: the counter covers the repeats
         for _ in range(repeats):
             dev.reset_peak()
             with dev.timer() as t:
@@ -234,6 +247,9 @@ def _run_infer(case: dict, dev: Device, state: dict) -> dict:
     res["peak_generate_bytes"] = _max_or_none(peaks)
     res["peak_generate_reserved_bytes"] = _max_or_none(rpeaks)
     res["generated_tokens"] = n_out
+    g = gcp.summary()
+    res["gc_pause_s_per_token"] = g["gc_pause_s"] / (repeats * n_out) if n_out else None
+    res["gc_collections_generate"] = g["gc_collections_by_generation"]
     if deferred is not None:  # the timed E2E calls' decode loops (generate asks once per call, after the prefill)
         used = deferred[-repeats:]
         res["stop_check"] = "deferred" if all(used) else "per-token sync (transformers refused to defer)"
@@ -298,5 +314,7 @@ def _run_infer(case: dict, dev: Device, state: dict) -> dict:
         "metric_formulas": METRIC_FORMULAS,
     })
     del model
+    if case.get("gc_freeze"):
+        gc.unfreeze()
     _release(dev)
     return res

@@ -10,6 +10,7 @@ import time
 import torch
 
 from gpuscope.measure.device import Device, is_oom, pick_device
+from gpuscope.measure.gc_pauses import GCPauses
 from gpuscope.measure.profile import SCHEMA, _allocator, profile_run
 
 
@@ -54,7 +55,8 @@ def profile_workload(case: dict, device: str | None = None) -> dict:
             with torch.no_grad():
                 routing = prefill_routing(tr.model, ids, mask)  # MoE rows per expert, in an untimed eager prefill
                 gen()
-                bare = _timed(dev, gen)
+                with GCPauses() as gcp:  # the collector's pauses in the bare run (measure/gc_pauses.py)
+                    bare = _timed(dev, gen)
                 phase = "profile"
                 with profile_run(dev.name, bare_s=bare) as p:
                     gen()
@@ -71,7 +73,8 @@ def profile_workload(case: dict, device: str | None = None) -> dict:
                 tr._step(ids)
             routing = counter.summary()
             n_steps = int(case.get("steps", 3))
-            bare = _timed(dev, lambda: [tr._step(ids) for _ in range(n_steps)])
+            with GCPauses() as gcp:
+                bare = _timed(dev, lambda: [tr._step(ids) for _ in range(n_steps)])
             phase = "profile"
             with profile_run(dev.name, bare_s=bare) as p:
                 for _ in range(n_steps):
@@ -79,6 +82,7 @@ def profile_workload(case: dict, device: str | None = None) -> dict:
                     p.step()
         s = p.summary
         s["status"] = "ok"
+        s["gc"] = dict(gcp.summary(), bare_s=bare, tracked_objects=len(gc.get_objects()))
         if routing:  # the same inputs and weights as the profiled run: the same routing
             s["moe_routing"] = routing
         if case["kind"] == "infer":  # what the profiled model really ran (attention function, fusion)
