@@ -350,7 +350,7 @@ def register(app: typer.Typer) -> None:
                                         "on MPS only) instead of waiting for the GPU every token."),
         gc_freeze: bool = typer.Option(False, "--gc-freeze", help="gc.collect(); gc.freeze() after warm-up: Python's "
                                        "collector no longer walks the model's and a compile's objects (as vLLM does "
-                                       "after capture). Every run reports its GC pauses per token."),
+                                       "after capture). Every run reports its GC pauses (gc_pause_s_per_token)."),
         weights: bool = typer.Option(False, "--weights", help="Load the checkpoint's own weights (--model DIR holding "
                                      "config.json and safetensors) with from_pretrained, instead of random weights."),
         device_map: str = typer.Option(None, "--device-map", help="With --weights: auto | balanced | "
