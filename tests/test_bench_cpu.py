@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -135,6 +136,19 @@ def test_bench_all_quick_with_estimates_resume_and_export(tmp_path, calibrated, 
     assert all(m["skipped"] for m in d2["measurements"]) and len(d2["measurements"]) == len(d["measurements"])
     with Store.open(db) as st:
         assert len(st.all()) == len(d["measurements"])  # nothing measured twice
+
+    # --calibrate (the default on a GPU): the workloads planned on this run's own ceilings, written as a TOML
+    # beside the database (here from the resumed micro results)
+    rc = run("bench", "all", "--quick", "--device", "cpu", "--db", db, "--resume", "--calibrate", "--no-host", "--json")
+    assert rc.returncode == 0, rc.stderr
+    dc = json.loads(rc.stdout)
+    cal = Path(dc["calibration"])
+    assert cal.parent == tmp_path / "calibrations" and cal.exists() and cal.stem.endswith(dc["run_id"])
+    assert load_hardware(str(cal)).measured["memory_bw_gbs"] > 0
+    for m in dc["measurements"]:
+        if not m["name"].startswith("micro/"):
+            assert m["estimate"]["hardware"] == cal.stem and m["estimate"]["calibrated"], m["estimate"]
+    assert "calibration" not in d  # --gpu given: planned on it
 
     r3 = run("results", "export", "--csv", "--db", db)
     assert r3.returncode == 0, r3.stderr

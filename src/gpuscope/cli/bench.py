@@ -14,6 +14,7 @@ import re
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 import typer
 
@@ -143,6 +144,7 @@ class Session:
         self.as_json = as_json
         self.out: list[dict] = []
         self.log = _console(stderr=True)
+        self.calibration: str | None = None  # bench all: the hardware TOML its workloads were planned on
 
     def note(self, text: str) -> None:
         if not self.as_json:
@@ -191,6 +193,44 @@ def run_micro(s: Session, device: str | None, mode: str, dtypes, benches=("matmu
 
 
 # --- workloads ---------------------------------------------------------------------------------------------------
+def _on_accelerator(device: str | None) -> bool:
+    from gpuscope.measure.device import pick_device
+
+    return pick_device(device).split(":")[0] != "cpu"
+
+
+def run_calibration(s: Session, device: str | None, results: list[dict], host: bool, mode: str) -> str | None:
+    """This run's own calibration: its micro ceilings (and, with ``host``, this host's costs) as a hardware TOML in
+    ``calibrations/<run id>.toml`` beside the results database; its path, or None (said) where none can be made."""
+    from pathlib import Path
+
+    from gpuscope.cli.calibrate import host_keys
+    from gpuscope.measure.calibrate import calibration_toml
+    from gpuscope.measure.device import Device, pick_device
+    from gpuscope.measure.micro import ceilings
+
+    dev = Device(pick_device(device))
+    measured = ceilings(results)
+    if host:
+        measured.update(host_keys(device))
+    try:
+        text = calibration_toml(dev.device_name(), dev.type, measured, dev.total_memory(),
+                                f"Mode: {mode}; bench all, run {s.run_id}.")
+    except UserError as e:
+        s.note(f"no calibration from this run ({e}); the workloads are planned on the catalog")
+        return None
+    slug = re.sub(r"[^a-z0-9]+", "-", dev.device_name().lower()).strip("-") or dev.type
+    path = Path(s.store.path).expanduser().resolve().parent / "calibrations" / f"{slug}-{s.run_id}.toml"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    except OSError as exc:
+        raise UserError(f"the run's calibration cannot be written to '{path}' ({exc.strerror}).") from None
+    s.calibration = str(path)
+    s.note(f"workloads planned on this run's calibration: {path}")
+    return str(path)
+
+
 def run_workloads(s: Session, cases: list[dict], gpu: str | None, timeout_s: float) -> None:
     from gpuscope.measure.cases import case_id, case_name
     from gpuscope.measure.nvml import NvmlSampler
@@ -244,8 +284,11 @@ def finish(s: Session, t0: float) -> None:
     if s.as_json:
         from gpuscope.measure.run_case import clean
 
-        typer.echo(json.dumps(clean({"schema": BENCH_SCHEMA, "db": str(s.store.path), "run_id": s.run_id,
-                                     "wall_s": time.perf_counter() - t0, "measurements": s.out}), indent=1))
+        out = {"schema": BENCH_SCHEMA, "db": str(s.store.path), "run_id": s.run_id, "wall_s": time.perf_counter() - t0,
+               "measurements": s.out}
+        if s.calibration:
+            out["calibration"] = s.calibration
+        typer.echo(json.dumps(clean(out), indent=1))
     else:
         new = sum(1 for m in s.out if not m["skipped"])
         s.note(f"{new} measured, {len(s.out) - new} skipped, in {time.perf_counter() - t0:.1f}s; "
@@ -446,14 +489,23 @@ def register(app: typer.Typer) -> None:
                                    help="Quick micro set + tiny smoke workloads (default), or the sweep + --cases."),
         cases: str = typer.Option(None, "--cases", help="Workload set: smoke, h200, h200-b "
                                   "(default: smoke with --quick, h200 with --thorough)."),
-        gpu: str = typer.Option(None, "--gpu", help=GPU_HELP),
+        gpu: str = typer.Option(None, "--gpu", help=GPU_HELP + " Given, the workloads are planned on it instead of "
+                                "this run's own calibration."),
+        calibrate: Optional[bool] = typer.Option(None, "--calibrate/--catalog", help="Plan the workloads on this "
+                                                 "run's own calibration (its micro ceilings and, with --host, this "
+                                                 "host's costs, written as a hardware TOML beside the results "
+                                                 "database), or on the catalog entry. Default: calibrate on a GPU "
+                                                 "(the planner models accelerators, not a CPU as the device)."),
+        host: bool = typer.Option(True, "--host/--no-host", help="With --calibrate: also measure this host's costs "
+                                  "per kernel (as `hardware calibrate --host`; ~10 s on CPU, ~50 s on an H200)."),
         timeout: float = typer.Option(600, "--timeout", help="Seconds before one case is stopped."),
         db: str = typer.Option(None, "--db", help=DB_HELP),
         resume: bool = typer.Option(False, "--resume", help=RESUME_HELP),
         as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
         device: str = typer.Option(None, "--device", help=DEVICE_HELP),
     ) -> None:
-        """Every microbenchmark, then a set of inference and training workloads."""
+        """Every microbenchmark, then a set of inference and training workloads, each planned beside it on this run's
+        own calibration (default) or the catalog."""
         from gpuscope.measure.cases import CASE_SETS
 
         require_torch()
@@ -464,8 +516,11 @@ def register(app: typer.Typer) -> None:
         s = Session(db, "bench all", resume, as_json)
 
         def go():
-            run_micro(s, device, "quick" if quick else "sweep", None)
-            run_workloads(s, work, gpu, timeout)
+            results = run_micro(s, device, "quick" if quick else "sweep", None)
+            target = gpu
+            if gpu is None and (calibrate or (calibrate is None and _on_accelerator(device))):
+                target = run_calibration(s, device, results, host, "quick" if quick else "sweep")
+            run_workloads(s, work, target, timeout)
 
         guarded(s, go)
 

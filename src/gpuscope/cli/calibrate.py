@@ -7,8 +7,48 @@ from __future__ import annotations
 
 import typer
 
-
 HOST_SPREAD_WARN = 0.15  # passes of the host fit further apart than this are reported as a moving host
+
+
+def host_keys(device: str | None) -> dict:
+    """This host's costs as [measured] keys of a hardware TOML (measure/calibrate.host_costs and
+    train_host_costs), each fit reported on stderr; a fit that is not valid is said and left out."""
+    from gpuscope.measure.calibrate import host_costs, train_host_costs
+
+    costs = host_costs(device)
+    if costs.get("host_invalid"):
+        typer.echo(f"host: not written ({costs['host_invalid']}); the catalog's host costs stay in use", err=True)
+        return {}
+    measured = {k: v for k, v in costs.items() if k.startswith("host_") and k not in ("host_detail", "host_invalid")}
+    detail = costs.get("host_detail") or {}
+    tiny = detail.get("launch_tiny_s") or costs["host_launch_s"]
+    real = detail.get("real_width") or {}
+    if costs.get("host_prefill_launch_s"):
+        how = (f"decode, measured at Llama-3.2-1B's widths; {costs['host_prefill_launch_s'] * 1e6:.1f} us "
+               f"per prefill kernel; tiny models' {tiny * 1e6:.1f} us")
+    else:
+        how = f"tiny models' {tiny * 1e6:.1f} us x the catalog's real-size factor"
+        if real.get("invalid"):
+            typer.echo(f"host (real widths): not used ({real['invalid']})", err=True)
+    spread = detail.get("launch_spread")
+    typer.echo(f"host: {costs['host_launch_s'] * 1e6:.1f} us per kernel ({how}), "
+               f"{costs['host_step_s'] * 1e3:.2f} ms per generated token outside the model"
+               + (f"; median of {detail['valid_passes']} passes, which spread {spread:.0%}"
+                  if spread is not None else ""), err=True)
+    if spread is not None and spread > HOST_SPREAD_WARN:
+        typer.echo("host: the passes disagree: this host's speed moves between minutes, and host-bound "
+                   "estimates carry that spread; calibrate again when it is idle", err=True)
+    # the training costs in units of the tiny models' launch: x host_launch_s in the planner, they carry the
+    # same real/tiny ratio (measured on a GPU, the catalog's factor elsewhere)
+    tr = train_host_costs(tiny, device)
+    if tr.get("host_train_invalid"):
+        typer.echo(f"host (training): not written ({tr['host_train_invalid']})", err=True)
+    else:
+        measured.update({k: v for k, v in tr.items() if k != "host_train_detail"})
+        typer.echo(f"host (training): per kernel {tr['host_train_fwd']:.2f} forward, "
+                   f"{tr['host_train_bwd']:.2f} backward, {tr['host_train_recompute']:.2f} recompute "
+                   "(x the launch cost)", err=True)
+    return measured
 
 
 def register_calibrate(hw: typer.Typer) -> None:
@@ -50,45 +90,7 @@ def register_calibrate(hw: typer.Typer) -> None:
         dev = Device(pick_device(device))
         measured = ceilings(holder["results"])
         if host:
-            from gpuscope.measure.calibrate import host_costs
-
-            costs = host_costs(device)
-            if costs.get("host_invalid"):
-                typer.echo(f"host: not written ({costs['host_invalid']}); the catalog's host costs stay in use",
-                           err=True)
-            else:
-                measured.update({k: v for k, v in costs.items()
-                                 if k.startswith("host_") and k not in ("host_detail", "host_invalid")})
-                detail = costs.get("host_detail") or {}
-                tiny = detail.get("launch_tiny_s") or costs["host_launch_s"]
-                real = detail.get("real_width") or {}
-                if costs.get("host_prefill_launch_s"):
-                    how = (f"decode, measured at Llama-3.2-1B's widths; {costs['host_prefill_launch_s'] * 1e6:.1f} us "
-                           f"per prefill kernel; tiny models' {tiny * 1e6:.1f} us")
-                else:
-                    how = f"tiny models' {tiny * 1e6:.1f} us x the catalog's real-size factor"
-                    if real.get("invalid"):
-                        typer.echo(f"host (real widths): not used ({real['invalid']})", err=True)
-                spread = detail.get("launch_spread")
-                typer.echo(f"host: {costs['host_launch_s'] * 1e6:.1f} us per kernel ({how}), "
-                           f"{costs['host_step_s'] * 1e3:.2f} ms per generated token outside the model"
-                           + (f"; median of {detail['valid_passes']} passes, which spread {spread:.0%}"
-                              if spread is not None else ""), err=True)
-                if spread is not None and spread > HOST_SPREAD_WARN:
-                    typer.echo("host: the passes disagree: this host's speed moves between minutes, and host-bound "
-                               "estimates carry that spread; calibrate again when it is idle", err=True)
-                from gpuscope.measure.calibrate import train_host_costs
-
-                # the training costs in units of the tiny models' launch: x host_launch_s in the planner, they
-                # carry the same real/tiny ratio (measured on a GPU, the catalog's factor elsewhere)
-                tr = train_host_costs(tiny, device)
-                if tr.get("host_train_invalid"):
-                    typer.echo(f"host (training): not written ({tr['host_train_invalid']})", err=True)
-                else:
-                    measured.update({k: v for k, v in tr.items() if k != "host_train_detail"})
-                    typer.echo(f"host (training): per kernel {tr['host_train_fwd']:.2f} forward, "
-                               f"{tr['host_train_bwd']:.2f} backward, {tr['host_train_recompute']:.2f} recompute "
-                               "(x the launch cost)", err=True)
+            measured.update(host_keys(device))
         text = calibration_toml(dev.device_name(), dev.type, measured, dev.total_memory(),
                                 f"Mode: {'quick' if quick else 'sweep'}.")
         if save:
