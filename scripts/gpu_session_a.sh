@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 3/6 acceptance checks on one GPU; usage: bash scripts/gpu_session_a.sh [infer] [validate] [doctor] [loader] [train] [accum] [profile] [fuse] [fusedoc] [loaderdoc] [mamf] [moe] [moeprefill] [moerouting] [tinytrain] [trainhost] [hosttrain] [ttft] [ttftfix] [calib] [hfgraph] [hfgraph2] [hfbench] [calsame] [hfpair] [final] [defer] [defer2] [realhost] [probe] [gc] [benchall] [ceilings]
+# Issue 3/6 acceptance checks on one GPU; usage: bash scripts/gpu_session_a.sh [infer] [validate] [doctor] [loader] [train] [accum] [profile] [fuse] [fusedoc] [loaderdoc] [mamf] [moe] [moeprefill] [moerouting] [tinytrain] [trainhost] [hosttrain] [ttft] [ttftfix] [calib] [hfgraph] [hfgraph2] [hfbench] [calsame] [hfpair] [final] [defer] [defer2] [realhost] [probe] [gc] [final2] [benchall] [ceilings]
 # (run from the repo root on the GPU machine; writes under $OUT).
 # Each step is bounded by `timeout` so one failure never ends the batch; stderr of each goes to <step>.err.
 set -u
@@ -175,6 +175,9 @@ step gc_8b_hfg 170 python3 -m gpuscope bench infer --model llama-3.1-8b --batch 
 step gc_8b_hfg_freeze 170 python3 -m gpuscope bench infer --model llama-3.1-8b --batch 1 --prompt 128 --gen 256 --engine hf-graph --gc-freeze --repeats 3 --json
 step gc_1b_hfg_freeze 120 python3 -m gpuscope bench infer --model llama-3.2-1b --batch 1 --prompt 512 --gen 128 --engine hf-graph --gc-freeze --repeats 3 --json
 step gc_1b_hfg 120 python3 -m gpuscope bench infer --model llama-3.2-1b --batch 1 --prompt 512 --gen 128 --engine hf-graph --repeats 3 --json
+fi
+if want final2; then  # the final tree of session 6: bench all planning on its own calibration (host included)
+step bench_all_cal 330 python3 -m gpuscope bench all --json
 fi
 if want benchall; then
 step bench_all_quick 400 python3 -m gpuscope bench all --json
