@@ -37,10 +37,12 @@ KNOWN_MISSES_CALL3 = {  # the catalog's plan against call 3 (its own calibration
         (0.35, "host-bound with full recompute: -27% in sessions d-e too; calibration does not help (-32%)"),
 }
 CALL3 = [r for r in RECORDS if "2026-11-30T03:16" <= r["provenance"]["timestamp_utc"] < "2026-11-30T03:30"]
-CALL5 = [r for r in RECORDS if r["provenance"]["timestamp_utc"] >= "2026-11-30T03:34"]
+CALL5 = [r for r in RECORDS if "2026-11-30T03:34" <= r["provenance"]["timestamp_utc"] < "2026-11-30T03:45"]
+CALL6 = [r for r in RECORDS if r["provenance"]["timestamp_utc"] >= "2026-11-30T03:45"]  # bench all, final tree
+RUN_CAL = HERE / "nvidia-h200-20261130T034811Z-cc1948.toml"  # the calibration bench all wrote and planned on
 HFG_TTFT_5 = ("hf-graph's TTFT moves between processes of the same case, with or without --gc-freeze: 8B p128 "
               "49.5 / 29.2 ms, 1B p512 18.9 / 30.4 ms (call 5); the collector paused < 0.05 ms per TTFT")
-EARLY = [r for r in RECORDS if r not in CALL3 and r not in CALL5]  # calls 1-2: deferred stop, 70% of copy
+EARLY = [r for r in RECORDS if r not in CALL3 and r not in CALL5 and r not in CALL6]  # calls 1-2: deferred stop, 70% of copy
 KNOWN_MISSES_CALL5 = {
     ("infer/llama-3.1-8b/b1-p128-g256-bf16-hf-graph", "prefill_s"): (0.50, HFG_TTFT_5),
     ("infer/llama-3.2-1b/b1-p512-g128-bf16-hf-graph-gcfreeze", "prefill_s"): (0.55, HFG_TTFT_5),
@@ -55,7 +57,8 @@ def _by_name(name: str) -> dict:
 
 
 def test_the_set():
-    assert len(RECORDS) == 39 and len(WORKLOADS) == 15 and len(CALL3) == 21 and len(CALL5) == 4
+    assert len(RECORDS) == 56 and len(WORKLOADS) == 19 and len(CALL3) == 21 and len(CALL5) == 4
+    assert len(CALL6) == 17
     assert all(r["result"]["status"] == "ok" and r["result"]["device_name"] == "NVIDIA H200" for r in RECORDS)
     deferred = [r for r in WORKLOADS if r["case"].get("defer_stop")]
     assert len(deferred) == 5 and all(r["result"]["stop_check"] == "deferred" for r in deferred)
@@ -193,3 +196,28 @@ def test_a_slow_eager_forward_after_compile_is_a_first_visit_per_kv_length():
     first, again = d["default"][0]["decode_samples"], d["default"][1]["decode_samples"]
     assert min(first[1:]) > 50e-3 and max(again) < 15e-3
     assert max(d["defer"][0]["decode_samples"]) < 15e-3
+
+
+def test_bench_all_plans_on_its_own_calibration():
+    """Issue 3, on the final tree: `gpuscope bench all --json` (quick; now calibrating by default on a GPU) ran in
+    111 s on one H200, 17 of 17 ok, and planned its four workloads on the TOML it wrote from its own micro ceilings
+    and host passes (12.9 us per decode kernel, spread 8%): memory within 3.3%, prefill/step within 14%, decode
+    -9.8% and -19.7% (tiny GPT-2: inside the validation's 20% for decode, outside the issue's 15%). The catalog on
+    the same records: within 18.7%."""
+    steps = (HERE / "steps.txt").read_text().splitlines()
+    (line,) = [x for x in steps if x.startswith("bench_all_cal")]
+    assert " rc=0 " in f" {line} " and float(line.split()[-1].rstrip("s")) < 300
+    assert all(r["result"]["status"] == "ok" for r in CALL6)
+    assert {r["case"]["kind"] for r in CALL6} == {"micro", "infer", "train"}
+    assert "spread 8%" in (HERE / "bench_all_cal.stderr.txt").read_text()
+    from gpuscope.explain.compare import compare_record
+    from gpuscope.specs.hardware import load_hardware
+
+    hw = load_hardware(str(RUN_CAL))
+    assert hw.is_calibrated and hw.measured["host_launch_s"] == pytest.approx(12.9e-6, rel=0.01)
+    rows = [row for rec in CALL6 if rec["case"]["kind"] != "micro" for row in compare_record(rec, hw)]
+    assert len(rows) == 16
+    for row in rows:
+        check_row(row, (row.case, row.metric), {})
+    times = [r for r in rows if not r.metric.endswith("bytes")]
+    assert sum(abs(r.error) <= 0.15 for r in times) == len(times) - 1
