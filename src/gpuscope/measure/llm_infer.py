@@ -22,6 +22,7 @@ import statistics
 import torch
 
 from gpuscope.measure.device import Device, is_oom, oom_result, pick_device, summarize
+from gpuscope.measure.gc_pauses import GCPauses, freeze
 from gpuscope.measure.hf_model import (DTYPES, build_model, cache_bytes, cache_kwarg, case_config, load_pretrained,
                                        model_bytes, out_cache, placement_bytes, silence_generation, vocab_size)
 from gpuscope.measure.nvml import PhaseEnergy
@@ -206,10 +207,6 @@ def _run_infer(case: dict, dev: Device, state: dict) -> dict:
     del out
     _release(dev)
     res["mem_before_generate_bytes"] = dev.allocated()
-    import gc
-
-    from gpuscope.measure.gc_pauses import GCPauses, freeze
-
     if case.get("gc_freeze"):  # the live objects (the model, a compile's graphs and guards) leave the GC's reach
         res["gc_frozen_objects"] = freeze()
     res["gc_tracked_objects"] = len(gc.get_objects())
