@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 3/6 acceptance checks on one GPU; usage: bash scripts/gpu_session_a.sh [infer] [validate] [doctor] [loader] [train] [accum] [profile] [fuse] [fusedoc] [loaderdoc] [mamf] [moe] [moeprefill] [moerouting] [tinytrain] [trainhost] [hosttrain] [ttft] [ttftfix] [calib] [hfgraph] [hfgraph2] [hfbench] [calsame] [hfpair] [final] [defer] [defer2] [realhost] [probe] [gc] [final2] [benchall] [ceilings]
+# Issue 3/6 acceptance checks on one GPU; usage: bash scripts/gpu_session_a.sh [infer] [validate] [doctor] [loader] [train] [accum] [profile] [fuse] [fusedoc] [loaderdoc] [mamf] [moe] [moeprefill] [moerouting] [tinytrain] [trainhost] [hosttrain] [ttft] [ttftfix] [calib] [hfgraph] [hfgraph2] [hfbench] [calsame] [hfpair] [final] [defer] [defer2] [realhost] [probe] [gc] [final2] [gpt2doc] [benchall] [ceilings]
 # (run from the repo root on the GPU machine; writes under $OUT).
 # Each step is bounded by `timeout` so one failure never ends the batch; stderr of each goes to <step>.err.
 set -u
@@ -178,6 +178,10 @@ step gc_1b_hfg 120 python3 -m gpuscope bench infer --model llama-3.2-1b --batch 
 fi
 if want final2; then  # the final tree of session 6: bench all planning on its own calibration (host included)
 step bench_all_cal 330 python3 -m gpuscope bench all --json
+fi
+if want gpt2doc; then  # for the next session: GPT-2 with full recompute is planned ~30% short; its profile
+step doctor_gpt2_full 100 python3 -m gpuscope doctor train --model gpt2 --micro-batch 2 --seq 128 --precision amp-bf16 --recompute full --steps 5 --json
+step doctor_gpt2_none 80 python3 -m gpuscope doctor train --model gpt2 --micro-batch 2 --seq 128 --precision amp-bf16 --steps 5 --json
 fi
 if want benchall; then
 step bench_all_quick 400 python3 -m gpuscope bench all --json
