@@ -201,9 +201,8 @@ def _on_accelerator(device: str | None) -> bool:
 
 def run_calibration(s: Session, device: str | None, results: list[dict], host: bool, mode: str) -> str | None:
     """This run's own calibration: its micro ceilings (and, with ``host``, this host's costs) as a hardware TOML in
-    ``calibrations/<run id>.toml`` beside the results database; its path, or None (said) where none can be made."""
-    from pathlib import Path
-
+    ``calibrations/<device>-<run id>.toml`` beside the results database; its path, or None (said) where none can be
+    made."""
     from gpuscope.cli.calibrate import host_keys
     from gpuscope.measure.calibrate import calibration_toml
     from gpuscope.measure.device import Device, pick_device
@@ -497,7 +496,7 @@ def register(app: typer.Typer) -> None:
                                                  "database), or on the catalog entry. Default: calibrate on a GPU "
                                                  "(the planner models accelerators, not a CPU as the device)."),
         host: bool = typer.Option(True, "--host/--no-host", help="With --calibrate: also measure this host's costs "
-                                  "per kernel (as `hardware calibrate --host`; ~10 s on CPU, ~50 s on an H200)."),
+                                  "per kernel (as `hardware calibrate --host`: three passes, tens of seconds)."),
         timeout: float = typer.Option(600, "--timeout", help="Seconds before one case is stopped."),
         db: str = typer.Option(None, "--db", help=DB_HELP),
         resume: bool = typer.Option(False, "--resume", help=RESUME_HELP),
