@@ -166,3 +166,23 @@ def test_corrupt_db_is_refused_untouched(tmp_path):
         assert str(bad) in r.stderr and len(r.stderr.strip().splitlines()) == 1 and r.stdout == ""
         assert bad.read_bytes() == data
         assert sorted(x.name for x in tmp_path.iterdir() if x.name.startswith(name)) == [name]
+
+
+def test_fused_other_attention_and_deferred_runs_match_only_their_own_plans(tmp_path):
+    """A --fuse-proj or gs-gqa run is not the workload compare plans (HF's projections, SDPA), and hf-graph under
+    --defer-stop is the plan hf-graph-defer, not hf-graph; plain hf-eager under --defer-stop matches no plan."""
+    p = tmp_path / "r.sqlite"
+    hfg = infer_case(MODEL, 1, 512, 128, engine="hf-graph", repeats=3)
+    with Store.open(p) as st:
+        r = st.new_run("bench infer")
+        _infer_row(st, r, dict(hfg, defer_stop=True), decode=250.0)
+        _infer_row(st, r, hfg, decode=180.0)
+        # newer rows of other workloads: the newest matching row would be one of these without the filter
+        _infer_row(st, r, dict(hfg, defer_stop=True, fuse_proj=True), decode=300.0)
+        _infer_row(st, r, dict(hfg, defer_stop=True, attn="gs-gqa"), decode=299.0)
+        _infer_row(st, r, dict(hfg, fuse_proj=True), decode=298.0)
+        _infer_row(st, r, infer_case(MODEL, 1, 512, 128, defer_stop=True), decode=90.0)
+    for engine, decode in (("hf-graph-defer", 250.0), ("hf-graph", 180.0)):
+        m = from_store(p, load_model(MODEL), InferWorkload(engine=engine))
+        assert m.values["nvidia_h200_sxm"]["decode_tokens_per_s"] == decode, (engine, m.values)
+    assert from_store(p, load_model(MODEL), InferWorkload(engine="eager")).values == {}

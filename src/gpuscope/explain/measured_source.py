@@ -149,6 +149,8 @@ def _infer_metrics(model, hw, w, case: dict, res: dict, plan_cache: dict) -> dic
         return None
     if planner_engine(case) != w.engine or (case.get("defer_stop") and w.engine == "eager"):
         return None  # hf-eager under --defer-stop is planned as eager, but it is not what eager measures
+    if case.get("fuse_proj") or case.get("attn", "sdpa") != "sdpa":
+        return None  # compare plans HF's own projections and SDPA: a fused or other-attention run is another model
     dtype = case.get("dtype", "bf16")
     if w.kv_dtype not in (None, dtype):
         return None
