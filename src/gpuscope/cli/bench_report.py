@@ -40,11 +40,22 @@ def headline(r: dict) -> str:
         spread = r.get("e2e_spread")
         noisy = (f"; noisy: E2E repeats spread {spread:.0%} of their median (more --repeats, a quiet host)"
                  if spread is not None and spread > NOISY_SPREAD else "")
+        stolen = _stolen(r.get("host_load_generate"))
         return (f"ttft {r['ttft_s'] * 1e3:.2f} ms, tpot {r['tpot_s'] * 1e3:.2f} ms, "
-                f"{r['decode_tokens_per_s']:.1f} tok/s decode{gbs}{joules}{noisy}")
+                f"{r['decode_tokens_per_s']:.1f} tok/s decode{gbs}{joules}{noisy}{stolen}")
     if r.get("kind") == "train":
-        return f"step {r['step_s'] * 1e3:.2f} ms, {r['tokens_per_s']:.0f} tok/s{joules}"
+        return (f"step {r['step_s'] * 1e3:.2f} ms, {r['tokens_per_s']:.0f} tok/s{joules}"
+                f"{_stolen(r.get('host_load_steps'))}")
     return "ok"
+
+
+STEAL_NOTE = 0.02  # a hypervisor taking more of the CPUs than this during a timed phase is said in the headline
+
+
+def _stolen(load: dict | None) -> str:
+    steal = (load or {}).get("steal_fraction")
+    return (f"; the hypervisor took {steal:.0%} of the CPUs' time meanwhile (host-bound timings read slow)"
+            if steal is not None and steal > STEAL_NOTE else "")
 
 
 def _hardware_for_estimate(gpu: str | None, device_name: str | None):

@@ -66,6 +66,7 @@ THRESHOLDS = {
     "moe_imbalance": 1.2,
     "serial_host_share": 0.10,
     "gc_share": 0.05,
+    "steal_share": 0.05,
 }
 
 SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2, "info": 3}
@@ -401,8 +402,24 @@ def gc_pauses(s: dict, t: dict = THRESHOLDS) -> Finding | None:
         f"({pause / bare:.0%}): up to {speedup:.2f}x if those pauses go", speedup=speedup)
 
 
+def host_steal(s: dict, t: dict = THRESHOLDS) -> Finding | None:
+    """The hypervisor gave a share of the CPUs to other guests during the run (measure/host_load.HostLoad)."""
+    steal = _num(s, "host_load", "steal_fraction")
+    if steal is None or steal < t["steal_share"]:
+        return None
+    return Finding(
+        "host_steal", "The virtual machine's CPUs were taken by the hypervisor during the run", "info",
+        {"steal_fraction": steal, "busy_fraction": _num(s, "host_load", "busy_fraction"),
+         "involuntary_switches": _num(s, "host_load", "involuntary_switches")},
+        "Host-bound timings (eager decode, small training steps, launch-bound phases) read slow while other guests "
+        "run on the same physical cores: measure again when the host is quiet, on a dedicated or bare-metal "
+        "instance, and calibrate (`hardware calibrate --host`) in the same minutes as the runs it plans.",
+        f"the hypervisor took {steal:.0%} of the CPUs' time while this ran; the host-side share of the step is "
+        "slower by about as much or more")
+
+
 RULES = (launch_bound, dataloader_stall, host_sync, matmul_shapes, comm_not_overlapped, fragmentation, throttling,
-         memory_headroom, slower_than_planned, generate_waits, moe_imbalance, gc_pauses)
+         memory_headroom, slower_than_planned, generate_waits, moe_imbalance, gc_pauses, host_steal)
 
 
 def diagnose(summary: dict, thresholds: dict | None = None) -> list[Finding]:

@@ -27,6 +27,7 @@ from functools import partial
 import torch
 
 from gpuscope.measure.device import Device, summarize
+from gpuscope.measure.host_load import HostLoad
 from gpuscope.measure.nvml import PhaseEnergy
 from gpuscope.measure.hf_model import build_model, case_config, model_bytes, vocab_size
 from gpuscope.measure.llm_infer import _release, run_as_result
@@ -242,7 +243,7 @@ def _run_train(case: dict, dev: Device, state: dict) -> dict:
     stage[0] = "timed"
     dev.reset_peak()
     st = dev.step_timer()
-    with PhaseEnergy(dev) as energy:
+    with PhaseEnergy(dev) as energy, HostLoad() as host:
         st.start()
         for _ in range(steps):
             accumulate(accum - 1)
@@ -270,6 +271,7 @@ def _run_train(case: dict, dev: Device, state: dict) -> dict:
         "loss_finite": math.isfinite(loss_last),
         "grad_scale": float(scaler.get_scale()) if scaler else None,
         "samples_s": {"step": times},
+        "host_load_steps": host.summary(),  # the host during the timed steps (measure/host_load.py)
         "timer": "device_event" if dev._events_ok() else "perf_counter+synchronize",
         "metric_formulas": METRIC_FORMULAS,
     })

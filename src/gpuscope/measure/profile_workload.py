@@ -11,6 +11,7 @@ import torch
 
 from gpuscope.measure.device import Device, is_oom, pick_device
 from gpuscope.measure.gc_pauses import GCPauses
+from gpuscope.measure.host_load import HostLoad
 from gpuscope.measure.profile import SCHEMA, _allocator, profile_run
 
 
@@ -55,7 +56,7 @@ def profile_workload(case: dict, device: str | None = None) -> dict:
             with torch.no_grad():
                 routing = prefill_routing(tr.model, ids, mask)  # MoE rows per expert, in an untimed eager prefill
                 gen()
-                with GCPauses() as gcp:  # the collector's pauses in the bare run (measure/gc_pauses.py)
+                with GCPauses() as gcp, HostLoad() as host:  # the collector's pauses, the host's load
                     bare = _timed(dev, gen)
                 phase = "profile"
                 with profile_run(dev.name, bare_s=bare) as p:
@@ -73,7 +74,7 @@ def profile_workload(case: dict, device: str | None = None) -> dict:
                 tr._step(ids)
             routing = counter.summary()
             n_steps = int(case.get("steps", 3))
-            with GCPauses() as gcp:
+            with GCPauses() as gcp, HostLoad() as host:
                 bare = _timed(dev, lambda: [tr._step(ids) for _ in range(n_steps)])
             phase = "profile"
             with profile_run(dev.name, bare_s=bare) as p:
@@ -83,6 +84,7 @@ def profile_workload(case: dict, device: str | None = None) -> dict:
         s = p.summary
         s["status"] = "ok"
         s["gc"] = dict(gcp.summary(), bare_s=bare, tracked_objects=len(gc.get_objects()))
+        s["host_load"] = host.summary()  # during the bare run (measure/host_load.py)
         if routing:  # the same inputs and weights as the profiled run: the same routing
             s["moe_routing"] = routing
         if case["kind"] == "infer":  # what the profiled model really ran (attention function, fusion)
