@@ -727,7 +727,14 @@ def test_calibrate_host_cli_writes_decode_and_training_host_keys(monkeypatch, tm
     r = calibrate_cli("--quick", "--device", "cpu", "--dtype", "fp32", "--host", "--db", str(tmp_path / "c.sqlite"),
                       "--out", str(out))
     assert r.exit_code == 0 and "median of 3 passes, which spread 28%" in r.output
-    assert "the passes disagree" in r.output
+    assert "the passes disagree" in r.output and "steal per pass" not in r.output
+    monkeypatch.setattr(cal, "host_costs", lambda device=None: {
+        "host_launch_s": 11e-6, "host_forward_s": 4e-4, "host_step_s": 3e-4,
+        "host_detail": {"launch_tiny_s": 10e-6, "valid_passes": 2, "launch_spread": 0.4,
+                        "passes": [{"host_load": {"steal_fraction": 0.21}}, {"host_load": {}}]}})
+    r = calibrate_cli("--quick", "--device", "cpu", "--dtype", "fp32", "--host", "--db", str(tmp_path / "c.sqlite"),
+                      "--out", str(out))
+    assert r.exit_code == 0 and "(hypervisor steal per pass: 21%, ?)" in r.output
 
 
 def test_a_burst_holds_a_quarter_second_of_work_at_most(monkeypatch):

@@ -36,8 +36,11 @@ def host_keys(device: str | None) -> dict:
                + (f"; median of {detail['valid_passes']} passes, which spread {spread:.0%}"
                   if spread is not None else ""), err=True)
     if spread is not None and spread > HOST_SPREAD_WARN:
+        steal = [((p.get("host_load") or {}).get("steal_fraction")) for p in detail.get("passes", [])]
+        said = ", ".join("?" if x is None else f"{x:.0%}" for x in steal)
         typer.echo("host: the passes disagree: this host's speed moves between minutes, and host-bound "
-                   "estimates carry that spread; calibrate again when it is idle", err=True)
+                   "estimates carry that spread; calibrate again when it is idle"
+                   + (f" (hypervisor steal per pass: {said})" if steal else ""), err=True)
     # the training costs in units of the tiny models' launch: x host_launch_s in the planner, they carry the
     # same real/tiny ratio (measured on a GPU, the catalog's factor elsewhere)
     tr = train_host_costs(tiny, device)

@@ -159,7 +159,11 @@ def _host_pass(dev, use_real: bool) -> dict:
     from gpuscope.measure.host_overhead import TINY, measure_family
     from gpuscope.specs.hf_config import spec_from_config
 
-    r = measure_family("llama", dev, layers=(2, 4, 8), iters=30)
+    from gpuscope.measure.host_load import HostLoad
+
+    with HostLoad() as load:  # what else the host did meanwhile (steal, other guests): kept in the pass's detail
+        r = measure_family("llama", dev, layers=(2, 4, 8), iters=30)
+    r = dict(r, host_load=load.summary())
     spec1 = spec_from_config(dict(TINY["llama"], num_hidden_layers=1))
     spec2 = spec_from_config(dict(TINY["llama"], num_hidden_layers=2))
     k1 = sum(o.kernels * o.count for o in opsmod.forward_ops(spec1, 1, 1, 16, 2.0, 2.0, 2.0, head_tokens=1))
