@@ -60,24 +60,18 @@ def check_device(device: str | None) -> str | None:
 
 
 def _defer_stop_ok(engine: str, device: str | None) -> bool:
-    """--defer-stop's checks (one sentence, exit 2): an HF generate engine on a device with events."""
-    from gpuscope.measure.defer_stop import DEVICE_TYPES, stop_check_class
+    """--defer-stop's checks (one sentence, exit 2): an HF generate engine on a device with events
+    (measure/defer_stop.problem, which the workload applies again to a case from any source)."""
+    from gpuscope.measure.defer_stop import problem
     from gpuscope.measure.device import pick_device
 
-    if engine not in ("hf-eager", "hf-graph"):
-        raise UserError(f"--defer-stop applies to HF generate (--engine hf-eager or hf-graph); {engine}'s loop never "
-                        "waits for the GPU.")
     try:
         kind = pick_device(device).split(":")[0]
     except RuntimeError as e:
         raise UserError(f"--device: {e}.") from None
-    if kind not in DEVICE_TYPES:
-        raise UserError(f"--defer-stop needs a device with events ({', '.join(DEVICE_TYPES)}); on {kind} nothing runs "
-                        "ahead of the host.")
-    try:
-        stop_check_class()
-    except ValueError as e:
-        raise UserError(f"--defer-stop: {e}.") from None
+    why = problem(engine, kind)
+    if why:
+        raise UserError(f"--defer-stop {why}.")
     return True
 
 

@@ -22,6 +22,22 @@ from __future__ import annotations
 from contextlib import contextmanager
 
 DEVICE_TYPES = ("cuda", "xpu", "mps")  # devices with events, where the host can run ahead
+HF_ENGINES = ("hf-eager", "hf-graph")  # bench's engines that run HF generate (the others' loops never wait)
+
+
+def problem(engine: str, device_type: str) -> str | None:
+    """Why --defer-stop cannot apply to this engine on this device, or None (also: a transformers without it)."""
+    if engine not in HF_ENGINES:
+        return (f"applies to HF generate (engine {' or '.join(HF_ENGINES)}); {engine}'s loop never waits for the "
+                "GPU")
+    if device_type not in DEVICE_TYPES:
+        return (f"needs a device with events ({', '.join(DEVICE_TYPES)}); on {device_type} nothing runs ahead of "
+                "the host")
+    try:
+        stop_check_class()
+    except ValueError as e:
+        return str(e)
+    return None
 
 
 def stop_check_class():

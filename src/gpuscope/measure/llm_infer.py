@@ -133,14 +133,11 @@ def _deferred(case: dict, engine: str, dev: Device) -> list | None:
     """The list that collects whether generate deferred its stop check, or None without ``defer_stop``."""
     if not case.get("defer_stop"):
         return None
-    from gpuscope.measure.defer_stop import DEVICE_TYPES, stop_check_class
+    from gpuscope.measure.defer_stop import problem
 
-    if engine not in ("hf-eager", "hf-graph"):
-        raise ValueError(f"defer_stop: applies to HF generate (hf-eager, hf-graph), not to {engine}, whose loop "
-                         "never waits")
-    if dev.type not in DEVICE_TYPES:
-        raise ValueError(f"defer_stop: needs a device with events ({', '.join(DEVICE_TYPES)}), not {dev.type}")
-    stop_check_class()
+    why = problem(engine, dev.type)
+    if why:
+        raise ValueError(f"defer_stop: {why}")
     return []
 
 
