@@ -15,7 +15,8 @@ import time
 
 import typer
 
-from gpuscope.cli.bench import BENCH_SCHEMA, DB_HELP, GPU_HELP, JSON_HELP, Session, _console, require_torch
+from gpuscope.cli.bench import DB_HELP, GPU_HELP, JSON_HELP, require_torch
+from gpuscope.cli.bench_run import BENCH_SCHEMA, Session, _console
 from gpuscope.errors import UserError
 
 COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")

@@ -17,8 +17,9 @@ import time
 
 import typer
 
-from gpuscope.cli.bench import (DB_HELP, JSON_HELP, PRECISIONS, RECOMPUTE, Session, _choice, _load_model_spec,
-                                _positive, check_device, guarded, require_torch)
+from gpuscope.cli.bench import (DB_HELP, JSON_HELP, PRECISIONS, RECOMPUTE, _choice, _load_model_spec, _positive,
+                                check_device, require_torch)
+from gpuscope.cli.bench_run import Session, guarded
 from gpuscope.errors import UserError
 
 STRATEGIES = ("ddp", "fsdp")

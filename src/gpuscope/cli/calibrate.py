@@ -73,7 +73,8 @@ def register_calibrate(hw: typer.Typer) -> None:
         """Measure this device's ceilings (matmul per dtype, copy bandwidth, host link) into a hardware TOML."""
         from pathlib import Path
 
-        from gpuscope.cli.bench import Session, _dtypes, check_device, guarded, require_torch, run_micro
+        from gpuscope.cli.bench import _dtypes, check_device, require_torch
+        from gpuscope.cli.bench_run import Session, guarded, run_micro
         from gpuscope.errors import UserError
 
         require_torch()

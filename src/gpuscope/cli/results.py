@@ -34,7 +34,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     ) -> None:
         """The newest measurements, one line each."""
-        from gpuscope.cli.bench import _console
+        from gpuscope.cli.bench_run import _console
         from gpuscope.cli.bench_report import headline
 
         with _store(db) as st:
