@@ -549,3 +549,23 @@ def test_generate_waits_finding():
                         estimate=dict(est, planner_decode_serial_host_s=0.4e-3, planner_decode_gpu_s=20e-3)),
                   HEALTHY):
         assert not [x for x in F.diagnose(quiet) if x.code == "generate_waits"]
+
+
+def test_estimate_compared_with_the_bare_run_not_the_profiled_one():
+    """The doctor set the planner's step beside the profiled median, which carried the profiler's cost (GPT-2
+    training on the lent H200, results/2026-11-30-h200-f/doctor_gpt2_none.json: 52.0 ms profiled, 31.7 ms bare:
+    "2.3x slower than planned" where the bare run was 1.4x). The bare time is the one compared now."""
+    from types import SimpleNamespace
+
+    doc = json.load(open("results/2026-11-30-h200-f/doctor_gpt2_none.json"))
+    prof = doc["profile"]
+    est = SimpleNamespace(kind="train", time={"step_s": 0.0226}, hardware="h200", calibrated=False,
+                          peak_bytes_per_gpu=2e9, fits=True)
+    cmp_ = F.compare_estimate(est, prof)
+    assert cmp_["measured_timing"] == "bare"
+    assert cmp_["measured_s"] == pytest.approx(prof["bare_s"] / prof["steps"]) == pytest.approx(0.03168, rel=1e-3)
+    assert F.slower_than_planned({"estimate": cmp_}).evidence["ratio"] == pytest.approx(1.40, abs=0.01)
+    # a script profiled without --bare-run has only the profiled median; with it, its bare median step
+    assert F.bare_time({"step_s_median": 0.05, "steps": 5}) == (0.05, "profiled")
+    assert F.bare_time({"step_s_median": 0.05, "bare_step_s": 0.03, "steps": 5}) == (0.03, "bare")
+    assert F.bare_time({"wall_s": 2.0}) == (2.0, "profiled")

@@ -50,6 +50,12 @@ def _ev(v) -> str:
 
 
 # --- doctor ----------------------------------------------------------------------------------------------------
+def _timing(est: dict) -> str:
+    """How the measured time beside the estimate was taken (explain/findings.bare_time)."""
+    return {"bare": " (time: bare run, no profiler)", "profiled": " (time: under the profiler)"}.get(
+        est.get("measured_timing"), "")
+
+
 def _profile_lines(p: dict) -> list[tuple[str, str]]:
     if not p or "wall_s" not in p:
         return []
@@ -108,7 +114,7 @@ def render_doctor(r: dict, console) -> None:
         console.print(t)
     est = r.get("estimate") or {}
     if est.get("rows"):
-        t = Table(title=f"planner estimate on {est.get('hardware')} vs measured")
+        t = Table(title=f"planner estimate on {est.get('hardware')} vs measured{_timing(est)}")
         for c in ("metric", "estimated", "measured", "ratio"):
             t.add_column(c, justify="left" if c == "metric" else "right")
         for x in est["rows"]:
@@ -153,7 +159,7 @@ def doctor_markdown(r: dict) -> str:
         out += ["## Profile", "", "| what | value |", "|---|---|"] + [f"| {k} | {v} |" for k, v in rows] + [""]
     est = r.get("estimate") or {}
     if est.get("rows"):
-        out += [f"## Planner estimate on {est.get('hardware')} vs measured", "",
+        out += [f"## Planner estimate on {est.get('hardware')} vs measured{_timing(est)}", "",
                 "| metric | estimated | measured |", "|---|---:|---:|"]
         for x in est["rows"]:
             f = _b if x["metric"].endswith("bytes") else _s
