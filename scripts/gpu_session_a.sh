@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 3/6 acceptance checks on one GPU; usage: bash scripts/gpu_session_a.sh [infer] [validate] [doctor] [loader] [train] [accum] [profile] [fuse] [fusedoc] [loaderdoc] [mamf] [moe] [moeprefill] [moerouting] [tinytrain] [trainhost] [hosttrain] [ttft] [ttftfix] [calib] [hfgraph] [hfgraph2] [hfbench] [calsame] [hfpair] [final] [defer] [defer2] [realhost] [probe] [gc] [final2] [gpt2doc] [benchall] [ceilings]
+# Issue 3/6 acceptance checks on one GPU; usage: bash scripts/gpu_session_a.sh [infer] [validate] [doctor] [loader] [train] [accum] [profile] [fuse] [fusedoc] [loaderdoc] [mamf] [moe] [moeprefill] [moerouting] [tinytrain] [trainhost] [hosttrain] [ttft] [ttftfix] [calib] [hfgraph] [hfgraph2] [hfbench] [calsame] [hfpair] [final] [defer] [defer2] [realhost] [probe] [gc] [final2] [gpt2doc] [trainwidth] [benchall] [ceilings]
 # (run from the repo root on the GPU machine; writes under $OUT).
 # Each step is bounded by `timeout` so one failure never ends the batch; stderr of each goes to <step>.err.
 set -u
@@ -182,6 +182,15 @@ fi
 if want gpt2doc; then  # for the next session: GPT-2 with full recompute is planned ~30% short; its profile
 step doctor_gpt2_full 100 python3 -m gpuscope doctor train --model gpt2 --micro-batch 2 --seq 128 --precision amp-bf16 --recompute full --steps 5 --json
 step doctor_gpt2_none 80 python3 -m gpuscope doctor train --model gpt2 --micro-batch 2 --seq 128 --precision amp-bf16 --steps 5 --json
+fi
+if want trainwidth; then  # session 7: training host time per phase at tiny and real widths, kernels per phase,
+# decode host fits per family, and the real GPT-2 / Llama-3.2-1B steps, all against one calibration of this call
+step cal_tw 150 python3 -m gpuscope hardware calibrate --quick --host --dtype bf16 --out "$W/cal_tw.toml"
+step train_width 300 python3 scripts/gpu_train_width.py --out "$W/train_width.json"
+step decode_families 120 python3 -c "import json; from gpuscope.measure.host_overhead import measure_host; json.dump(measure_host(), open('$W/decode_families.json', 'w'), indent=1)"
+step tw_gpt2_none 90 python3 -m gpuscope bench train --model gpt2 --micro-batch 2 --seq 128 --precision amp-bf16 --steps 10 --json
+step tw_gpt2_full 90 python3 -m gpuscope bench train --model gpt2 --micro-batch 2 --seq 128 --precision amp-bf16 --recompute full --steps 10 --json
+step tw_1b_none 90 python3 -m gpuscope bench train --model llama-3.2-1b --micro-batch 2 --seq 128 --precision amp-bf16 --steps 10 --json
 fi
 if want benchall; then
 step bench_all_quick 400 python3 -m gpuscope bench all --json

@@ -74,7 +74,7 @@ def _hardware_for_estimate(gpu: str | None, device_name: str | None):
 def estimate_beside(rec: dict, gpu: str | None) -> dict:
     """{"hardware", "calibrated", "rows": [{metric, estimated, measured, error}]} or {"unavailable": why}; training
     records also get MFU (and a train-dist run with its baseline, the scaling efficiency): compare_record."""
-    from gpuscope.explain.compare import compare_record
+    from gpuscope.explain.compare import at_host_speed, compare_record, host_scale
 
     res = rec.get("result") or {}
     if res.get("status") != "ok":
@@ -84,14 +84,21 @@ def estimate_beside(rec: dict, gpu: str | None) -> dict:
         if hw is None:
             return {"unavailable": why}
         rows = compare_record(rec, hw, derived=True)
+        # the same calibration at the host speed this run met (host probes of the calibration and of the run)
+        scale = host_scale(res, hw)
+        at_run = compare_record(rec, at_host_speed(hw, scale), derived=True) if scale else None
     except UserError as e:
         return {"unavailable": str(e)}
     out = []
-    for r in rows:
+    for i, r in enumerate(rows):
         ok = isinstance(r.measured, (int, float)) and r.measured > 0
-        out.append({"metric": r.metric, "estimated": r.estimated, "measured": r.measured,
-                    "error": r.error if ok else None})
-    return {"hardware": hw.key, "calibrated": hw.is_calibrated, "rows": out}
+        row = {"metric": r.metric, "estimated": r.estimated, "measured": r.measured, "error": r.error if ok else None}
+        if at_run:
+            a = at_run[i]
+            row["estimated_at_run_host"] = a.estimated
+            row["error_at_run_host"] = a.error if ok else None
+        out.append(row)
+    return {"hardware": hw.key, "calibrated": hw.is_calibrated, "host_scale": scale, "rows": out}
 
 
 def _fmt(metric: str, v) -> str:
@@ -108,9 +115,19 @@ def estimate_table(name: str, est: dict):
     from rich.table import Table
 
     t = Table(title=f"{name}: estimate on {est['hardware']}{' (calibrated)' if est['calibrated'] else ''} vs measured")
-    for col in ("metric", "estimated", "measured", "error"):
+    scale = est.get("host_scale")
+    cols = ["metric", "estimated", "measured", "error"]
+    if scale:  # the host probe says the run met a host this much slower/faster than the calibration's
+        cols.append(f"error, host x{scale:.2f}")
+    for col in cols:
         t.add_column(col, justify="left" if col == "metric" else "right")
     for r in est["rows"]:
-        err = "-" if r["error"] is None else f"{r['error']:+.1%}"
-        t.add_row(r["metric"], _fmt(r["metric"], r["estimated"]), _fmt(r["metric"], r["measured"]), err)
+        cells = [r["metric"], _fmt(r["metric"], r["estimated"]), _fmt(r["metric"], r["measured"]), _pct(r["error"])]
+        if scale:
+            cells.append(_pct(r.get("error_at_run_host")))
+        t.add_row(*cells)
     return t
+
+
+def _pct(e) -> str:
+    return "-" if e is None else f"{e:+.1%}"

@@ -235,8 +235,9 @@ def engine_for(name: str, hw) -> EngineModel:
     over = {}
     if name == "eager":
         over = {f: float(m[k]) for f, k in (("launch_s", "host_launch_s"), ("forward_s", "host_forward_s"),
-                                            ("prefill_launch_s", "host_prefill_launch_s")) if m.get(k)}
-    over |= {f: float(m[k]) for f, k in (("step_s", "host_step_s"), ("setup_s", "host_setup_s")) if m.get(k)}
+                                            ("prefill_launch_s", "host_prefill_launch_s")) if m.get(k) is not None}
+    over |= {f: float(m[k]) for f, k in (("step_s", "host_step_s"), ("setup_s", "host_setup_s"))
+             if m.get(k) is not None}
     return replace(eng, **over) if over else eng
 
 

@@ -63,6 +63,31 @@ def calibrated(hw: HardwareSpec, matmul_tflops: dict[str, float] | None, copy_gb
     return replace(hw, measured=measured)
 
 
+# [measured] host costs in seconds: the ones a slower or faster host moves (the training host costs are in units
+# of host_launch_s and move with it)
+HOST_SECONDS = ("host_launch_s", "host_prefill_launch_s", "host_forward_s", "host_step_s", "host_setup_s")
+
+
+def host_scale(res: dict, hw: HardwareSpec) -> float | None:
+    """How much slower (> 1) or faster the host ran during a measurement than during the calibration the hardware
+    TOML holds: the host probe around the run's timed phase (``host_probe_s``, measure/host_probe.py) over the one
+    recorded with the host costs. None where either is missing (a catalog entry, an older record)."""
+    cal = (hw.measured or {}).get("host_probe_s")
+    run = res.get("host_probe_s")
+    if not cal or not run:
+        return None
+    return float(run) / float(cal)
+
+
+def at_host_speed(hw: HardwareSpec, scale: float) -> HardwareSpec:
+    """The hardware with its measured host costs scaled to another host speed (host_scale's ratio)."""
+    measured = dict(hw.measured or {})
+    for k in HOST_SECONDS:
+        if measured.get(k) is not None:
+            measured[k] = float(measured[k]) * scale
+    return replace(hw, measured=measured)
+
+
 def _model(case: dict):
     if isinstance(case.get("config"), dict):
         return spec_from_config(case["config"], name=case.get("model", "inline"))

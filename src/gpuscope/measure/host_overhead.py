@@ -42,29 +42,47 @@ def _fit(xs: list[int], ys: list[float]) -> tuple[float, float]:
     return my - b * mx, b
 
 
-def _decode_median(model, nxt, cache, kw: str, dev: Device, iters: int, skip: int = 5) -> float:
-    """Median wall time of ``iters`` synchronised decode-step forwards (one token, the cache growing), after
-    ``skip`` untimed ones."""
+def _decode_steps(model, nxt, cache, kw: str, dev: Device, n: int) -> tuple[list[float], object]:
+    """Wall times of ``n`` synchronised decode-step forwards (one token, the cache growing); returns them and the
+    grown cache, so a caller can continue where it stopped."""
     from gpuscope.measure.hf_model import out_cache
 
     times = []
-    for i in range(iters + skip):
+    for _ in range(n):
         dev.synchronize()
         t0 = time.perf_counter()
         out = model(nxt, use_cache=True, **{kw: cache})
         dev.synchronize()
-        if i >= skip:
-            times.append(time.perf_counter() - t0)
+        times.append(time.perf_counter() - t0)
         cache = out_cache(out)
-    return statistics.median(times)
+    return times, cache
+
+
+def interleaved(jobs: list, rounds: int) -> list[list]:
+    """Run ``jobs`` (callables, one per model depth, each returning a list of samples) round-robin ``rounds``
+    times and collect each job's samples. Why: this host's speed moves within a minute (the lent H200 VM: a
+    tiny-Llama training forward read 17.8 ms at 8 layers where the same host had read 7.9 ms the day before, and
+    a depth-by-depth fit over 2, 4, 8, 12 GPT-2 layers with recompute read 4.1, 7.0, 19.7, 29.0 ms), so timing one
+    depth after the other puts the drift into the slope. Interleaved, every depth sees the same slow and fast
+    moments and the drift stays in the level, where the calibration's passes and the host probe
+    (measure/host_probe.py) see it."""
+    samples: list[list] = [[] for _ in jobs]
+    for _ in range(rounds):
+        for i, job in enumerate(jobs):
+            samples[i].extend(job())
+    return samples
+
+
+def _chunks(total: int, size: int) -> int:
+    return max(1, -(-total // size))
 
 
 @torch.no_grad()
-def measure_family(family: str, dev: Device, layers=(1, 2, 4, 8), iters: int = 60, dtype=torch.bfloat16) -> dict:
+def measure_family(family: str, dev: Device, layers=(1, 2, 4, 8), iters: int = 60, dtype=torch.bfloat16,
+                   chunk: int = 10) -> dict:
     from gpuscope.measure.hf_model import cache_kwarg, out_cache, silence_generation
 
     base = dict(TINY[family])
-    fwd, gen_step = [], []
     # A throw-away first build, run through every decode length the timed loops will see: CUDA context, cuBLAS
     # handles and lazy module loading stay out of the fit, and so do per-shape plans. SDPA on Hopper runs cuDNN's
     # attention, which builds an execution plan the first time it meets a shape (here: each new KV length); the
@@ -79,30 +97,40 @@ def measure_family(family: str, dev: Device, layers=(1, 2, 4, 8), iters: int = 6
         out = warm(ids[:, -1:], use_cache=True, **{kw: out_cache(out)})
     dev.synchronize()
     del warm, out
+    models = []
     for n in layers:
-        cfg = dict(base, **{_layers_key(base): n})
-        model, _ = build_model(cfg, dev, dtype)
+        model, _ = build_model(dict(base, **{_layers_key(base): n}), dev, dtype)
         model.eval()
         silence_generation(model)
-        ids = torch.randint(0, 256, (1, 16), device=dev.torch_device)
-        kw = cache_kwarg(model)
         out = model(ids, use_cache=True)
-        fwd.append(_decode_median(model, ids[:, -1:], out_cache(out), kw, dev, iters))
-        g = []
-        for _ in range(3):
+        _, cache = _decode_steps(model, ids[:, -1:], out_cache(out), kw, dev, 5)  # untimed first steps
+        models.append({"model": model, "cache": cache})
+
+    def decode_job(m: dict):
+        def job():
+            times, m["cache"] = _decode_steps(m["model"], ids[:, -1:], m["cache"], kw, dev, chunk)
+            return times
+        return job
+
+    def generate_job(m: dict):
+        def job():  # generate's own per-token work: (33 tokens - 1 token) / 32, less the bare forward
             dev.synchronize()
             t0 = time.perf_counter()
-            model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=33,
-                           min_new_tokens=33, do_sample=False)
+            m["model"].generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=33,
+                                min_new_tokens=33, do_sample=False)
             dev.synchronize()
             t33 = time.perf_counter() - t0
             t0 = time.perf_counter()
-            model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=1,
-                           min_new_tokens=1, do_sample=False)
+            m["model"].generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=1,
+                                min_new_tokens=1, do_sample=False)
             dev.synchronize()
-            g.append((t33 - (time.perf_counter() - t0)) / 32)
-        gen_step.append(statistics.median(g) - fwd[-1])
-        del model, out
+            return [(t33 - (time.perf_counter() - t0)) / 32]
+        return job
+
+    fwd = [statistics.median(x) for x in interleaved([decode_job(m) for m in models], _chunks(iters, chunk))]
+    gen = [statistics.median(x) for x in interleaved([generate_job(m) for m in models], 3)]
+    gen_step = [g - f for g, f in zip(gen, fwd)]
+    del models
     forward_s, layer_s = _fit(list(layers), fwd)
     return {"family": family, "layers": list(layers), "decode_forward_s": fwd, "forward_s": forward_s,
             "layer_s": layer_s, "generate_step_s": statistics.median(gen_step)}
@@ -116,7 +144,7 @@ REAL_WIDTH = {"model_type": "llama", "hidden_size": 2048, "intermediate_size": 8
 
 @torch.no_grad()
 def measure_real_width(dev: Device, layers=(2, 4, 8), prompt: int = 128, iters: int = 20,
-                       dtype=torch.bfloat16) -> dict:
+                       dtype=torch.bfloat16, chunk: int = 5) -> dict:
     """Host time per decoder layer at a real model's widths, for the eager decode step and the prefill.
 
     Why not only the tiny models: on the lent H200's host a kernel of Llama-3.2-1B's decode cost the host ~10% more
@@ -141,21 +169,36 @@ def measure_real_width(dev: Device, layers=(2, 4, 8), prompt: int = 128, iters: 
         out = warm(ids[:, -1:], use_cache=True, **{kw: out_cache(out)})
     dev.synchronize()
     del warm, out
-    dec, pre = [], []
+    models = []
     for n in layers:
         model, _ = build_model(dict(REAL_WIDTH, num_hidden_layers=n), dev, dtype)
         model.eval()
-        times = []
-        for i in range(iters + 3):
+        for _ in range(3):  # untimed
+            out = model(ids, use_cache=True, logits_to_keep=1)
+        _, cache = _decode_steps(model, ids[:, -1:], out_cache(out), kw, dev, 2)  # untimed
+        models.append({"model": model, "cache": cache})
+
+    def prefill_job(m: dict):
+        def job():
             dev.synchronize()
             t0 = time.perf_counter()
-            out = model(ids, use_cache=True, logits_to_keep=1)
+            out = m["model"](ids, use_cache=True, logits_to_keep=1)
             dev.synchronize()
-            if i >= 3:
-                times.append(time.perf_counter() - t0)
-        pre.append(statistics.median(times))
-        dec.append(_decode_median(model, ids[:, -1:], out_cache(out), kw, dev, iters))
-        del model, out
+            t = time.perf_counter() - t0
+            del out
+            return [t]
+        return job
+
+    def decode_job(m: dict):
+        def job():
+            times, m["cache"] = _decode_steps(m["model"], ids[:, -1:], m["cache"], kw, dev, chunk)
+            return times
+        return job
+
+    # interleaved over the depths (see `interleaved`); decode continues each model's own cache
+    pre = [statistics.median(x) for x in interleaved([prefill_job(m) for m in models], iters)]
+    dec = [statistics.median(x) for x in interleaved([decode_job(m) for m in models], _chunks(iters, chunk))]
+    del models
     dec_fixed, dec_layer = _fit(list(layers), dec)
     pre_fixed, pre_layer = _fit(list(layers), pre)
     return {"widths": "llama-3.2-1b", "layers": list(layers), "prompt": prompt, "decode_forward_s": dec,
@@ -165,19 +208,22 @@ def measure_real_width(dev: Device, layers=(2, 4, 8), prompt: int = 128, iters: 
 
 def measure_train_family(family: str, dev: Device, layers=(2, 4, 8), precision: str = "amp-bf16",
                          recompute: str = "none", steps: int = 20, warmup: int = 3, micro_batch: int = 2,
-                         seq: int = 64) -> dict:
+                         seq: int = 64, config: dict | None = None, count_kernels: bool = False) -> dict:
     """Host time of each phase of a training step (forward with the loss, backward, fused-AdamW step with
     zero_grad), measured on tiny models whose GPU work is negligible, with a synchronize between phases: the median
     of ``steps`` steps per depth, fitted as a line in the layer count (per-layer host time and the rest). Uses the
     training workload's own phases (measure/llm_train.step_functions), so what is timed is what `bench train`
-    runs."""
+    runs. ``config`` replaces the tiny model of ``family`` (an HF config dict, e.g. a preset's real widths: then
+    each phase is max(GPU, host) and the fit is the host's only where the GPU idles). ``count_kernels`` (CUDA):
+    one more step per depth under the profiler, its device kernels counted per phase (``kernels``)."""
     from gpuscope.measure.llm_train import PRECISIONS, _enable_recompute, step_functions
 
     param_dtype, ac_dtype = PRECISIONS[precision]
-    base = dict(TINY[family])
+    base = dict(config if config is not None else TINY[family])
     phases: dict[str, list[float]] = {"forward_s": [], "backward_s": [], "optimizer_s": []}
-    tensors = []
-    for n in layers:
+    tensors, kernels = [], {}
+    runs = []
+    for n in layers:  # every depth built first, then timed a step at a time in turn (see `interleaved`)
         torch.manual_seed(0)
         model, cfg = build_model(dict(base, **{_layers_key(base): n}), dev, param_dtype, use_cache=False)
         model.train()
@@ -185,11 +231,16 @@ def measure_train_family(family: str, dev: Device, layers=(2, 4, 8), precision: 
             _enable_recompute(model)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=dev.type == "cuda")
         scaler = torch.amp.GradScaler(dev.type, init_scale=8192) if ac_dtype is torch.float16 else None
-        batches = iter([torch.randint(0, 256, (micro_batch, seq), device=dev.torch_device)
-                        for _ in range(warmup + steps)])
-        fwd, bwd, opt_step = step_functions(model, opt, scaler, ac_dtype, dev, batches, {}, ["host"])
-        times: dict[str, list[float]] = {k: [] for k in phases}
-        for i in range(warmup + steps):
+        vocab = int(cfg.vocab_size)
+        batches = iter([torch.randint(0, vocab, (micro_batch, seq), device=dev.torch_device)
+                        for _ in range(warmup + steps + 1)])
+        runs.append((model, step_functions(model, opt, scaler, ac_dtype, dev, batches, {}, ["host"])))
+        tensors.append(sum(1 for p in model.parameters() if p.requires_grad))
+
+    def step_job(fns):
+        fwd, bwd, opt_step = fns
+
+        def job():  # one step, a synchronize between phases: [(forward, backward, optimizer) seconds]
             dev.synchronize()
             t0 = time.perf_counter()
             loss = fwd()
@@ -202,19 +253,48 @@ def measure_train_family(family: str, dev: Device, layers=(2, 4, 8), precision: 
             dev.synchronize()
             t3 = time.perf_counter()
             del loss
-            if i >= warmup:
-                for k, v in zip(phases, (t1 - t0, t2 - t1, t3 - t2)):
-                    times[k].append(v)
-        for k in phases:
-            phases[k].append(statistics.median(times[k]))
-        tensors.append(sum(1 for p in model.parameters() if p.requires_grad))
-        del model, opt
+            return [(t1 - t0, t2 - t1, t3 - t2)]
+        return job
+
+    jobs = [step_job(fns) for _, fns in runs]
+    interleaved(jobs, warmup)
+    for samples in interleaved(jobs, steps):
+        for j, k in enumerate(phases):
+            phases[k].append(statistics.median(x[j] for x in samples))
+    if count_kernels and dev.type == "cuda":
+        for _, fns in runs:
+            for k, v in phase_kernels(dev, *fns).items():
+                kernels.setdefault(k, []).append(v)
+    del runs
     out = {"family": family, "precision": precision, "recompute": recompute, "layers": list(layers),
-           "param_tensors": tensors, **phases}
+           "param_tensors": tensors, "micro_batch": micro_batch, "seq": seq, **phases}
+    if kernels:
+        out["kernels"] = kernels
     for k in ("forward_s", "backward_s"):
         out[k.replace("_s", "_fixed_s")], out[k.replace("_s", "_layer_s")] = _fit(list(layers), phases[k])
     out["optimizer_fixed_s"], out["optimizer_tensor_s"] = _fit(tensors, phases["optimizer_s"])
     return out
+
+
+def phase_kernels(dev: Device, fwd, bwd, opt_step) -> dict[str, int]:
+    """Device kernels (with memcpy/memset) of one training step's forward, backward and optimizer step, each phase
+    under its own profiler session: what the planner's kernel counts (estimate/train.layer_kernels) are checked
+    against."""
+    from torch.profiler import DeviceType, ProfilerActivity, profile
+
+    counts, loss = {}, None
+    for phase in ("forward", "backward", "optimizer"):
+        dev.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            if phase == "forward":
+                loss = fwd()
+            elif phase == "backward":
+                bwd(loss)
+            else:
+                opt_step()
+            dev.synchronize()
+        counts[phase] = sum(1 for e in prof.events() if e.device_type == DeviceType.CUDA)
+    return counts
 
 
 def measure_host(families=("llama", "qwen2", "mistral", "gpt2"), device: str | None = None) -> dict:

@@ -24,6 +24,7 @@ import torch
 from gpuscope.measure.device import Device, is_oom, oom_result, pick_device, summarize
 from gpuscope.measure.gc_pauses import GCPauses, freeze
 from gpuscope.measure.host_load import HostLoad
+from gpuscope.measure.host_probe import HostProbe
 from gpuscope.measure.hf_model import (DTYPES, build_model, cache_bytes, cache_kwarg, case_config, load_pretrained,
                                        model_bytes, out_cache, placement_bytes, silence_generation, vocab_size)
 from gpuscope.measure.nvml import PhaseEnergy
@@ -61,6 +62,8 @@ METRIC_FORMULAS = {
                           "with --gc-freeze, gc_frozen_objects were moved out of the collector's reach first",
     "host_load_generate": "the host during the E2E repeats (measure/host_load.py): steal_fraction (hypervisor), "
                           "busy_fraction (all CPUs), this process's involuntary context switches and CPU seconds",
+    "host_probe_s": "mean of host_probe_before_s and host_probe_after_s: measure/host_probe.py's fixed tiny forward "
+                    "(median of 30) timed just before and just after the E2E repeats; the host's speed they met",
     "peak_*_bytes": "torch.cuda.max_memory_allocated after reset_peak_memory_stats, max over repeats",
     "decode_weights_gbs": "weights_bytes / tpot_s / 1e9 (the weights read once per decode step; KV reads not counted)",
     "j_per_token": "generate_energy_j / (repeats * batch * generated_tokens): NVML energy over the E2E repeats "
@@ -229,7 +232,7 @@ def _run_infer(case: dict, dev: Device, state: dict) -> dict:
     state["phase"] = "generate"
     e2e, e2e_wall, peaks, rpeaks, n_out = [], [], [], [], None
     # every timer synchronises: the energy counter covers the repeats' work; the host's load is recorded beside it
-    with PhaseEnergy(dev) as energy, GCPauses() as gcp, HostLoad() as host:
+    with HostProbe(dev) as probe, PhaseEnergy(dev) as energy, GCPauses() as gcp, HostLoad() as host:
         for _ in range(repeats):
             dev.reset_peak()
             with dev.timer() as t:
@@ -248,6 +251,7 @@ def _run_infer(case: dict, dev: Device, state: dict) -> dict:
     res["generated_tokens"] = n_out
     g = gcp.summary()
     res["host_load_generate"] = host.summary()
+    res.update(probe.summary())  # the host's speed around the E2E repeats (measure/host_probe.py)
     res["gc_pause_s_per_token"] = g["gc_pause_s"] / (repeats * n_out) if n_out else None
     res["gc_collections_generate"] = g["gc_collections_by_generation"]
     if deferred is not None:  # the timed E2E calls' decode loops (generate asks once per call, after the prefill)

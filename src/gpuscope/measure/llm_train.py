@@ -28,6 +28,7 @@ import torch
 
 from gpuscope.measure.device import Device, summarize
 from gpuscope.measure.host_load import HostLoad
+from gpuscope.measure.host_probe import HostProbe
 from gpuscope.measure.nvml import PhaseEnergy
 from gpuscope.measure.hf_model import build_model, case_config, model_bytes, vocab_size
 from gpuscope.measure.llm_infer import _release, run_as_result
@@ -55,6 +56,8 @@ METRIC_FORMULAS = {
     "optimizer_state_bytes": "sum of bytes of all tensors in optimizer.state",
     "step_energy_j": "NVML energy over the timed steps (total-energy counter, else the power integral) / steps",
     "j_per_token": "that energy / (steps * micro_batch * seq * grad_accum)",
+    "host_probe_s": "mean of host_probe_before_s and host_probe_after_s: measure/host_probe.py's fixed tiny forward "
+                    "(median of 30) timed just before and just after the timed steps; the host's speed they met",
 }
 
 
@@ -243,7 +246,7 @@ def _run_train(case: dict, dev: Device, state: dict) -> dict:
     stage[0] = "timed"
     dev.reset_peak()
     st = dev.step_timer()
-    with PhaseEnergy(dev) as energy, HostLoad() as host:
+    with HostProbe(dev) as probe, PhaseEnergy(dev) as energy, HostLoad() as host:
         st.start()
         for _ in range(steps):
             accumulate(accum - 1)
@@ -272,6 +275,7 @@ def _run_train(case: dict, dev: Device, state: dict) -> dict:
         "grad_scale": float(scaler.get_scale()) if scaler else None,
         "samples_s": {"step": times},
         "host_load_steps": host.summary(),  # the host during the timed steps (measure/host_load.py)
+        **probe.summary(),  # the host's speed around them (measure/host_probe.py)
         "timer": "device_event" if dev._events_ok() else "perf_counter+synchronize",
         "metric_formulas": METRIC_FORMULAS,
     })

@@ -1,0 +1,150 @@
+"""The host probe (measure/host_probe.py), interleaved host fits (measure/host_overhead.interleaved) and the
+estimate at the host speed a run met (explain/compare.host_scale / at_host_speed, cli/bench_report)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+RESULTS = Path(__file__).resolve().parents[1] / "results"
+
+
+def test_interleaved_fit_keeps_a_drifting_host_out_of_the_slope():
+    """A host that slows down while the depths are timed: one depth after the other, the drift lands in the
+    per-layer slope; round-robin, every depth sees the same drift and the slope stays that of the depths."""
+    from gpuscope.measure.host_overhead import _fit, interleaved
+
+    layers, per_layer, fixed = [2, 4, 8], 1e-3, 2e-3
+    clock = {"calls": 0}
+
+    def job(n):
+        def run():
+            clock["calls"] += 1
+            speed = 1.0 + 0.01 * clock["calls"]  # the host slows 1% a call
+            return [(fixed + per_layer * n) * speed]
+        return run
+
+    seq = []
+    for n in layers:  # one depth after the other: 10 samples each
+        seq.append(sorted(job(n)()[0] for _ in range(10))[5])
+    _, slope_seq = _fit(layers, seq)
+    clock["calls"] = 0
+    inter = [sorted(x)[5] for x in interleaved([job(n) for n in layers], 10)]
+    _, slope_inter = _fit(layers, inter)
+    level = sum(t / (fixed + per_layer * n) for t, n in zip(inter, layers)) / 3  # the drift, common to all
+    # one depth after the other, the 30% drift over the fit reads as 40% more host time per layer; round-robin,
+    # the slope is the level's (1.17) within 2%: what is left is the drift inside one round
+    assert slope_seq / per_layer / level > 1.15
+    assert slope_inter / per_layer == pytest.approx(level, rel=0.025)
+
+
+def test_host_probe_brackets_a_phase_and_frees_its_model():
+    from gpuscope.measure import host_probe as hp
+    from gpuscope.measure.device import Device, pick_device
+
+    dev = Device(pick_device("cpu"))
+    with hp.HostProbe(dev, iters=5) as p:
+        assert hp._MODELS == {}  # released before the phase runs
+    s = p.summary()
+    assert 0 < s["host_probe_before_s"] < 0.5 and 0 < s["host_probe_after_s"] < 0.5
+    assert s["host_probe_s"] == pytest.approx((s["host_probe_before_s"] + s["host_probe_after_s"]) / 2)
+    assert hp._MODELS == {}
+
+
+def test_training_host_fit_scaled_to_the_decode_fits_host_speed(monkeypatch):
+    """calibrate's training fit runs after the decode fits; a host twice as slow by then (probe 2 ms against
+    1 ms) would have doubled the training units. They are scaled back to the decode fits' host speed."""
+    import gpuscope.measure.host_overhead as ho
+    import gpuscope.measure.host_probe as hp
+    from gpuscope.measure.calibrate import train_host_costs
+
+    launch = 10e-6
+
+    def fit(f, b):
+        layers, tensors = [2, 4, 8], [21, 39, 75]
+        return {"layers": layers, "param_tensors": tensors, "forward_fixed_s": 1.5e-3, "forward_layer_s": f,
+                "backward_fixed_s": 0.5e-3, "backward_layer_s": b, "optimizer_fixed_s": 2e-4,
+                "optimizer_tensor_s": 8e-6}
+
+    monkeypatch.setattr(ho, "measure_train_family", lambda fam, dev, precision, recompute, steps:
+                        fit(42 * 4 * launch, 42 * 8 * launch) if recompute == "none"
+                        else fit(42 * 6 * launch, 42 * 18 * launch))
+    monkeypatch.setattr(hp, "host_probe", lambda dev, iters=30: 2e-3)
+    same = train_host_costs(launch, "cpu", probe_s=2e-3)
+    slower = train_host_costs(launch, "cpu", probe_s=1e-3)
+    assert same["host_train_fwd"] == pytest.approx(4.0)
+    assert slower["host_train_fwd"] == pytest.approx(2.0) and slower["host_train_bwd"] == pytest.approx(4.0)
+    assert slower["host_train_detail"]["speed_scale"] == pytest.approx(0.5)
+
+
+def _tiny_train_record(step_s: float, probe_s: float | None) -> dict:
+    cfg = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
+           "num_key_value_heads": 2, "vocab_size": 256, "num_hidden_layers": 2, "max_position_embeddings": 512}
+    res = {"status": "ok", "device_name": "NVIDIA H200", "step_s": step_s, "peak_bytes": 5e6}
+    if probe_s:
+        res["host_probe_s"] = probe_s
+    return {"case": {"kind": "train", "config": cfg, "model": "tiny-llama", "micro_batch": 2, "seq": 32,
+                     "precision": "amp-bf16"}, "result": res, "case_id": "train/tiny"}
+
+
+def test_estimate_beside_at_the_host_speed_the_run_met(tmp_path):
+    """A run whose host probe read 1.5x the calibration's: beside the calibrated estimate, bench reports it at
+    1.5x the host costs; a host-bound step's estimate grows by nearly that, the memory row not at all."""
+    from gpuscope.cli.bench_report import estimate_beside, estimate_table
+
+    cal = tmp_path / "cal.toml"
+    cal.write_text('base = "nvidia_h200_sxm"\nname = "H200 (test)"\n\n[measured]\nmemory_bw_gbs = 4100.0\n'
+                   "host_launch_s = 17e-6\nhost_forward_s = 0.0\nhost_step_s = 4e-4\nhost_train_fwd_fixed = 0.0\n"
+                   "host_probe_s = 1e-3\n")
+    est = estimate_beside(_tiny_train_record(0.02, 1.5e-3), str(cal))
+    assert est["host_scale"] == pytest.approx(1.5)
+    rows = {r["metric"]: r for r in est["rows"]}
+    step = rows["step_s"]
+    assert step["estimated_at_run_host"] / step["estimated"] == pytest.approx(1.5, rel=0.05)
+    assert step["error_at_run_host"] == pytest.approx(step["estimated_at_run_host"] / 0.02 - 1)
+    assert rows["peak_bytes"]["estimated_at_run_host"] == rows["peak_bytes"]["estimated"]
+    assert any("host x1.50" in str(c.header) for c in estimate_table("tiny", est).columns)
+    # no probe in the record (older results) or none in the TOML (the catalog): the plain estimate only
+    plain = estimate_beside(_tiny_train_record(0.02, None), str(cal))
+    assert plain["host_scale"] is None and "error_at_run_host" not in plain["rows"][0]
+    assert estimate_beside(_tiny_train_record(0.02, 1.5e-3), "h200")["host_scale"] is None
+
+
+def test_calibration_toml_keeps_measured_zeros_and_the_probe(tmp_path):
+    """A fit's intercept floored at 0 was dropped from the TOML, so the planner fell back on the catalog's value
+    (98 launches for host_train_fwd_fixed where this host had measured none). A 0 is written and loaded now."""
+    from gpuscope.estimate.roofline import engine_for, train_host_for
+    from gpuscope.measure.calibrate import calibration_toml
+    from gpuscope.specs.hardware import load_hardware
+
+    text = calibration_toml("NVIDIA H200", "cuda", {"memory_bw_gbs": 4100.0, "host_launch_s": 17e-6,
+                                                    "host_step_s": 0.0, "host_train_fwd_fixed": 0.0,
+                                                    "host_train_fwd": 2.6, "host_probe_s": 1.2e-3},
+                            None, "Mode: test.")
+    assert "host_train_fwd_fixed = 0" in text and "host_probe_s = 0.0012" in text
+    path = tmp_path / "cal.toml"
+    path.write_text(text)
+    hw = load_hardware(str(path))
+    assert train_host_for(hw).fwd_fixed == 0.0 and engine_for("eager", hw).step_s == 0.0
+    assert hw.measured["host_probe_s"] == pytest.approx(1.2e-3)
+
+
+def test_workload_results_record_the_host_probe():
+    """bench infer and bench train results carry the probe around their timed phase (CPU, tiny models)."""
+    from gpuscope.measure.llm_infer import run_infer
+    from gpuscope.measure.llm_train import run_train
+
+    cfg = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
+           "num_key_value_heads": 2, "vocab_size": 256, "num_hidden_layers": 2, "max_position_embeddings": 512}
+    inf = run_infer({"kind": "infer", "config": cfg, "batch": 1, "prompt": 8, "gen": 4, "repeats": 1,
+                     "device": "cpu", "dtype": "fp32"})
+    tr = run_train({"kind": "train", "config": cfg, "micro_batch": 1, "seq": 8, "steps": 2, "warmup": 1,
+                    "device": "cpu", "precision": "fp32"})
+    for r in (inf, tr):
+        assert r["status"] == "ok", r
+        assert r["host_probe_s"] > 0 and r["host_probe_before_s"] > 0 and r["host_probe_after_s"] > 0
+    assert json.dumps(tr)  # plain JSON
