@@ -148,3 +148,42 @@ def test_workload_results_record_the_host_probe():
         assert r["status"] == "ok", r
         assert r["host_probe_s"] > 0 and r["host_probe_before_s"] > 0 and r["host_probe_after_s"] > 0
     assert json.dumps(tr)  # plain JSON
+
+
+def test_prefill_row_uses_the_probes_around_the_ttft_repeats(tmp_path):
+    """An infer run's TTFT repeats come before its E2E repeats and have their own probes: the prefill row is
+    scaled by those, the decode row by the E2E ones."""
+    from gpuscope.cli.bench_report import estimate_beside
+
+    cal = tmp_path / "cal.toml"
+    cal.write_text('base = "nvidia_h200_sxm"\nname = "H200 (test)"\n\n[measured]\nmemory_bw_gbs = 4100.0\n'
+                   "host_launch_s = 17e-6\nhost_prefill_launch_s = 18e-6\nhost_step_s = 4e-4\nhost_probe_s = 1e-3\n")
+    rec = json.loads(json.dumps(_tiny_train_record(0.02, None)))
+    rec["case"] = {"kind": "infer", "config": rec["case"]["config"], "model": "tiny-llama", "batch": 1,
+                   "prompt": 16, "gen": 8, "dtype": "bf16"}
+    rec["result"] = {"status": "ok", "device_name": "NVIDIA H200", "peak_generate_bytes": 4e6, "ttft_s": 3e-3,
+                     "tpot_s": 2e-3, "host_probe_s": 2e-3, "host_probe_ttft_s": 1e-3}
+    est = estimate_beside(rec, str(cal))
+    rows = {r["metric"]: r for r in est["rows"]}
+    assert est["host_scale"] == pytest.approx(2.0) and est["host_scale_ttft"] == pytest.approx(1.0)
+    assert rows["prefill_s"]["estimated_at_run_host"] == pytest.approx(rows["prefill_s"]["estimated"])
+    assert rows["decode_s_per_token"]["estimated_at_run_host"] > 1.8 * rows["decode_s_per_token"]["estimated"]
+
+
+def test_accuracy_summary_counts_rows_within_the_bars():
+    from gpuscope.cli.bench_report import accuracy_line, accuracy_summary
+
+    ms = [{"name": "a", "estimate": {"rows": [
+        {"metric": "peak_bytes", "error": 0.03, "error_at_run_host": 0.03},
+        {"metric": "prefill_s", "error": -0.30, "error_at_run_host": -0.05},
+        {"metric": "decode_s_per_token", "error": 0.10, "error_at_run_host": 0.12}]}},
+          {"name": "b", "estimate": {"rows": [{"metric": "peak_bytes", "error": -0.08},
+                                              {"metric": "step_s", "error": 0.2}, {"metric": "mfu", "error": 0.9}]}},
+          {"name": "micro", "result": {}}, {"name": "c", "estimate": {"unavailable": "no"}}]
+    a = accuracy_summary(ms)
+    assert (a["time_rows"], a["time_within"], a["memory_rows"], a["memory_within"]) == (3, 1, 2, 1)
+    assert (a["time_rows_at_run_host"], a["time_within_at_run_host"]) == (2, 2)
+    assert a["worst_time"] == ["a prefill_s", -0.30] and a["worst_time_at_run_host"] == ["a decode_s_per_token", 0.12]
+    line = accuracy_line(a)
+    assert "1 of 3 time rows within 15%" in line and "at the host speed each run met: 2 of 2" in line
+    assert accuracy_summary([{"name": "micro", "result": {}}]) is None

@@ -87,6 +87,8 @@ def estimate_beside(rec: dict, gpu: str | None) -> dict:
         # the same calibration at the host speed this run met (host probes of the calibration and of the run)
         scale = host_scale(res, hw)
         at_run = compare_record(rec, at_host_speed(hw, scale), derived=True) if scale else None
+        ttft_scale = host_scale(res, hw, "host_probe_ttft_s")  # the TTFT repeats have their own probes
+        at_ttft = compare_record(rec, at_host_speed(hw, ttft_scale), derived=True) if ttft_scale else at_run
     except UserError as e:
         return {"unavailable": str(e)}
     out = []
@@ -94,11 +96,12 @@ def estimate_beside(rec: dict, gpu: str | None) -> dict:
         ok = isinstance(r.measured, (int, float)) and r.measured > 0
         row = {"metric": r.metric, "estimated": r.estimated, "measured": r.measured, "error": r.error if ok else None}
         if at_run:
-            a = at_run[i]
+            a = (at_ttft if r.metric == "prefill_s" else at_run)[i]
             row["estimated_at_run_host"] = a.estimated
             row["error_at_run_host"] = a.error if ok else None
         out.append(row)
-    return {"hardware": hw.key, "calibrated": hw.is_calibrated, "host_scale": scale, "rows": out}
+    return {"hardware": hw.key, "calibrated": hw.is_calibrated, "host_scale": scale, "host_scale_ttft": ttft_scale,
+            "rows": out}
 
 
 def _fmt(metric: str, v) -> str:
@@ -131,3 +134,47 @@ def estimate_table(name: str, est: dict):
 
 def _pct(e) -> str:
     return "-" if e is None else f"{e:+.1%}"
+
+
+TIME_METRICS = ("prefill_s", "decode_s_per_token", "step_s")
+TIME_TOLERANCE, MEMORY_TOLERANCE = 0.15, 0.05  # issue 3's bar for calibrated estimates
+
+
+def accuracy_summary(measurements: list[dict]) -> dict | None:
+    """How many estimate rows of a bench run land within 15% (time) and 5% (peak memory) of their measurement,
+    plainly and (where the run and the calibration both carry host probes) at the host speed the run met; the
+    worst row of each. None when no measurement had an estimate."""
+    out = {"time_rows": 0, "time_within": 0, "memory_rows": 0, "memory_within": 0, "time_rows_at_run_host": 0,
+           "time_within_at_run_host": 0, "worst_time": None, "worst_time_at_run_host": None}
+    for m in measurements:
+        for r in (m.get("estimate") or {}).get("rows", []):
+            if r.get("error") is None:
+                continue
+            name = f"{m.get('name')} {r['metric']}"
+            if r["metric"] == "peak_bytes":
+                out["memory_rows"] += 1
+                out["memory_within"] += abs(r["error"]) <= MEMORY_TOLERANCE
+            elif r["metric"] in TIME_METRICS:
+                out["time_rows"] += 1
+                out["time_within"] += abs(r["error"]) <= TIME_TOLERANCE
+                if out["worst_time"] is None or abs(r["error"]) > abs(out["worst_time"][1]):
+                    out["worst_time"] = [name, r["error"]]
+                e = r.get("error_at_run_host")
+                if e is not None:
+                    out["time_rows_at_run_host"] += 1
+                    out["time_within_at_run_host"] += abs(e) <= TIME_TOLERANCE
+                    if out["worst_time_at_run_host"] is None or abs(e) > abs(out["worst_time_at_run_host"][1]):
+                        out["worst_time_at_run_host"] = [name, e]
+    return out if out["time_rows"] or out["memory_rows"] else None
+
+
+def accuracy_line(a: dict) -> str:
+    """accuracy_summary in one sentence."""
+    line = (f"estimates: {a['time_within']} of {a['time_rows']} time rows within {TIME_TOLERANCE:.0%}, "
+            f"{a['memory_within']} of {a['memory_rows']} memory rows within {MEMORY_TOLERANCE:.0%}")
+    if a["worst_time"]:
+        line += f"; worst {a['worst_time'][0]} {a['worst_time'][1]:+.1%}"
+    if a["time_rows_at_run_host"]:
+        line += (f"; at the host speed each run met: {a['time_within_at_run_host']} of {a['time_rows_at_run_host']}"
+                 f" (worst {a['worst_time_at_run_host'][0]} {a['worst_time_at_run_host'][1]:+.1%})")
+    return line

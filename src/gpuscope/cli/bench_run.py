@@ -12,7 +12,7 @@ from pathlib import Path
 
 import typer
 
-from gpuscope.cli.bench_report import estimate_beside, estimate_table, headline
+from gpuscope.cli.bench_report import accuracy_line, accuracy_summary, estimate_beside, estimate_table, headline
 from gpuscope.errors import UserError
 
 BENCH_SCHEMA = "gpuscope.bench/1"
@@ -181,6 +181,8 @@ def run_workloads(s: Session, cases: list[dict], gpu: str | None, timeout_s: flo
 def finish(s: Session, t0: float) -> None:
     import json
 
+    acc = accuracy_summary(s.out)
+
     if s.as_json:
         from gpuscope.measure.run_case import clean
 
@@ -188,9 +190,13 @@ def finish(s: Session, t0: float) -> None:
                "measurements": s.out}
         if s.calibration:
             out["calibration"] = s.calibration
+        if acc:
+            out["estimate_accuracy"] = acc
         typer.echo(json.dumps(clean(out), indent=1))
     else:
         new = sum(1 for m in s.out if not m["skipped"])
+        if acc:
+            s.note(accuracy_line(acc))
         s.note(f"{new} measured, {len(s.out) - new} skipped, in {time.perf_counter() - t0:.1f}s; "
                f"stored in {s.store.path} (run {s.run_id})")
     s.close()

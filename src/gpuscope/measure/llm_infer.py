@@ -63,7 +63,8 @@ METRIC_FORMULAS = {
     "host_load_generate": "the host during the E2E repeats (measure/host_load.py): steal_fraction (hypervisor), "
                           "busy_fraction (all CPUs), this process's involuntary context switches and CPU seconds",
     "host_probe_s": "mean of host_probe_before_s and host_probe_after_s: measure/host_probe.py's fixed tiny forward "
-                    "(median of 30) timed just before and just after the E2E repeats; the host's speed they met",
+                    "(median of 30) timed just before and just after the E2E repeats; the host's speed they met "
+                    "(host_probe_ttft_s: the same around the TTFT repeats)",
     "peak_*_bytes": "torch.cuda.max_memory_allocated after reset_peak_memory_stats, max over repeats",
     "decode_weights_gbs": "weights_bytes / tpot_s / 1e9 (the weights read once per decode step; KV reads not counted)",
     "j_per_token": "generate_energy_j / (repeats * batch * generated_tokens): NVML energy over the E2E repeats "
@@ -217,7 +218,7 @@ def _run_infer(case: dict, dev: Device, state: dict) -> dict:
     # (a) TTFT: prefill + first token through generate.
     state["phase"] = "prefill"
     ttft, peaks = [], []
-    with GCPauses() as gcp:
+    with HostProbe(dev) as ttft_probe, GCPauses() as gcp:
         for _ in range(repeats):
             dev.reset_peak()
             with dev.timer() as t:
@@ -226,6 +227,7 @@ def _run_infer(case: dict, dev: Device, state: dict) -> dict:
             peaks.append(dev.peak_allocated())
             del out
     res["gc_pause_s_per_ttft"] = gcp.summary()["gc_pause_s"] / repeats
+    res["host_probe_ttft_s"] = ttft_probe.summary()["host_probe_s"]  # the host's speed around the TTFT repeats
     res["peak_prefill_bytes"] = _max_or_none(peaks)
 
     # (b) E2E: exactly G new tokens.

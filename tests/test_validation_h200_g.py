@@ -1,0 +1,125 @@
+"""The seventh H200 session (results/2026-11-30-h200-g, README.md there): the host's speed moved by up to 2x
+between the calibration and the runs, with no steal; the host probe (measure/host_probe.py) explains most of the
+calibrated planner's misses; the planner's training kernel counts against the profiler's; interleaved host fits.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+
+from gpuscope.explain.compare import read_records
+
+HERE = Path(__file__).resolve().parents[1] / "results" / "2026-11-30-h200-g"
+RECORDS = read_records(HERE / "measurements.jsonl")
+WORKLOADS = [r for r in RECORDS if r["case"]["kind"] in ("infer", "train")]
+CALL1 = [r for r in WORKLOADS if r["provenance"]["timestamp_utc"] < "2026-11-30T04:40"]
+CALL2 = [r for r in WORKLOADS if r["provenance"]["timestamp_utc"] >= "2026-11-30T04:40"]
+BENCH_ALL = [r for r in CALL2 if "tiny" in r["case_id"]]
+AFTER = [r for r in CALL2 if r not in BENCH_ALL]
+BENCH_ALL_CAL = HERE / "nvidia-h200-20261130T044452Z-c3dca7.toml"  # bench all wrote it and planned on it
+CAL_END = HERE / "cal_end.toml"
+
+
+def _rows(records, cal) -> list[tuple[str, dict]]:
+    from gpuscope.cli.bench_report import estimate_beside
+
+    return [(rec["case_id"].split("#")[0], row) for rec in records
+            for row in estimate_beside(rec, str(cal))["rows"] if row["metric"] in ("prefill_s", "decode_s_per_token",
+                                                                                   "step_s")]
+
+
+def _within(rows, key: str) -> int:
+    return sum(abs(r[key]) <= 0.15 for _, r in rows)
+
+
+def test_the_set():
+    assert len(RECORDS) == 40 and len(CALL1) == 3 and len(BENCH_ALL) == 4 and len(AFTER) == 4
+    assert all(r["result"]["status"] == "ok" for r in RECORDS)
+    assert all(r["result"].get("host_probe_s") for r in CALL2)  # call 2 ran with the probe
+
+
+def test_the_host_moved_without_steal():
+    """16.9 us a kernel in call 1, 29.3 and 32.8 us in call 2 (session 6: 12.9-22.4); /proc/stat's steal 0 in
+    every workload, while the process used a whole CPU (host-bound)."""
+    from gpuscope.specs.hardware import load_hardware
+
+    launch = [load_hardware(str(HERE / n)).measured["host_launch_s"] for n in
+              ("cal_tw.toml", BENCH_ALL_CAL.name, CAL_END.name)]
+    assert [round(x * 1e6, 1) for x in launch] == [16.9, 32.8, 29.3]
+    for r in WORKLOADS:
+        load = r["result"].get("host_load_steps") or r["result"].get("host_load_generate")
+        assert load["steal_fraction"] == 0.0
+    gpt2 = [r["result"]["step_s"] for r in WORKLOADS if r["case_id"].startswith("train/gpt2/mb2-s128-amp-bf16-rc_none")]
+    assert [round(x * 1e3, 1) for x in gpt2] == [38.3, 34.9]
+
+
+def test_the_host_probe_explains_most_of_the_calibrated_misses():
+    """bench all on its own calibration: 1 of 6 time rows within 15% as calibrated, 4 of 6 at the host speed each
+    run met. The four workloads after it: 0 of 10 as calibrated (against either calibration), 8 of 10 at the run's
+    host speed."""
+    own = _rows(BENCH_ALL, BENCH_ALL_CAL)
+    assert len(own) == 6 and _within(own, "error") == 1 and _within(own, "error_at_run_host") == 4
+    after = _rows(AFTER, BENCH_ALL_CAL) + _rows(AFTER, CAL_END)
+    assert len(after) == 10 and _within(after, "error") == 0 and _within(after, "error_at_run_host") == 8
+    # the misses that remain at the run's host speed, each bounded
+    left = {(n, r["metric"]): r["error_at_run_host"] for n, r in own + after if abs(r["error_at_run_host"]) > 0.15}
+    assert set(left) == {("infer/tiny-llama/b2-p32-g8-fp32", "prefill_s"),
+                         ("train/tiny-llama/mb2-s64-amp-bf16-rc_none", "step_s"),
+                         ("train/gpt2/mb2-s128-amp-bf16-rc_full", "step_s"),
+                         ("infer/llama-3.2-1b/b1-p128-g64-bf16", "decode_s_per_token")}
+    assert all(abs(e) < 0.35 for e in left.values())
+
+
+def test_the_planner_under_counts_training_kernels():
+    """Device kernels per layer of a training forward (profiler, per phase): GPT-2 33, Llama 49 at tiny and real
+    widths; the planner counts 25 and 42. Backward: GPT-2 52, Llama 96 (101 at 1B widths)."""
+    from gpuscope.estimate.train import layer_kernels, train_forward_ops
+    from gpuscope.measure.host_overhead import TINY
+    from gpuscope.specs.hf_config import spec_from_config
+
+    cases = {(c["name"], c["recompute"]): c for c in json.loads((HERE / "train_width_seq.json").read_text())["cases"]}
+
+    def per_layer(c, phase):
+        k, n = c["kernels"][phase], c["layers"]
+        return (k[-1] - k[0]) / (n[-1] - n[0])
+
+    measured = {name: per_layer(cases[(name, "none")], "forward") for name, _ in cases}
+    assert measured == {"gpt2-tiny": 33, "gpt2-real": 33, "llama-tiny": 49, "llama-1b-width": 49}
+    assert per_layer(cases[("gpt2-real", "none")], "backward") == 52
+    assert per_layer(cases[("gpt2-real", "full")], "backward") == 84
+    for name in measured:  # the planner's per-layer count does not depend on the widths
+        fam = "gpt2" if name.startswith("gpt2") else "llama"
+        spec = spec_from_config(dict(TINY[fam], **{("n_layer" if fam == "gpt2" else "num_hidden_layers"): 2}))
+        planned = layer_kernels(train_forward_ops(spec, 2, 64, 2.0, 4.0), 2)[0] / 2
+        assert planned == (25 if fam == "gpt2" else 42)
+        assert 1.1 < measured[name] / planned < 1.35  # under-counted: GPT-2 by 24%, Llama by 14%
+
+
+def _max_residual(path: Path) -> float:
+    out = []
+    for c in json.loads(path.read_text())["cases"]:
+        for k in ("forward_s", "backward_s"):
+            xs, ys = c["layers"], c[k]
+            mx, my = statistics.fmean(xs), statistics.fmean(ys)
+            b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+            out.append(max(abs(y - (my + b * (x - mx))) / y for x, y in zip(xs, ys)))
+    return max(out)
+
+
+def test_interleaved_training_fits_are_lines():
+    """The same 16 fits (4 models x 2 recompute x forward/backward): timed depth by depth in call 1, a point lay
+    51% off its line; timed round-robin in call 2, at most 14%."""
+    assert _max_residual(HERE / "train_width_seq.json") > 0.45
+    assert _max_residual(HERE / "train_width_interleaved.json") < 0.15
+
+
+@pytest.mark.parametrize("name", ["cal_tw.toml", "cal_end.toml", "nvidia-h200-20261130T044452Z-c3dca7.toml"])
+def test_the_calibrations_load(name):
+    from gpuscope.specs.hardware import load_hardware
+
+    hw = load_hardware(str(HERE / name))
+    assert hw.is_calibrated and hw.measured["memory_bw_gbs"] > 4000
