@@ -350,6 +350,10 @@ def test_host_costs_on_this_machine():
 
     c = host_costs("cpu")
     assert 0 < c["host_launch_s"] < 1e-3 and c["host_forward_s"] >= 0 and c["host_step_s"] >= 0
+    # generate's once-per-call work and the host probe are measured too (the catalog's setup_s was never)
+    assert 0 <= c["host_setup_s"] < 0.05 and 0 < c["host_probe_s"] < 0.05
+    p = c["host_detail"]["passes"][0]
+    assert len(p["prefill_forward_s"]) == 3 and p["host_probe_before_s"] > 0
 
 
 def test_host_costs_carry_the_catalogs_real_size_factor(monkeypatch):

@@ -128,6 +128,7 @@ class EngineModel:
 #   5 split-K reductions) and 119.2 us as 4 (q|k|v, o, gate|up, down; `--fuse-proj`): with 4128 GB/s (105.6 us for
 #   the bytes) that is 4.6 and 3.4 us per GEMV; 4.0 us (least squares) puts both within 3%.
 # - setup_s: TTFT minus the forward on tiny models (smoke.jsonl: tiny llama 3.2 ms, tiny gpt2 2.2 ms).
+#   `hardware calibrate --host` measures it as host_setup_s (TTFT less the prompt's forward less step_s).
 # A slower or faster host scales all three; `gpuscope` users on other hosts should calibrate (issue: measure).
 REAL_SIZE_LAUNCH_FACTOR = 17.2 / 15.7
 ENGINES = {

@@ -123,7 +123,8 @@ def host_costs(device: str | None = None, real_width: bool | None = None, passes
     """This machine's eager host costs for the planner's engine model (estimate/roofline.EngineModel), measured on
     tiny Llama models whose GPU work is negligible (measure/host_overhead.py): the host time of one decoder layer
     divided by the kernels the planner counts in it gives host_launch_s; the per-forward intercept less its
-    kernels gives host_forward_s; generate's per-token extra gives host_step_s. host_launch_s and
+    kernels gives host_forward_s; generate's per-token extra gives host_step_s, and its once-per-call work (TTFT
+    less the prompt's forward and host_step_s) host_setup_s. host_launch_s and
     host_prefill_launch_s come from layers at Llama-3.2-1B's widths where the device is not the CPU (real-size
     kernels cost the host more), else host_launch_s is the tiny models' per-kernel time x
     estimate.roofline.REAL_SIZE_LAUNCH_FACTOR (as the catalog's). ``real_width`` forces the real-width fit on or
@@ -182,6 +183,8 @@ def _host_pass(dev, use_real: bool) -> dict:
     tiny = r["layer_s"] / per_layer_kernels
     out = {"host_forward_s": max(0.0, r["forward_s"] - other_kernels * tiny),
            "host_step_s": max(0.0, r["generate_step_s"]), "host_probe_s": r["host_probe_s"]}
+    if r.get("generate_setup_s") is not None:
+        out["host_setup_s"] = max(0.0, r["generate_setup_s"])
     # real-size kernels cost the host more than the tiny models' (estimate/roofline.py). Where the device runs
     # apart from the host, time Llama-3.2-1B-wide layers (measure/host_overhead.measure_real_width): decode and
     # prefill per kernel. Else, or if that fit is not valid, the tiny figure x the catalog's REAL_SIZE_LAUNCH_FACTOR.

@@ -113,7 +113,7 @@ def measure_family(family: str, dev: Device, layers=(1, 2, 4, 8), iters: int = 6
         return job
 
     def generate_job(m: dict):
-        def job():  # generate's own per-token work: (33 tokens - 1 token) / 32, less the bare forward
+        def job():  # [(generate's per-token work: (33 tokens - 1 token) / 32, generate of 1 token (TTFT))]
             dev.synchronize()
             t0 = time.perf_counter()
             m["model"].generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=33,
@@ -124,16 +124,33 @@ def measure_family(family: str, dev: Device, layers=(1, 2, 4, 8), iters: int = 6
             m["model"].generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=1,
                                 min_new_tokens=1, do_sample=False)
             dev.synchronize()
-            return [(t33 - (time.perf_counter() - t0)) / 32]
+            t1 = time.perf_counter() - t0
+            return [((t33 - t1) / 32, t1)]
+        return job
+
+    def prefill_job(m: dict):
+        def job():  # the prompt's forward into a fresh cache, as generate's first step runs it
+            dev.synchronize()
+            t0 = time.perf_counter()
+            m["model"](ids, use_cache=True)
+            dev.synchronize()
+            return [time.perf_counter() - t0]
         return job
 
     fwd = [statistics.median(x) for x in interleaved([decode_job(m) for m in models], _chunks(iters, chunk))]
-    gen = [statistics.median(x) for x in interleaved([generate_job(m) for m in models], 3)]
-    gen_step = [g - f for g, f in zip(gen, fwd)]
+    gens = interleaved([generate_job(m) for m in models], 3)
+    pre = [statistics.median(x) for x in interleaved([prefill_job(m) for m in models], 5)]
+    gen_step = [statistics.median(g[0] for g in x) - f for x, f in zip(gens, fwd)]
+    step = statistics.median(gen_step)
+    # generate's work once per call (config checks, cache and processors set up): TTFT less the prompt's forward
+    # less the per-token work the planner adds to the prefill (estimate/infer.py: prefill_s = forward + step_s +
+    # setup_s)
+    setup = [statistics.median(g[1] for g in x) - p - step for x, p in zip(gens, pre)]
     del models
     forward_s, layer_s = _fit(list(layers), fwd)
     return {"family": family, "layers": list(layers), "decode_forward_s": fwd, "forward_s": forward_s,
-            "layer_s": layer_s, "generate_step_s": statistics.median(gen_step)}
+            "layer_s": layer_s, "generate_step_s": step, "prefill_forward_s": pre,
+            "generate_setup_s": statistics.median(setup)}
 
 
 # Llama-3.2-1B's widths (vocab cut to 1024: the LM head's GPU time is not what is measured) for the real-size fit
