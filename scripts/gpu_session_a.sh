@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 3/6 acceptance checks on one GPU; usage: bash scripts/gpu_session_a.sh [infer] [validate] [doctor] [loader] [train] [accum] [profile] [fuse] [fusedoc] [loaderdoc] [mamf] [moe] [moeprefill] [moerouting] [tinytrain] [trainhost] [hosttrain] [ttft] [ttftfix] [calib] [hfgraph] [hfgraph2] [hfbench] [calsame] [hfpair] [final] [defer] [defer2] [realhost] [probe] [gc] [final2] [gpt2doc] [trainwidth] [probe2] [benchall] [ceilings]
+# Issue 3/6 acceptance checks on one GPU; usage: bash scripts/gpu_session_a.sh [infer] [validate] [doctor] [loader] [train] [accum] [profile] [fuse] [fusedoc] [loaderdoc] [mamf] [moe] [moeprefill] [moerouting] [tinytrain] [trainhost] [hosttrain] [ttft] [ttftfix] [calib] [hfgraph] [hfgraph2] [hfbench] [calsame] [hfpair] [final] [defer] [defer2] [realhost] [probe] [gc] [final2] [gpt2doc] [trainwidth] [probe2] [final3] [benchall] [ceilings]
 # (run from the repo root on the GPU machine; writes under $OUT).
 # Each step is bounded by `timeout` so one failure never ends the batch; stderr of each goes to <step>.err.
 set -u
@@ -201,6 +201,10 @@ step pw_gpt2_full 90 python3 -m gpuscope bench train --model gpt2 --micro-batch 
 step pw_1b_none 90 python3 -m gpuscope bench train --model llama-3.2-1b --micro-batch 2 --seq 128 --precision amp-bf16 --steps 10 --json
 step pw_eager_1b 90 python3 -m gpuscope bench infer --model llama-3.2-1b --batch 1 --prompt 128 --gen 64 --json
 step cal_end 150 python3 -m gpuscope hardware calibrate --quick --host --dtype bf16 --out "$W/cal_end.toml"
+fi
+if want final3; then  # session 7's final tree: bench all twice (each on its own calibration), separate stores
+step bench_all_1 400 python3 -m gpuscope bench all --json
+step bench_all_2 400 env GPUSCOPE_DB=$W/gpu_b.sqlite python3 -m gpuscope bench all --json
 fi
 if want benchall; then
 step bench_all_quick 400 python3 -m gpuscope bench all --json
