@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 3/6 acceptance checks on one GPU; usage: bash scripts/gpu_session_a.sh [infer] [validate] [doctor] [loader] [train] [accum] [profile] [fuse] [fusedoc] [loaderdoc] [mamf] [moe] [moeprefill] [moerouting] [tinytrain] [trainhost] [hosttrain] [ttft] [ttftfix] [calib] [hfgraph] [hfgraph2] [hfbench] [calsame] [hfpair] [final] [defer] [defer2] [realhost] [probe] [gc] [final2] [gpt2doc] [trainwidth] [probe2] [final3] [benchall] [ceilings]
+# Issue 3/6 acceptance checks on one GPU; usage: bash scripts/gpu_session_a.sh [infer] [validate] [doctor] [loader] [train] [accum] [profile] [fuse] [fusedoc] [loaderdoc] [mamf] [moe] [moeprefill] [moerouting] [tinytrain] [trainhost] [hosttrain] [ttft] [ttftfix] [calib] [hfgraph] [hfgraph2] [hfbench] [calsame] [hfpair] [final] [defer] [defer2] [realhost] [probe] [gc] [final2] [gpt2doc] [trainwidth] [probe2] [final3] [track] [benchall] [ceilings]
 # (run from the repo root on the GPU machine; writes under $OUT).
 # Each step is bounded by `timeout` so one failure never ends the batch; stderr of each goes to <step>.err.
 set -u
@@ -205,6 +205,12 @@ fi
 if want final3; then  # session 7's final tree: bench all twice (each on its own calibration), separate stores
 step bench_all_1 400 python3 -m gpuscope bench all --json
 step bench_all_2 400 env GPUSCOPE_DB=$W/gpu_b.sqlite python3 -m gpuscope bench all --json
+fi
+if want track; then  # session 7: does the host probe follow the host at a workload's timescale? and the host
+# passes of one calibration, each with its probe (can the passes be normalised to one host speed?)
+step probe_track 200 python3 scripts/gpu_probe_track.py --out "$W/probe_track.json" --rounds 150
+step host_passes_p 200 python3 -c "import json; from gpuscope.measure.calibrate import host_costs; json.dump(host_costs(passes=5), open('$W/host_passes_probe.json', 'w'), default=str, indent=1)"
+step probe_track_2 200 python3 scripts/gpu_probe_track.py --out "$W/probe_track_2.json" --rounds 150
 fi
 if want benchall; then
 step bench_all_quick 400 python3 -m gpuscope bench all --json
