@@ -123,3 +123,47 @@ def test_the_calibrations_load(name):
 
     hw = load_hardware(str(HERE / name))
     assert hw.is_calibrated and hw.measured["memory_bw_gbs"] > 4000
+
+
+FINAL3 = read_records(HERE / "measurements_final3.jsonl")
+FINAL3_CALS = {"a": HERE / "nvidia-h200-20261130T045647Z-0d633b.toml",
+               "b": HERE / "nvidia-h200-20261130T045852Z-52e79b.toml"}
+
+
+def test_the_final_suite_twice_on_a_steady_host():
+    """Call 3: bench all twice on the final tree, each on its own calibration (host 15.5 / 15.8 us a kernel):
+    3 and 4 of 6 time rows within 15% as calibrated, 3 and 3 at the run's host speed; memory 4 of 4 each. The
+    JSON's estimate_accuracy says the same as the rows recomputed here."""
+    workloads = [r for r in FINAL3 if r["case"]["kind"] in ("infer", "train")]
+    assert len(FINAL3) == 34 and len(workloads) == 8
+    first, second = workloads[:4], workloads[4:]
+    for recs, cal, plain, at_run, name in ((first, FINAL3_CALS["a"], 3, 3, "bench_all_1.json"),
+                                           (second, FINAL3_CALS["b"], 4, 3, "bench_all_2.json")):
+        rows = _rows(recs, cal)
+        assert len(rows) == 6 and _within(rows, "error") == plain and _within(rows, "error_at_run_host") == at_run
+        acc = json.loads((HERE / name).read_text())["estimate_accuracy"]
+        assert (acc["time_within"], acc["time_within_at_run_host"], acc["memory_within"]) == (plain, at_run, 4)
+        assert all(abs(r["error"]) < 0.5 for _, r in rows)  # the worst: tiny GPT-2 decode, -48%, run 2
+
+
+def _corr(a, b) -> float:
+    ma, mb = statistics.fmean(a), statistics.fmean(b)
+    num = sum((x - ma) * (y - mb) for x, y in zip(a, b))
+    return num / (sum((x - ma) ** 2 for x in a) * sum((y - mb) ** 2 for y in b)) ** 0.5
+
+
+@pytest.mark.parametrize("name", ["probe_track.json", "probe_track_2.json"])
+def test_the_probe_follows_generate_not_the_training_step(name):
+    """Call 4: the probe and tiny GPT-2 generate correlate at 0.87-0.92 (generate's spread 52% -> 18-20% divided
+    by the probe); a GPT-2 training step only at 0.56; the host forgets its speed within seconds."""
+    rounds = json.loads((HERE / name).read_text())["rounds"]
+    assert len(rounds) == 150
+    pa = [r["probe_a"] for r in rounds]
+    around = [(r["probe_a"] + r["probe_b"]) / 2 for r in rounds]
+    infer = [r["infer"] for r in rounds]
+    train_around = [(rounds[i]["probe_b"] + rounds[i + 1]["probe_a"]) / 2 for i in range(len(rounds) - 1)]
+    train = [r["train"] for r in rounds[:-1]]
+    assert _corr(around, infer) > 0.85
+    assert 0.4 < _corr(train_around, train) < 0.65
+    assert max(pa) / min(pa) > 1.8  # 2x within a minute
+    assert _corr(pa[:-20], pa[20:]) < 0.1  # about 8 s apart: unrelated
