@@ -167,3 +167,19 @@ def test_the_probe_follows_generate_not_the_training_step(name):
     assert 0.4 < _corr(train_around, train) < 0.65
     assert max(pa) / min(pa) > 1.8  # 2x within a minute
     assert _corr(pa[:-20], pa[20:]) < 0.1  # about 8 s apart: unrelated
+
+
+def test_the_missing_training_kernels_are_autocasts_weight_casts():
+    """Call 5 (kernel_list.json, kernels by name one layer adds): Llama 14 bf16 casts a layer and GPT-2 11; the
+    gap to the planner's forward count (7 and 8 kernels a layer) is the weights' (and GPT-2's biases') casts."""
+    klist = json.loads((HERE / "kernel_list.json").read_text())
+
+    def casts(fam):
+        return sum(v for k, v in klist[fam]["forward"]["per_layer"].items() if "bfloat16_copy_kernel" in k)
+
+    per_layer = {fam: sum(klist[fam]["forward"]["per_layer"].values()) for fam in klist}
+    assert per_layer == {"gpt2": 33, "llama": 49} and casts("llama") == 14 and casts("gpt2") == 11
+    # Llama: q, k, v, o, gate, up, down; GPT-2: c_attn, c_proj, c_fc, mlp c_proj, each weight and bias
+    weight_casts = {"llama": 3 + 1 + 3, "gpt2": 2 * 4}
+    planner = {"llama": 42, "gpt2": 25}
+    assert {f: per_layer[f] - planner[f] for f in klist} == weight_casts
