@@ -183,3 +183,20 @@ def test_the_missing_training_kernels_are_autocasts_weight_casts():
     weight_casts = {"llama": 3 + 1 + 3, "gpt2": 2 * 4}
     planner = {"llama": 42, "gpt2": 25}
     assert {f: per_layer[f] - planner[f] for f in klist} == weight_casts
+
+
+def test_the_doctor_compares_the_bare_run_on_the_gpu():
+    """Call 6: doctor train GPT-2 set the plan (22.6 ms) beside the bare 33.9 ms step, not the profiled 59.4 ms;
+    doctor infer --defer-stop on hf-graph: no generate_waits finding, 130.7 ms bare against 122.7 planned."""
+    train = json.loads((HERE / "doctor7_gpt2.json").read_text())
+    est = train["estimate"]
+    assert est["measured_timing"] == "bare"
+    assert est["measured_s"] == pytest.approx(train["profile"]["bare_s"] / 5)
+    assert train["profile"]["step_s_median"] > 1.5 * est["measured_s"]
+    slow = next(f for f in train["findings"] if f["code"] == "slower_than_planned")
+    assert slow["evidence"]["ratio"] == pytest.approx(1.50, abs=0.01)
+    defer = json.loads((HERE / "doctor7_defer_1b.json").read_text())
+    assert defer["target"]["case"]["defer_stop"] and defer["estimate"]["measured_timing"] == "bare"
+    assert "generate_waits" not in [f["code"] for f in defer["findings"]]
+    e = defer["estimate"]
+    assert abs(e["measured_s"] - e["estimated_s"]) / e["measured_s"] < 0.15
