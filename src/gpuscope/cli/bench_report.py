@@ -170,8 +170,9 @@ def accuracy_summary(measurements: list[dict]) -> dict | None:
 
 def accuracy_line(a: dict) -> str:
     """accuracy_summary in one sentence."""
-    line = (f"estimates: {a['time_within']} of {a['time_rows']} time rows within {TIME_TOLERANCE:.0%}, "
-            f"{a['memory_within']} of {a['memory_rows']} memory rows within {MEMORY_TOLERANCE:.0%}")
+    line = f"estimates: {a['time_within']} of {a['time_rows']} time rows within {TIME_TOLERANCE:.0%}"
+    if a["memory_rows"]:  # none where the device reports no memory (the CPU)
+        line += f", {a['memory_within']} of {a['memory_rows']} memory rows within {MEMORY_TOLERANCE:.0%}"
     if a["worst_time"]:
         line += f"; worst {a['worst_time'][0]} {a['worst_time'][1]:+.1%}"
     if a["time_rows_at_run_host"]:
