@@ -188,4 +188,4 @@ def test_accuracy_summary_counts_rows_within_the_bars():
     assert "1 of 3 time rows within 15%" in line and "at the host speed each run met: 2 of 2" in line
     assert accuracy_summary([{"name": "micro", "result": {}}]) is None
     cpu = accuracy_summary([{"name": "c", "estimate": {"rows": [{"metric": "step_s", "error": 0.1}]}}])
-    assert accuracy_line(cpu) == "estimates: 1 of 1 time rows within 15%"  # no memory rows, none claimed
+    assert accuracy_line(cpu) == "estimates: 1 of 1 time rows within 15%; worst c step_s +10.0%"  # no memory claim
