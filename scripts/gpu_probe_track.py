@@ -28,6 +28,7 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--device")
     ap.add_argument("--rounds", type=int, default=120)
+    ap.add_argument("--phases", action="store_true", help="also time one step's phases between backward probes")
     args = ap.parse_args()
     dev = Device(pick_device(args.device))
     gen_model, _ = build_model(dict(TINY["gpt2"], n_layer=2), dev, torch.bfloat16 if dev.type != "cpu" else torch.float32)
@@ -66,6 +67,36 @@ def main() -> None:
             del loss
         return statistics.median(ts)
 
+    def train_phases() -> dict:  # one step, a synchronize between its phases: which phase the probe follows
+        dev.synchronize()
+        t0 = time.perf_counter()
+        loss = fwd()
+        dev.synchronize()
+        t1 = time.perf_counter()
+        bwd(loss)
+        dev.synchronize()
+        t2 = time.perf_counter()
+        opt_step()
+        dev.synchronize()
+        return {"forward": t1 - t0, "backward": t2 - t1, "optimizer": time.perf_counter() - t2}
+
+    # a second probe that also runs backward (autograd's device thread): the tiny model's forward + backward
+    tiny, _ = build_model(dict(TINY["llama"], num_hidden_layers=2), dev, torch.float32, use_cache=False)
+    tiny.train()
+    tids = torch.ones((1, 8), dtype=torch.long, device=dev.torch_device)
+
+    def probe_bwd(iters: int = 20) -> float:
+        ts = []
+        for i in range(iters + 3):
+            dev.synchronize()
+            t0 = time.perf_counter()
+            tiny(input_ids=tids, labels=tids, use_cache=False).loss.backward()
+            dev.synchronize()
+            if i >= 3:
+                ts.append(time.perf_counter() - t0)
+        tiny.zero_grad(set_to_none=True)
+        return statistics.median(ts)
+
     for _ in range(3):  # warm-up
         host_probe(dev), infer(), train()
     rows = []
@@ -74,6 +105,10 @@ def main() -> None:
         row = {"t": time.perf_counter() - t_start, "probe_a": host_probe(dev), "infer": infer()}
         row["probe_b"] = host_probe(dev)
         row["train"] = train()
+        if args.phases:
+            row["probe_bwd_a"] = probe_bwd()
+            row["phases"] = train_phases()
+            row["probe_bwd_b"] = probe_bwd()
         rows.append(row)
     json.dump({"device_name": dev.device_name(), "rounds": rows}, open(args.out, "w"), indent=1)
     print(len(rows), "rounds in", round(time.perf_counter() - t_start, 1), "s")

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 3/6 acceptance checks on one GPU; usage: bash scripts/gpu_session_a.sh [infer] [validate] [doctor] [loader] [train] [accum] [profile] [fuse] [fusedoc] [loaderdoc] [mamf] [moe] [moeprefill] [moerouting] [tinytrain] [trainhost] [hosttrain] [ttft] [ttftfix] [calib] [hfgraph] [hfgraph2] [hfbench] [calsame] [hfpair] [final] [defer] [defer2] [realhost] [probe] [gc] [final2] [gpt2doc] [trainwidth] [probe2] [final3] [track] [doctor7] [benchall] [ceilings]
+# Issue 3/6 acceptance checks on one GPU; usage: bash scripts/gpu_session_a.sh [infer] [validate] [doctor] [loader] [train] [accum] [profile] [fuse] [fusedoc] [loaderdoc] [mamf] [moe] [moeprefill] [moerouting] [tinytrain] [trainhost] [hosttrain] [ttft] [ttftfix] [calib] [hfgraph] [hfgraph2] [hfbench] [calsame] [hfpair] [final] [defer] [defer2] [realhost] [probe] [gc] [final2] [gpt2doc] [trainwidth] [probe2] [final3] [track] [doctor7] [track2] [benchall] [ceilings]
 # (run from the repo root on the GPU machine; writes under $OUT).
 # Each step is bounded by `timeout` so one failure never ends the batch; stderr of each goes to <step>.err.
 set -u
@@ -215,6 +215,9 @@ fi
 if want doctor7; then  # session 7: the doctor's estimate beside the bare run; doctor infer --defer-stop on a GPU
 step doctor7_gpt2 100 python3 -m gpuscope doctor train --model gpt2 --micro-batch 2 --seq 128 --precision amp-bf16 --steps 5 --json
 step doctor7_defer_1b 150 python3 -m gpuscope doctor infer --model llama-3.2-1b --batch 1 --prompt 128 --gen 64 --engine hf-graph --defer-stop --json
+fi
+if want track2; then  # session 7: which training phase the probe follows, and a probe that runs backward too
+step probe_track_phases 300 python3 scripts/gpu_probe_track.py --out "$W/probe_track_phases.json" --rounds 150 --phases
 fi
 if want benchall; then
 step bench_all_quick 400 python3 -m gpuscope bench all --json
