@@ -47,17 +47,21 @@ def test_host_probe_brackets_a_phase_and_frees_its_model():
     from gpuscope.measure.device import Device, pick_device
 
     dev = Device(pick_device("cpu"))
-    with hp.HostProbe(dev, iters=5) as p:
-        assert hp._MODELS == {}  # released before the phase runs
-    s = p.summary()
-    assert 0 < s["host_probe_before_s"] < 0.5 and 0 < s["host_probe_after_s"] < 0.5
-    assert s["host_probe_s"] == pytest.approx((s["host_probe_before_s"] + s["host_probe_after_s"]) / 2)
-    assert hp._MODELS == {}
+    for kind, key in (("infer", "host_probe"), ("train", "host_probe_train")):
+        with hp.HostProbe(dev, kind) as p:
+            assert hp._MODELS == {}  # released before the phase runs
+        s = p.summary()
+        assert 0 < s[f"{key}_before_s"] < 0.5 and 0 < s[f"{key}_after_s"] < 0.5
+        assert s[f"{key}_s"] == pytest.approx((s[f"{key}_before_s"] + s[f"{key}_after_s"]) / 2)
+        assert hp._MODELS == {}
+    # the training probe runs backward too: slower than the forward-only one on the same host
+    assert hp.host_probe_train(dev, iters=5) > hp.host_probe(dev, iters=5)
+    assert all(p.grad is None for p in hp._MODELS[str(dev.torch_device)].parameters())  # gradients dropped
 
 
-def test_training_host_fit_scaled_to_the_decode_fits_host_speed(monkeypatch):
-    """calibrate's training fit runs after the decode fits; a host twice as slow by then (probe 2 ms against
-    1 ms) would have doubled the training units. They are scaled back to the decode fits' host speed."""
+def test_training_host_fit_records_the_training_probe(monkeypatch):
+    """calibrate's training fit writes the training probe taken around it (host_probe_train_s): the host speed its
+    costs were measured at, which a training run's own probe is set against."""
     import gpuscope.measure.host_overhead as ho
     import gpuscope.measure.host_probe as hp
     from gpuscope.measure.calibrate import train_host_costs
@@ -73,12 +77,10 @@ def test_training_host_fit_scaled_to_the_decode_fits_host_speed(monkeypatch):
     monkeypatch.setattr(ho, "measure_train_family", lambda fam, dev, precision, recompute, steps:
                         fit(42 * 4 * launch, 42 * 8 * launch) if recompute == "none"
                         else fit(42 * 6 * launch, 42 * 18 * launch))
-    monkeypatch.setattr(hp, "host_probe", lambda dev, iters=30: 2e-3)
-    same = train_host_costs(launch, "cpu", probe_s=2e-3)
-    slower = train_host_costs(launch, "cpu", probe_s=1e-3)
-    assert same["host_train_fwd"] == pytest.approx(4.0)
-    assert slower["host_train_fwd"] == pytest.approx(2.0) and slower["host_train_bwd"] == pytest.approx(4.0)
-    assert slower["host_train_detail"]["speed_scale"] == pytest.approx(0.5)
+    monkeypatch.setattr(hp, "host_probe_train", lambda dev, iters=15: 9e-3)
+    monkeypatch.setitem(hp.PROBES, "train", (hp.host_probe_train, "host_probe_train"))
+    c = train_host_costs(launch, "cpu")
+    assert c["host_train_fwd"] == pytest.approx(4.0) and c["host_probe_train_s"] == pytest.approx(9e-3)
 
 
 def _tiny_train_record(step_s: float, probe_s: float | None) -> dict:
@@ -86,7 +88,7 @@ def _tiny_train_record(step_s: float, probe_s: float | None) -> dict:
            "num_key_value_heads": 2, "vocab_size": 256, "num_hidden_layers": 2, "max_position_embeddings": 512}
     res = {"status": "ok", "device_name": "NVIDIA H200", "step_s": step_s, "peak_bytes": 5e6}
     if probe_s:
-        res["host_probe_s"] = probe_s
+        res["host_probe_train_s"] = probe_s
     return {"case": {"kind": "train", "config": cfg, "model": "tiny-llama", "micro_batch": 2, "seq": 32,
                      "precision": "amp-bf16"}, "result": res, "case_id": "train/tiny"}
 
@@ -99,7 +101,7 @@ def test_estimate_beside_at_the_host_speed_the_run_met(tmp_path):
     cal = tmp_path / "cal.toml"
     cal.write_text('base = "nvidia_h200_sxm"\nname = "H200 (test)"\n\n[measured]\nmemory_bw_gbs = 4100.0\n'
                    "host_launch_s = 17e-6\nhost_forward_s = 0.0\nhost_step_s = 4e-4\nhost_train_fwd_fixed = 0.0\n"
-                   "host_probe_s = 1e-3\n")
+                   "host_probe_s = 1e-4\nhost_probe_train_s = 1e-3\n")
     est = estimate_beside(_tiny_train_record(0.02, 1.5e-3), str(cal))
     assert est["host_scale"] == pytest.approx(1.5)
     rows = {r["metric"]: r for r in est["rows"]}
@@ -112,6 +114,10 @@ def test_estimate_beside_at_the_host_speed_the_run_met(tmp_path):
     plain = estimate_beside(_tiny_train_record(0.02, None), str(cal))
     assert plain["host_scale"] is None and "error_at_run_host" not in plain["rows"][0]
     assert estimate_beside(_tiny_train_record(0.02, 1.5e-3), "h200")["host_scale"] is None
+    # a training run is set against the training probe only: the forward-only one does not follow a step
+    fwd_only = _tiny_train_record(0.02, None)
+    fwd_only["result"]["host_probe_s"] = 1.5e-4
+    assert estimate_beside(fwd_only, str(cal))["host_scale"] is None
 
 
 def test_calibration_toml_keeps_measured_zeros_and_the_probe(tmp_path):
@@ -144,9 +150,10 @@ def test_workload_results_record_the_host_probe():
                      "device": "cpu", "dtype": "fp32"})
     tr = run_train({"kind": "train", "config": cfg, "micro_batch": 1, "seq": 8, "steps": 2, "warmup": 1,
                     "device": "cpu", "precision": "fp32"})
-    for r in (inf, tr):
-        assert r["status"] == "ok", r
-        assert r["host_probe_s"] > 0 and r["host_probe_before_s"] > 0 and r["host_probe_after_s"] > 0
+    assert inf["status"] == "ok" and tr["status"] == "ok"
+    assert inf["host_probe_s"] > 0 and inf["host_probe_before_s"] > 0 and inf["host_probe_after_s"] > 0
+    assert inf["host_probe_ttft_s"] > 0
+    assert tr["host_probe_train_s"] > 0 and tr["host_probe_train_before_s"] > 0 and "host_probe_s" not in tr
     assert json.dumps(tr)  # plain JSON
 
 

@@ -25,11 +25,24 @@ CAL_END = HERE / "cal_end.toml"
 
 
 def _rows(records, cal) -> list[tuple[str, dict]]:
-    from gpuscope.cli.bench_report import estimate_beside
+    """The time rows as bench printed them in calls 2 and 3: every row, training included, set against the
+    forward-only probe (``host_probe_s``; the TTFT row against ``host_probe_ttft_s`` where the run had it). Since
+    call 7, bench sets a training run against the training probe only (test_training_runs_...)."""
+    from gpuscope.explain.compare import at_host_speed, compare_record, host_scale
+    from gpuscope.specs.hardware import load_hardware
 
-    return [(rec["case_id"].split("#")[0], row) for rec in records
-            for row in estimate_beside(rec, str(cal))["rows"] if row["metric"] in ("prefill_s", "decode_s_per_token",
-                                                                                   "step_s")]
+    hw = load_hardware(str(cal))
+    out = []
+    for rec in records:
+        res = rec["result"]
+        scale, ttft = host_scale(res, hw), host_scale(res, hw, "host_probe_ttft_s")
+        at_run = compare_record(rec, at_host_speed(hw, scale))
+        at_ttft = compare_record(rec, at_host_speed(hw, ttft)) if ttft else at_run
+        for r, a, t in zip(compare_record(rec, hw), at_run, at_ttft):
+            if r.metric in ("prefill_s", "decode_s_per_token", "step_s"):
+                out.append((r.case, {"metric": r.metric, "error": r.error,
+                                     "error_at_run_host": (t if r.metric == "prefill_s" else a).error}))
+    return out
 
 
 def _within(rows, key: str) -> int:
@@ -200,3 +213,35 @@ def test_the_doctor_compares_the_bare_run_on_the_gpu():
     assert "generate_waits" not in [f["code"] for f in defer["findings"]]
     e = defer["estimate"]
     assert abs(e["measured_s"] - e["estimated_s"]) / e["measured_s"] < 0.15
+
+
+def test_training_runs_of_these_calls_are_not_set_against_the_forward_probe():
+    """Calls 2-3 recorded only the forward-only probe; call 7 showed a training step does not follow it (r = 0.44,
+    probe_track_phases.json). bench now sets a training run against the training probe only, so these records get
+    no second error; their inference rows keep theirs."""
+    from gpuscope.cli.bench_report import estimate_beside
+
+    for rec in BENCH_ALL + AFTER:
+        est = estimate_beside(rec, str(BENCH_ALL_CAL))
+        if rec["case"]["kind"] == "train":
+            assert est["host_scale"] is None and all("error_at_run_host" not in r for r in est["rows"])
+        else:
+            assert est["host_scale"] and all("error_at_run_host" in r for r in est["rows"])
+
+
+def test_the_training_probe_follows_the_training_step():
+    """Call 7 (probe_track_phases.json, 150 rounds): GPT-2's training step follows the training probe (forward +
+    backward of the tiny model) at r = 0.85, its spread 46% -> 23% divided by it; the forward-only probe at 0.44."""
+    rounds = json.loads((HERE / "probe_track_phases.json").read_text())["rounds"]
+    fwd_probe = [(r["probe_a"] + r["probe_b"]) / 2 for r in rounds]
+    train_probe = [(r["probe_bwd_a"] + r["probe_bwd_b"]) / 2 for r in rounds]
+    step = [sum(r["phases"].values()) for r in rounds]
+
+    def spread(x):
+        s = sorted(x)
+        return (s[int(0.9 * len(s))] - s[int(0.1 * len(s))]) / statistics.median(s)
+
+    assert len(rounds) == 150
+    assert _corr(train_probe, step) > 0.8 and _corr(fwd_probe, step) < 0.5
+    assert spread([a / b for a, b in zip(step, train_probe)]) < 0.6 * spread(step)
+    assert spread([a / b for a, b in zip(step, fwd_probe)]) > spread(step)

@@ -85,9 +85,11 @@ def estimate_beside(rec: dict, gpu: str | None) -> dict:
             return {"unavailable": why}
         rows = compare_record(rec, hw, derived=True)
         # the same calibration at the host speed this run met (host probes of the calibration and of the run)
-        scale = host_scale(res, hw)
+        # a training step follows the training probe (forward + backward), not the forward-only one
+        train = str((rec.get("case") or {}).get("kind", "")).startswith("train")
+        scale = host_scale(res, hw, "host_probe_train_s" if train else "host_probe_s")
         at_run = compare_record(rec, at_host_speed(hw, scale), derived=True) if scale else None
-        ttft_scale = host_scale(res, hw, "host_probe_ttft_s")  # the TTFT repeats have their own probes
+        ttft_scale = None if train else host_scale(res, hw, "host_probe_ttft_s")  # TTFT repeats: their own probes
         at_ttft = compare_record(rec, at_host_speed(hw, ttft_scale), derived=True) if ttft_scale else at_run
     except UserError as e:
         return {"unavailable": str(e)}

@@ -43,7 +43,7 @@ def host_keys(device: str | None) -> dict:
                    + (f" (hypervisor steal per pass: {said})" if steal else ""), err=True)
     # the training costs in units of the tiny models' launch: x host_launch_s in the planner, they carry the
     # same real/tiny ratio (measured on a GPU, the catalog's factor elsewhere)
-    tr = train_host_costs(tiny, device, probe_s=costs.get("host_probe_s"))
+    tr = train_host_costs(tiny, device)
     if tr.get("host_train_invalid"):
         typer.echo(f"host (training): not written ({tr['host_train_invalid']})", err=True)
     else:

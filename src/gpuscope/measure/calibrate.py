@@ -94,7 +94,7 @@ def calibration_toml(device_name: str, device_type: str, measured: dict, total_m
     from gpuscope.estimate.roofline import TRAIN_HOST_KEYS
 
     for k in ("memory_bw_gbs", "h2d_gbs", "d2h_gbs", "host_launch_s", "host_prefill_launch_s", "host_forward_s",
-              "host_step_s", "host_setup_s", *TRAIN_HOST_KEYS, "host_probe_s"):
+              "host_step_s", "host_setup_s", *TRAIN_HOST_KEYS, "host_probe_s", "host_probe_train_s"):
         if isinstance(measured.get(k), (int, float)):  # a measured 0 (a fit's intercept at its floor) is a value
             lines.append(f"{k} = {_f(measured[k])}")
     if mm:
@@ -221,8 +221,7 @@ def _real_width_launch(dev) -> dict:
                 prefill_launch_s=r["prefill_layer_s"] / per_layer(P, 0))
 
 
-def train_host_costs(launch_s: float, device: str | None = None, steps: int = 10,
-                     probe_s: float | None = None) -> dict:
+def train_host_costs(launch_s: float, device: str | None = None, steps: int = 10) -> dict:
     """This machine's eager training host costs (estimate/roofline.TrainHost), in units of ``launch_s`` (the decode
     calibration's tiny-model launch cost, host_costs' host_detail.launch_tiny_s; the planner multiplies them by
     host_launch_s, which carries the real-size factor): tiny Llama models of 2/4/8 layers trained with amp-bf16,
@@ -230,9 +229,8 @@ def train_host_costs(launch_s: float, device: str | None = None, steps: int = 10
     (measure/host_overhead.measure_train_family). The per-layer slopes divided by the kernels the planner counts
     in a layer of the training forward give the per-kernel costs;
     the intercepts less the other kernels give the per-call ones. Invalid (nothing written) when a slope is not
-    positive: the host's noise swamped the fit. ``probe_s``: the host probe (measure/host_probe.py) of the decode
-    fits that measured ``launch_s``; the training fits are probed too and scaled to that host speed, so a host
-    that slowed down between the two fits does not inflate the units."""
+    positive: the host's noise swamped the fit. The training probe (measure/host_probe.py) around the fits is
+    written beside them (``host_probe_train_s``): the host speed these costs were measured at."""
     from gpuscope.estimate.train import layer_kernels, train_forward_ops
     from gpuscope.measure.device import Device, pick_device
     from gpuscope.measure.host_overhead import TINY, measure_train_family
@@ -241,11 +239,10 @@ def train_host_costs(launch_s: float, device: str | None = None, steps: int = 10
     from gpuscope.measure.host_probe import HostProbe
 
     dev = Device(pick_device(device))
-    with HostProbe(dev) as probe:
+    with HostProbe(dev, "train") as probe:
         none = measure_train_family("llama", dev, precision="amp-bf16", recompute="none", steps=steps)
         full = measure_train_family("llama", dev, precision="amp-bf16", recompute="full", steps=steps)
-    train_probe = probe.summary()["host_probe_s"]
-    speed = probe_s / train_probe if probe_s and train_probe else 1.0  # to the decode fits' host speed
+    train_probe = probe.summary()["host_probe_train_s"]
     spec = spec_from_config(dict(TINY["llama"], num_hidden_layers=2))
     # measure_train_family's micro-batch 2 x seq 64, amp-bf16 (16-bit activations, fp32 residual stream)
     in_layers, k_other = layer_kernels(train_forward_ops(spec, 2, 64, 2.0, 4.0), spec.num_layers)
@@ -253,17 +250,17 @@ def train_host_costs(launch_s: float, device: str | None = None, steps: int = 10
     slopes = {"fwd": none["forward_layer_s"], "bwd": none["backward_layer_s"],
               "recompute": full["forward_layer_s"] + full["backward_layer_s"] - none["forward_layer_s"]
               - none["backward_layer_s"]}
-    detail = {"none": none, "full": full, "kernels_per_layer": k_layer, "other_kernels": k_other,
-              "host_probe_s": train_probe, "speed_scale": speed}
+    detail = {"none": none, "full": full, "kernels_per_layer": k_layer, "other_kernels": k_other}
     if min(slopes.values()) <= 0 or none["optimizer_tensor_s"] <= 0:
         return {"host_train_invalid": "a training-phase fit did not grow with the layer or tensor count "
                 f"(per layer: {', '.join(f'{k} {v * 1e3:.3f} ms' for k, v in slopes.items())})",
                 "host_train_detail": detail}
-    unit = launch_s / speed  # launch_s at the training fits' host speed
+    unit = launch_s
     per_kernel = {k: v / k_layer / unit for k, v in slopes.items()}
     return {"host_train_fwd": per_kernel["fwd"], "host_train_bwd": per_kernel["bwd"],
             "host_train_recompute": per_kernel["recompute"],
             "host_train_fwd_fixed": max(0.0, none["forward_fixed_s"] / unit - k_other * per_kernel["fwd"]),
             "host_train_bwd_fixed": max(0.0, none["backward_fixed_s"] / unit - k_other * per_kernel["bwd"]),
             "host_opt_fixed": max(0.0, none["optimizer_fixed_s"] / unit),
-            "host_opt_tensor": none["optimizer_tensor_s"] / unit, "host_train_detail": detail}
+            "host_opt_tensor": none["optimizer_tensor_s"] / unit, "host_probe_train_s": train_probe,
+            "host_train_detail": detail}

@@ -13,6 +13,13 @@ no cache, under no_grad, synchronised after every forward; the median of ``iters
 Its GPU work is a few microseconds; what it times is Python, the transformers modules, the dispatcher and ~100
 kernel launches, which is what a host-bound workload spends its time on. About 1-2 ms a forward on the lent H200
 host, so ~40 ms a probe.
+
+Training has its own probe (``kind="train"``: the same model's forward with a loss and its backward, 8 tokens,
+median of 15; ~10 ms each on that host). Round after round beside a GPT-2 training step on the H200
+(results/2026-11-30-h200-g/probe_track_phases.json), the step followed the training probe at r = 0.85 (its spread
+46% -> 23% divided by it) and the forward-only probe at r = 0.44 (dividing widened it). Backward runs on autograd's
+own device thread, which a forward-only probe never exercises; tiny GPT-2 generate followed the forward probe at
+r = 0.87 and the training probe at 0.54.
 """
 
 from __future__ import annotations
@@ -55,28 +62,50 @@ def host_probe(dev: Device, iters: int = 30) -> float:
     return statistics.median(times)
 
 
+def host_probe_train(dev: Device, iters: int = 15) -> float:
+    """Median seconds of the training probe: the probe model's forward with a loss over 8 tokens and its backward
+    (gradients dropped after), synchronised; after 3 untimed ones."""
+    model = _model(dev).train()
+    ids = torch.ones((1, 8), dtype=torch.long, device=dev.torch_device)
+    times = []
+    for i in range(iters + 3):
+        dev.synchronize()
+        t0 = time.perf_counter()
+        model(input_ids=ids, labels=ids, use_cache=False).loss.backward()
+        dev.synchronize()
+        if i >= 3:
+            times.append(time.perf_counter() - t0)
+        model.zero_grad(set_to_none=True)
+    model.eval()
+    return statistics.median(times)
+
+
+PROBES = {"infer": (host_probe, "host_probe"), "train": (host_probe_train, "host_probe_train")}
+
+
 class HostProbe:
     """``with HostProbe(dev) as p: <timed phase>``; then ``p.summary()``: the probe before and after the phase and
-    their mean (``host_probe_s``), which is what the phase's host speed is taken to be."""
+    their mean (``host_probe_s``, or ``host_probe_train_s`` for ``kind="train"``), which is what the phase's host
+    speed is taken to be."""
 
-    def __init__(self, dev: Device, iters: int = 30):
-        self.dev, self.iters = dev, iters
+    def __init__(self, dev: Device, kind: str = "infer"):
+        self.dev, (self.fn, self.key) = dev, PROBES[kind]
         self.before = self.after = None
 
     def __enter__(self) -> "HostProbe":
-        self.before = host_probe(self.dev, self.iters)
+        self.before = self.fn(self.dev)
         release()  # the probe's model is not the workload's memory
         return self
 
     def __exit__(self, *exc) -> None:
         if exc[0] is None:
-            self.after = host_probe(self.dev, self.iters)
+            self.after = self.fn(self.dev)
             release()
 
     def summary(self) -> dict:
         both = [x for x in (self.before, self.after) if x is not None]
-        return {"host_probe_s": statistics.fmean(both) if both else None, "host_probe_before_s": self.before,
-                "host_probe_after_s": self.after}
+        return {f"{self.key}_s": statistics.fmean(both) if both else None, f"{self.key}_before_s": self.before,
+                f"{self.key}_after_s": self.after}
 
 
 def release() -> None:

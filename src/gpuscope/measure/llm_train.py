@@ -56,8 +56,8 @@ METRIC_FORMULAS = {
     "optimizer_state_bytes": "sum of bytes of all tensors in optimizer.state",
     "step_energy_j": "NVML energy over the timed steps (total-energy counter, else the power integral) / steps",
     "j_per_token": "that energy / (steps * micro_batch * seq * grad_accum)",
-    "host_probe_s": "mean of host_probe_before_s and host_probe_after_s: measure/host_probe.py's fixed tiny forward "
-                    "(median of 30) timed just before and just after the timed steps; the host's speed they met",
+    "host_probe_train_s": "mean of host_probe_train_before_s and _after_s: measure/host_probe.py's training probe (a "
+                          "tiny forward + backward, median of 15) just before and just after the timed steps",
 }
 
 
@@ -246,7 +246,7 @@ def _run_train(case: dict, dev: Device, state: dict) -> dict:
     stage[0] = "timed"
     dev.reset_peak()
     st = dev.step_timer()
-    with HostProbe(dev) as probe, PhaseEnergy(dev) as energy, HostLoad() as host:
+    with HostProbe(dev, "train") as probe, PhaseEnergy(dev) as energy, HostLoad() as host:
         st.start()
         for _ in range(steps):
             accumulate(accum - 1)
