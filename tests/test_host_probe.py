@@ -196,3 +196,17 @@ def test_accuracy_summary_counts_rows_within_the_bars():
     assert accuracy_summary([{"name": "micro", "result": {}}]) is None
     cpu = accuracy_summary([{"name": "c", "estimate": {"rows": [{"metric": "step_s", "error": 0.1}]}}])
     assert accuracy_line(cpu) == "estimates: 1 of 1 time rows within 15%; worst c step_s +10.0%"  # no memory claim
+
+
+def test_calibration_probe_is_the_median_launch_passes(monkeypatch):
+    """host_costs writes the probe of the pass whose launch cost is the median, so the probe and the cost it scales
+    describe the same moment of the host (the median of the probes may come from another pass)."""
+    import gpuscope.measure.calibrate as cal
+
+    passes = iter([{"host_launch_s": 30e-6, "host_probe_s": 3.5e-3, "host_detail": {"launch_tiny_s": 27e-6}},
+                   {"host_launch_s": 16e-6, "host_probe_s": 3.1e-3, "host_detail": {"launch_tiny_s": 14e-6}},
+                   {"host_launch_s": 17e-6, "host_probe_s": 2.0e-3, "host_detail": {"launch_tiny_s": 15e-6}}])
+    monkeypatch.setattr(cal, "_host_pass", lambda dev, use_real: next(passes))
+    c = cal.host_costs("cpu", passes=3)
+    # the median of the probes would be 3.1 ms, from the pass whose launch cost was 16 us
+    assert c["host_launch_s"] == pytest.approx(17e-6) and c["host_probe_s"] == pytest.approx(2.0e-3)

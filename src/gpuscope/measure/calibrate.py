@@ -145,6 +145,13 @@ def host_costs(device: str | None = None, real_width: bool | None = None, passes
     out = {k: statistics.median([r[k] for r in ok if k in r]) for k in keys
            if all(k in r for r in ok)}  # a key every valid pass measured (real-width fits may fail in one pass)
     launch = [r["host_launch_s"] for r in ok]
+    # the probe goes with the launch cost it was taken beside: the pass whose host_launch_s is the median (the
+    # lower one of an even count), not the median of the probes, which may come from another, slower pass (one
+    # H200 calibration whose passes spread 72% wrote a 3.1 ms probe beside a 17.6 us launch cost that faster
+    # passes read at ~2.0 ms, results/2026-11-30-h200-g)
+    mid = sorted(ok, key=lambda r: r["host_launch_s"])[(len(ok) - 1) // 2]
+    if mid.get("host_probe_s") is not None:
+        out["host_probe_s"] = mid["host_probe_s"]
     tiny = statistics.median([r["host_detail"]["launch_tiny_s"] for r in ok])
     detail = {"passes": [r["host_detail"] for r in runs], "valid_passes": len(ok), "launch_tiny_s": tiny,
               "launch_spread": (max(launch) - min(launch)) / statistics.median(launch),
