@@ -739,6 +739,15 @@ def test_calibrate_host_cli_writes_decode_and_training_host_keys(monkeypatch, tm
     r = calibrate_cli("--quick", "--device", "cpu", "--dtype", "fp32", "--host", "--db", str(tmp_path / "c.sqlite"),
                       "--out", str(out))
     assert r.exit_code == 0 and "(hypervisor steal per pass: 21%, ?)" in r.output
+    assert "per pass, tiny-model launch cost" not in r.output  # passes without probes (older detail): not claimed
+    monkeypatch.setattr(cal, "host_costs", lambda device=None: {
+        "host_launch_s": 11e-6, "host_forward_s": 4e-4, "host_step_s": 3e-4,
+        "host_detail": {"launch_tiny_s": 10e-6, "valid_passes": 2, "launch_spread": 0.4,
+                        "passes": [{"launch_tiny_s": 9e-6, "host_probe_s": 2.0e-3},
+                                   {"launch_tiny_s": 13e-6, "host_probe_s": 3.1e-3}]}})
+    r = calibrate_cli("--quick", "--device", "cpu", "--dtype", "fp32", "--host", "--db", str(tmp_path / "c.sqlite"),
+                      "--out", str(out))
+    assert "per pass, tiny-model launch cost / host probe: 9.0 us / 2.00 ms, 13.0 us / 3.10 ms" in r.output
 
 
 def test_a_burst_holds_a_quarter_second_of_work_at_most(monkeypatch):

@@ -36,11 +36,17 @@ def host_keys(device: str | None) -> dict:
                + (f"; median of {detail['valid_passes']} passes, which spread {spread:.0%}"
                   if spread is not None else ""), err=True)
     if spread is not None and spread > HOST_SPREAD_WARN:
-        steal = [((p.get("host_load") or {}).get("steal_fraction")) for p in detail.get("passes", [])]
+        passes = detail.get("passes", [])
+        steal = [((p.get("host_load") or {}).get("steal_fraction")) for p in passes]
         said = ", ".join("?" if x is None else f"{x:.0%}" for x in steal)
         typer.echo("host: the passes disagree: this host's speed moves between minutes, and host-bound "
                    "estimates carry that spread; calibrate again when it is idle"
                    + (f" (hypervisor steal per pass: {said})" if steal else ""), err=True)
+        # what each pass met: its tiny-model launch cost beside its host probe (measure/host_probe.py)
+        met = [f"{p['launch_tiny_s'] * 1e6:.1f} us / {p['host_probe_s'] * 1e3:.2f} ms" for p in passes
+               if p.get("launch_tiny_s") and p.get("host_probe_s")]
+        if met:
+            typer.echo("host: per pass, tiny-model launch cost / host probe: " + ", ".join(met), err=True)
     # the training costs in units of the tiny models' launch: x host_launch_s in the planner, they carry the
     # same real/tiny ratio (measured on a GPU, the catalog's factor elsewhere)
     tr = train_host_costs(tiny, device)
