@@ -17,8 +17,8 @@ import torch
 
 from gpuscope.measure.device import Device, pick_device
 from gpuscope.measure.hf_model import build_model
-from gpuscope.measure.host_overhead import TINY
-from gpuscope.measure.host_probe import host_probe
+from gpuscope.measure.host_overhead import TINY, timed_phases
+from gpuscope.measure.host_probe import host_probe, host_probe_train
 from gpuscope.measure.llm_train import PRECISIONS, step_functions
 from gpuscope.specs.models import preset_config
 
@@ -68,34 +68,14 @@ def main() -> None:
         return statistics.median(ts)
 
     def train_phases() -> dict:  # one step, a synchronize between its phases: which phase the probe follows
-        dev.synchronize()
-        t0 = time.perf_counter()
-        loss = fwd()
-        dev.synchronize()
-        t1 = time.perf_counter()
-        bwd(loss)
-        dev.synchronize()
-        t2 = time.perf_counter()
-        opt_step()
-        dev.synchronize()
-        return {"forward": t1 - t0, "backward": t2 - t1, "optimizer": time.perf_counter() - t2}
+        return dict(zip(("forward", "backward", "optimizer"), timed_phases(dev, fwd, bwd, opt_step)))
 
-    # a second probe that also runs backward (autograd's device thread): the tiny model's forward + backward
+    # a second probe that also runs backward (autograd's device thread): the training probe, on an fp32 copy of
+    # the probe model, median of 20 (bench and calibrate run it on the bf16 one, median of 15)
     tiny, _ = build_model(dict(TINY["llama"], num_hidden_layers=2), dev, torch.float32, use_cache=False)
-    tiny.train()
-    tids = torch.ones((1, 8), dtype=torch.long, device=dev.torch_device)
 
-    def probe_bwd(iters: int = 20) -> float:
-        ts = []
-        for i in range(iters + 3):
-            dev.synchronize()
-            t0 = time.perf_counter()
-            tiny(input_ids=tids, labels=tids, use_cache=False).loss.backward()
-            dev.synchronize()
-            if i >= 3:
-                ts.append(time.perf_counter() - t0)
-        tiny.zero_grad(set_to_none=True)
-        return statistics.median(ts)
+    def probe_bwd() -> float:
+        return host_probe_train(dev, iters=20, model=tiny)
 
     for _ in range(3):  # warm-up
         host_probe(dev), infer(), train()

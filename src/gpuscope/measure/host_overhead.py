@@ -255,22 +255,8 @@ def measure_train_family(family: str, dev: Device, layers=(2, 4, 8), precision: 
         tensors.append(sum(1 for p in model.parameters() if p.requires_grad))
 
     def step_job(fns):
-        fwd, bwd, opt_step = fns
-
         def job():  # one step, a synchronize between phases: [(forward, backward, optimizer) seconds]
-            dev.synchronize()
-            t0 = time.perf_counter()
-            loss = fwd()
-            dev.synchronize()
-            t1 = time.perf_counter()
-            bwd(loss)
-            dev.synchronize()
-            t2 = time.perf_counter()
-            opt_step()
-            dev.synchronize()
-            t3 = time.perf_counter()
-            del loss
-            return [(t1 - t0, t2 - t1, t3 - t2)]
+            return [timed_phases(dev, *fns)]
         return job
 
     jobs = [step_job(fns) for _, fns in runs]
@@ -291,6 +277,22 @@ def measure_train_family(family: str, dev: Device, layers=(2, 4, 8), precision: 
         out[k.replace("_s", "_fixed_s")], out[k.replace("_s", "_layer_s")] = _fit(list(layers), phases[k])
     out["optimizer_fixed_s"], out["optimizer_tensor_s"] = _fit(tensors, phases["optimizer_s"])
     return out
+
+
+def timed_phases(dev: Device, fwd, bwd, opt_step) -> tuple[float, float, float]:
+    """Seconds of one training step's forward (with the loss), backward and optimizer step, each between
+    synchronizes."""
+    dev.synchronize()
+    t0 = time.perf_counter()
+    loss = fwd()
+    dev.synchronize()
+    t1 = time.perf_counter()
+    bwd(loss)
+    dev.synchronize()
+    t2 = time.perf_counter()
+    opt_step()
+    dev.synchronize()
+    return t1 - t0, t2 - t1, time.perf_counter() - t2
 
 
 def phase_kernels(dev: Device, fwd, bwd, opt_step) -> dict[str, int]:

@@ -62,10 +62,11 @@ def host_probe(dev: Device, iters: int = 30) -> float:
     return statistics.median(times)
 
 
-def host_probe_train(dev: Device, iters: int = 15) -> float:
+def host_probe_train(dev: Device, iters: int = 15, model=None) -> float:
     """Median seconds of the training probe: the probe model's forward with a loss over 8 tokens and its backward
-    (gradients dropped after), synchronised; after 3 untimed ones."""
-    model = _model(dev).train()
+    (gradients dropped after), synchronised; after 3 untimed ones. ``model``: another model to run it on
+    (scripts/gpu_probe_track.py's fp32 copy)."""
+    model = (model if model is not None else _model(dev)).train()
     ids = torch.ones((1, 8), dtype=torch.long, device=dev.torch_device)
     times = []
     for i in range(iters + 3):
