@@ -209,3 +209,16 @@ def test_calibration_probe_is_the_median_launch_passes(monkeypatch):
     c = cal.host_costs("cpu", passes=3)
     # the median of the probes would be 3.1 ms, from the pass whose launch cost was 16 us
     assert c["host_launch_s"] == pytest.approx(17e-6) and c["host_probe_s"] == pytest.approx(2.0e-3)
+
+
+def test_headline_says_when_the_host_moved_during_a_run():
+    from gpuscope.cli.bench_report import headline
+
+    train = {"status": "ok", "kind": "train", "step_s": 0.035, "tokens_per_s": 7300.0,
+             "host_probe_train_before_s": 6e-3, "host_probe_train_after_s": 9e-3}
+    assert "the host's speed moved 40% during the run (host probe slower after than before" in headline(train)
+    assert "moved" not in headline(dict(train, host_probe_train_after_s=6.6e-3))  # 10%: within the usual
+    infer = {"status": "ok", "kind": "infer", "ttft_s": 0.01, "tpot_s": 0.004, "decode_tokens_per_s": 250.0,
+             "host_probe_before_s": 3.45e-3, "host_probe_after_s": 2.28e-3}
+    assert "moved 41%" in headline(infer) and "faster after" in headline(infer)
+    assert "moved" not in headline({k: v for k, v in infer.items() if not k.startswith("host_probe")})

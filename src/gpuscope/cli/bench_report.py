@@ -40,13 +40,28 @@ def headline(r: dict) -> str:
         spread = r.get("e2e_spread")
         noisy = (f"; noisy: E2E repeats spread {spread:.0%} of their median (more --repeats, a quiet host)"
                  if spread is not None and spread > NOISY_SPREAD else "")
-        stolen = _stolen(r.get("host_load_generate"))
+        stolen = _stolen(r.get("host_load_generate")) + _host_moved(r, "host_probe")
         return (f"ttft {r['ttft_s'] * 1e3:.2f} ms, tpot {r['tpot_s'] * 1e3:.2f} ms, "
                 f"{r['decode_tokens_per_s']:.1f} tok/s decode{gbs}{joules}{noisy}{stolen}")
     if r.get("kind") == "train":
         return (f"step {r['step_s'] * 1e3:.2f} ms, {r['tokens_per_s']:.0f} tok/s{joules}"
-                f"{_stolen(r.get('host_load_steps'))}")
+                f"{_stolen(r.get('host_load_steps'))}{_host_moved(r, 'host_probe_train')}")
     return "ok"
+
+
+# The host probes before and after a timed phase differ by more than this fraction of their mean: the headline says
+# the host's speed moved. Probes ~0.1 s apart on the lent H200 VM differed by 3-4% at the median and 24-33% at the
+# 90th percentile (results/2026-11-30-h200-g/probe_track*.json), so this flags the worst tenth of moments.
+HOST_MOVED = 0.25
+
+
+def _host_moved(r: dict, key: str) -> str:
+    a, b = r.get(f"{key}_before_s"), r.get(f"{key}_after_s")
+    if not a or not b:
+        return ""
+    moved = abs(b - a) / ((a + b) / 2)
+    return (f"; the host's speed moved {moved:.0%} during the run (host probe {'slower' if b > a else 'faster'} "
+            "after than before: host-bound timings are uncertain by about that much)" if moved > HOST_MOVED else "")
 
 
 STEAL_NOTE = 0.02  # a hypervisor taking more of the CPUs than this during a timed phase is said in the headline
