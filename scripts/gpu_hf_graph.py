@@ -109,23 +109,17 @@ def _profile(fn, n_tokens, dev):
 def _bare_forwards(model, ids, dev, n: int = 20) -> dict:
     """Eager prefill and decode-step forwards over a DynamicCache (what bench infer's decode_forward_s times)."""
     from gpuscope.measure.hf_model import cache_kwarg, out_cache
+    from gpuscope.measure.host_overhead import _decode_steps
 
     kw = cache_kwarg(model)
-    pre, dec = [], []
+    pre = []
     for _ in range(3):
         dev.synchronize()
         t0 = time.perf_counter()
         o = model(ids, use_cache=True, logits_to_keep=1)
         dev.synchronize()
         pre.append(time.perf_counter() - t0)
-    cache, nxt = out_cache(o), ids[:, -1:]
-    for _ in range(n):
-        dev.synchronize()
-        t0 = time.perf_counter()
-        o = model(nxt, use_cache=True, **{kw: cache})
-        dev.synchronize()
-        dec.append(time.perf_counter() - t0)
-        cache = out_cache(o)
+    dec, _ = _decode_steps(model, ids[:, -1:], out_cache(o), kw, dev, n)
     return {"prefill_s": statistics.median(pre), "decode_s": statistics.median(dec[3:]), "decode_samples": dec}
 
 

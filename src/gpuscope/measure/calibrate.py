@@ -262,12 +262,11 @@ def train_host_costs(launch_s: float, device: str | None = None, steps: int = 10
         return {"host_train_invalid": "a training-phase fit did not grow with the layer or tensor count "
                 f"(per layer: {', '.join(f'{k} {v * 1e3:.3f} ms' for k, v in slopes.items())})",
                 "host_train_detail": detail}
-    unit = launch_s
-    per_kernel = {k: v / k_layer / unit for k, v in slopes.items()}
+    per_kernel = {k: v / k_layer / launch_s for k, v in slopes.items()}
     return {"host_train_fwd": per_kernel["fwd"], "host_train_bwd": per_kernel["bwd"],
             "host_train_recompute": per_kernel["recompute"],
-            "host_train_fwd_fixed": max(0.0, none["forward_fixed_s"] / unit - k_other * per_kernel["fwd"]),
-            "host_train_bwd_fixed": max(0.0, none["backward_fixed_s"] / unit - k_other * per_kernel["bwd"]),
-            "host_opt_fixed": max(0.0, none["optimizer_fixed_s"] / unit),
-            "host_opt_tensor": none["optimizer_tensor_s"] / unit, "host_probe_train_s": train_probe,
+            "host_train_fwd_fixed": max(0.0, none["forward_fixed_s"] / launch_s - k_other * per_kernel["fwd"]),
+            "host_train_bwd_fixed": max(0.0, none["backward_fixed_s"] / launch_s - k_other * per_kernel["bwd"]),
+            "host_opt_fixed": max(0.0, none["optimizer_fixed_s"] / launch_s),
+            "host_opt_tensor": none["optimizer_tensor_s"] / launch_s, "host_probe_train_s": train_probe,
             "host_train_detail": detail}
