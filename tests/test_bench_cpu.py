@@ -353,7 +353,10 @@ def test_host_costs_on_this_machine():
     # generate's once-per-call work and the host probe are measured too (the catalog's setup_s was never)
     assert 0 <= c["host_setup_s"] < 0.05 and 0 < c["host_probe_s"] < 0.05
     p = c["host_detail"]["passes"][0]
-    assert len(p["prefill_forward_s"]) == 3 and p["host_probe_before_s"] > 0
+    # the probe runs between every round of the pass's fits: 3 decode, 3 generate and 5 prefill rounds
+    assert len(p["prefill_forward_s"]) == 3 and len(p["host_probe_rounds_s"]) == 11
+    assert p["host_probe_s"] == pytest.approx(sorted(p["host_probe_rounds_s"])[5])
+    assert c["host_detail"]["launch_spread_at_probe"] >= 0
 
 
 def test_host_costs_carry_the_catalogs_real_size_factor(monkeypatch):
@@ -667,7 +670,8 @@ def test_calibrate_writes_the_training_host_costs_and_the_planner_uses_them(monk
     launch = 10e-6
     fits = {"none": _train_fit((1.5e-3, 42 * 2 * launch), (0.5e-3, 42 * 4 * launch)),
             "full": _train_fit((1.5e-3, 42 * 3 * launch), (0.5e-3, 42 * 9 * launch))}
-    monkeypatch.setattr(ho, "measure_train_family", lambda fam, dev, precision, recompute, steps: fits[recompute])
+    monkeypatch.setattr(ho, "measure_train_family", lambda fam, dev, precision, recompute, steps, **kw:
+                        fits[recompute])
     c = train_host_costs(launch, "cpu")
     assert c["host_train_fwd"] == pytest.approx(2.0) and c["host_train_bwd"] == pytest.approx(4.0)
     assert c["host_train_recompute"] == pytest.approx(6.0)  # (3 + 9) - (2 + 4) per kernel
@@ -703,7 +707,7 @@ def test_calibrate_host_cli_writes_decode_and_training_host_keys(monkeypatch, tm
                                                                 "host_step_s": 3e-4})
     fit = _train_fit((1.5e-3, 42 * 2 * 10e-6), (0.5e-3, 42 * 4 * 10e-6))
     full = _train_fit((1.5e-3, 42 * 3 * 10e-6), (0.5e-3, 42 * 9 * 10e-6))
-    monkeypatch.setattr(ho, "measure_train_family", lambda fam, dev, precision, recompute, steps:
+    monkeypatch.setattr(ho, "measure_train_family", lambda fam, dev, precision, recompute, steps, **kw:
                         full if recompute == "full" else fit)
     out = tmp_path / "cal.toml"
     r = calibrate_cli("--quick", "--device", "cpu", "--dtype", "fp32", "--host", "--db", str(tmp_path / "c.sqlite"),

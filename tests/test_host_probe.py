@@ -58,9 +58,11 @@ def test_host_probe_brackets_a_phase_and_frees_its_model():
     assert all(p.grad is None for p in hp._MODELS[str(dev.torch_device)].parameters())  # gradients dropped
 
 
-def test_training_host_fit_records_the_training_probe(monkeypatch):
-    """calibrate's training fit writes the training probe taken around it (host_probe_train_s): the host speed its
-    costs were measured at, which a training run's own probe is set against."""
+def test_training_host_fit_is_expressed_at_the_decode_passes_host_speed(monkeypatch):
+    """calibrate's training fits run a minute after the decode passes that measured the launch cost. Both probes
+    run between the fits' rounds: the forward probe says how fast the host was against the launch cost's probe,
+    and the training costs are divided by the launch cost at that speed; the training probe is written at the
+    decode passes' speed, the one the costs are expressed at."""
     import gpuscope.measure.host_overhead as ho
     import gpuscope.measure.host_probe as hp
     from gpuscope.measure.calibrate import train_host_costs
@@ -73,13 +75,23 @@ def test_training_host_fit_records_the_training_probe(monkeypatch):
                 "backward_fixed_s": 0.5e-3, "backward_layer_s": b, "optimizer_fixed_s": 2e-4,
                 "optimizer_tensor_s": 8e-6}
 
-    monkeypatch.setattr(ho, "measure_train_family", lambda fam, dev, precision, recompute, steps:
-                        fit(42 * 4 * launch, 42 * 8 * launch) if recompute == "none"
-                        else fit(42 * 6 * launch, 42 * 18 * launch))
-    monkeypatch.setattr(hp, "host_probe_train", lambda dev, iters=15: 9e-3)
-    monkeypatch.setitem(hp.PROBES, "train", (hp.host_probe_train, "host_probe_train"))
-    c = train_host_costs(launch, "cpu")
+    def family(fam, dev, precision, recompute, steps, probe=None):
+        for _ in range(3):
+            probe()  # between rounds
+        return fit(42 * 4 * launch, 42 * 8 * launch) if recompute == "none" else fit(42 * 6 * launch, 42 * 18 * launch)
+
+    monkeypatch.setattr(ho, "measure_train_family", family)
+    monkeypatch.setitem(hp.PROBES, "infer", (lambda dev: 3e-3, "host_probe"))
+    monkeypatch.setitem(hp.PROBES, "train", (lambda dev: 9e-3, "host_probe_train"))
+    c = train_host_costs(launch, "cpu")  # no launch probe given: the launch cost is taken as this minute's
     assert c["host_train_fwd"] == pytest.approx(4.0) and c["host_probe_train_s"] == pytest.approx(9e-3)
+    assert len(c["host_train_detail"]["train_probe_rounds_s"]) == 6
+    # the decode passes met a host 1.5x faster (2 ms probe against 3 ms here): the launch cost at this minute's
+    # speed is 15 us, so 4 launches of 10 us are 2.67 of 15 us; the training probe at the passes' speed is 6 ms
+    c = train_host_costs(launch, "cpu", launch_probe_s=2e-3)
+    assert c["host_train_fwd"] == pytest.approx(4.0 / 1.5) and c["host_train_bwd"] == pytest.approx(8.0 / 1.5)
+    assert c["host_probe_train_s"] == pytest.approx(6e-3)
+    assert c["host_train_detail"]["launch_unit_s"] == pytest.approx(15e-6)
 
 
 def _tiny_train_record(step_s: float, probe_s: float | None) -> dict:
@@ -197,9 +209,12 @@ def test_accuracy_summary_counts_rows_within_the_bars():
     assert accuracy_line(cpu) == "estimates: 1 of 1 time rows within 15%; worst c step_s +10.0%"  # no memory claim
 
 
-def test_calibration_probe_is_the_median_launch_passes(monkeypatch):
-    """host_costs writes the probe of the pass whose launch cost is the median, so the probe and the cost it scales
-    describe the same moment of the host (the median of the probes may come from another pass)."""
+def test_calibration_costs_are_taken_to_the_passes_median_probe(monkeypatch):
+    """host_costs divides each pass's costs by the probe that pass met, takes the median, and multiplies by the
+    median probe: the costs at the passes' median host speed, written beside that speed. A pass that met a slow
+    minute (30 us at a 3.5 ms probe) agrees with a fast one (17 us at 2.0 ms) once each is set against its probe;
+    the one that does not (16 us at 3.1 ms) no longer decides the median. A median of the raw costs (17 us)
+    beside the median probe (3.1 ms) would pair numbers from different passes."""
     import gpuscope.measure.calibrate as cal
 
     passes = iter([{"host_launch_s": 30e-6, "host_probe_s": 3.5e-3, "host_detail": {"launch_tiny_s": 27e-6}},
@@ -207,8 +222,12 @@ def test_calibration_probe_is_the_median_launch_passes(monkeypatch):
                    {"host_launch_s": 17e-6, "host_probe_s": 2.0e-3, "host_detail": {"launch_tiny_s": 15e-6}}])
     monkeypatch.setattr(cal, "_host_pass", lambda dev, use_real: next(passes))
     c = cal.host_costs("cpu", passes=3)
-    # the median of the probes would be 3.1 ms, from the pass whose launch cost was 16 us
-    assert c["host_launch_s"] == pytest.approx(17e-6) and c["host_probe_s"] == pytest.approx(2.0e-3)
+    assert c["host_probe_s"] == pytest.approx(3.1e-3)
+    assert c["host_launch_s"] == pytest.approx(17e-6 / 2.0e-3 * 3.1e-3)  # 8.5 us per ms of probe, at 3.1 ms
+    d = c["host_detail"]
+    assert d["launch_tiny_s"] == pytest.approx(15e-6 / 2.0e-3 * 3.1e-3)
+    assert d["launch_spread"] == pytest.approx(14 / 17)
+    assert d["launch_spread_at_probe"] == pytest.approx((30 / 3.5 - 16 / 3.1) / 8.5)  # 40%: the odd pass
 
 
 def test_headline_says_when_the_host_moved_during_a_run():

@@ -49,7 +49,7 @@ def host_keys(device: str | None) -> dict:
             typer.echo("host: per pass, tiny-model launch cost / host probe: " + ", ".join(met), err=True)
     # the training costs in units of the tiny models' launch: x host_launch_s in the planner, they carry the
     # same real/tiny ratio (measured on a GPU, the catalog's factor elsewhere)
-    tr = train_host_costs(tiny, device)
+    tr = train_host_costs(tiny, device, launch_probe_s=costs.get("host_probe_s"))
     if tr.get("host_train_invalid"):
         typer.echo(f"host (training): not written ({tr['host_train_invalid']})", err=True)
     else:

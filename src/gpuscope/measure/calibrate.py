@@ -131,8 +131,15 @@ def host_costs(device: str | None = None, real_width: bool | None = None, passes
     off (default: on unless the device is the CPU).
 
     The host's speed moves on a shared VM (the lent H200's read 22.4 and 17.5 us a kernel in two calibrates four
-    minutes apart, 2026-11-30), so the fits run ``passes`` times and each cost is the median of the valid passes;
-    the detail keeps every pass and ``launch_spread``, (max - min) / median of host_launch_s over the passes."""
+    minutes apart, 2026-11-30), so the fits run ``passes`` times, each with the host probe taken between its rounds
+    (host_probe.RoundProbe: the speed that pass met), and each cost is the median over the valid passes of
+    cost / that pass's probe, times the median probe (``host_probe_s``): the costs at the passes' median host
+    speed, written beside that speed. Dividing by the probe keeps a pass that met a slow minute from moving the
+    median; the median probe makes the costs describe the same moment as the probe written with them (a median of
+    raw costs beside a median of probes paired numbers from different passes: one H200 calibration whose passes
+    spread 72% wrote a 3.1 ms probe beside a 17.6 us launch cost that faster passes read at ~2.0 ms,
+    results/2026-11-30-h200-g). The detail keeps every pass, ``launch_spread`` ((max - min) / median of
+    host_launch_s over the passes) and ``launch_spread_at_probe`` (the same of host_launch_s / probe)."""
     from gpuscope.measure.device import Device, pick_device
 
     dev = Device(pick_device(device))
@@ -141,20 +148,24 @@ def host_costs(device: str | None = None, real_width: bool | None = None, passes
     ok = [r for r in runs if not r.get("host_invalid")]
     if not ok:
         return {"host_detail": {"passes": [r["host_detail"] for r in runs]}, "host_invalid": runs[-1]["host_invalid"]}
-    keys = {k for r in ok for k in r if k.startswith("host_") and k != "host_detail"}
-    out = {k: statistics.median([r[k] for r in ok if k in r]) for k in keys
-           if all(k in r for r in ok)}  # a key every valid pass measured (real-width fits may fail in one pass)
+    keys = {k for r in ok for k in r if k.startswith("host_") and k not in ("host_detail", "host_probe_s")}
+    keys = {k for k in keys if all(k in r for r in ok)}  # every valid pass measured it (real-width fits may fail)
+    probes = [r.get("host_probe_s") for r in ok]
+    ref = statistics.median(probes) if all(probes) else None
+    ups = [ref / p for p in probes] if ref else [1.0] * len(ok)  # each pass taken to the median probe's speed
+
+    def at_ref(values: list) -> float:
+        return statistics.median(v * u for v, u in zip(values, ups))
+
+    out = {k: at_ref([r[k] for r in ok]) for k in keys}
+    if ref:
+        out["host_probe_s"] = ref
     launch = [r["host_launch_s"] for r in ok]
-    # the probe goes with the launch cost it was taken beside: the pass whose host_launch_s is the median (the
-    # lower one of an even count), not the median of the probes, which may come from another, slower pass (one
-    # H200 calibration whose passes spread 72% wrote a 3.1 ms probe beside a 17.6 us launch cost that faster
-    # passes read at ~2.0 ms, results/2026-11-30-h200-g)
-    mid = sorted(ok, key=lambda r: r["host_launch_s"])[(len(ok) - 1) // 2]
-    if mid.get("host_probe_s") is not None:
-        out["host_probe_s"] = mid["host_probe_s"]
-    tiny = statistics.median([r["host_detail"]["launch_tiny_s"] for r in ok])
+    scaled = [v * u for v, u in zip(launch, ups)]
+    tiny = at_ref([r["host_detail"]["launch_tiny_s"] for r in ok])
     detail = {"passes": [r["host_detail"] for r in runs], "valid_passes": len(ok), "launch_tiny_s": tiny,
               "launch_spread": (max(launch) - min(launch)) / statistics.median(launch),
+              "launch_spread_at_probe": (max(scaled) - min(scaled)) / statistics.median(scaled),
               "real_size_launch_factor": out["host_launch_s"] / tiny,
               "real_width": runs[-1]["host_detail"].get("real_width")}
     return out | {"host_detail": detail}
@@ -168,12 +179,14 @@ def _host_pass(dev, use_real: bool) -> dict:
     from gpuscope.specs.hf_config import spec_from_config
 
     from gpuscope.measure.host_load import HostLoad
-    from gpuscope.measure.host_probe import HostProbe
+    from gpuscope.measure.host_probe import RoundProbe, release
 
-    with HostProbe(dev) as probe, HostLoad() as load:  # the host's speed and what else it did meanwhile
-        r = measure_family("llama", dev, layers=(2, 4, 8), iters=30)
-        real = _real_width_launch(dev) if use_real else None
-    r = dict(r, host_load=load.summary(), **probe.summary())
+    probe = RoundProbe(dev)  # the host's speed between the fits' rounds, and what else the host did meanwhile
+    with HostLoad() as load:
+        r = measure_family("llama", dev, layers=(2, 4, 8), iters=30, probe=probe)
+        real = _real_width_launch(dev, probe) if use_real else None
+    release()
+    r = dict(r, host_load=load.summary(), host_probe_s=probe.median(), host_probe_rounds_s=probe.samples)
     spec1 = spec_from_config(dict(TINY["llama"], num_hidden_layers=1))
     spec2 = spec_from_config(dict(TINY["llama"], num_hidden_layers=2))
     k1 = sum(o.kernels * o.count for o in opsmod.forward_ops(spec1, 1, 1, 16, 2.0, 2.0, 2.0, head_tokens=1))
@@ -204,14 +217,14 @@ def _host_pass(dev, use_real: bool) -> dict:
     return out | {"host_detail": r}
 
 
-def _real_width_launch(dev) -> dict:
+def _real_width_launch(dev, probe=None) -> dict:
     """Per-kernel host time of Llama-3.2-1B-wide decode and prefill layers (measure_real_width's per-layer slopes
     over the kernels the planner counts in one such layer); ``invalid`` when a fit does not grow with depth."""
     from gpuscope.estimate import ops as opsmod
     from gpuscope.measure.host_overhead import REAL_WIDTH, measure_real_width
     from gpuscope.specs.hf_config import spec_from_config
 
-    r = measure_real_width(dev)
+    r = measure_real_width(dev, probe=probe)
     P = r["prompt"]
 
     def per_layer(new: int, past: int) -> float:
@@ -228,7 +241,8 @@ def _real_width_launch(dev) -> dict:
                 prefill_launch_s=r["prefill_layer_s"] / per_layer(P, 0))
 
 
-def train_host_costs(launch_s: float, device: str | None = None, steps: int = 10) -> dict:
+def train_host_costs(launch_s: float, device: str | None = None, steps: int = 10,
+                     launch_probe_s: float | None = None) -> dict:
     """This machine's eager training host costs (estimate/roofline.TrainHost), in units of ``launch_s`` (the decode
     calibration's tiny-model launch cost, host_costs' host_detail.launch_tiny_s; the planner multiplies them by
     host_launch_s, which carries the real-size factor): tiny Llama models of 2/4/8 layers trained with amp-bf16,
@@ -236,20 +250,35 @@ def train_host_costs(launch_s: float, device: str | None = None, steps: int = 10
     (measure/host_overhead.measure_train_family). The per-layer slopes divided by the kernels the planner counts
     in a layer of the training forward give the per-kernel costs;
     the intercepts less the other kernels give the per-call ones. Invalid (nothing written) when a slope is not
-    positive: the host's noise swamped the fit. The training probe (measure/host_probe.py) around the fits is
-    written beside them (``host_probe_train_s``): the host speed these costs were measured at."""
+    positive: the host's noise swamped the fit.
+
+    These fits run a minute after the decode passes that measured ``launch_s``, and the host's speed moves between
+    minutes: dividing a slow minute's training times by a fast minute's launch cost read 5.51 launches a backward
+    kernel where a steadier calibration read 3.54 (the H200, results/2026-11-30-h200-g, section 9). So the forward
+    probe runs between the fits' rounds too, and with ``launch_probe_s`` (the probe ``launch_s`` was measured at,
+    host_costs' host_probe_s) the unit is the launch cost at the speed these fits met: launch_s x (probe here /
+    launch_probe_s). The training probe runs beside it (measure/host_probe.py); ``host_probe_train_s`` is written
+    at the decode passes' speed (x launch_probe_s / probe here), the speed the costs are expressed at."""
     from gpuscope.estimate.train import layer_kernels, train_forward_ops
     from gpuscope.measure.device import Device, pick_device
     from gpuscope.measure.host_overhead import TINY, measure_train_family
     from gpuscope.specs.hf_config import spec_from_config
 
-    from gpuscope.measure.host_probe import HostProbe
+    from gpuscope.measure.host_probe import RoundProbe, release
 
     dev = Device(pick_device(device))
-    with HostProbe(dev, "train") as probe:
-        none = measure_train_family("llama", dev, precision="amp-bf16", recompute="none", steps=steps)
-        full = measure_train_family("llama", dev, precision="amp-bf16", recompute="full", steps=steps)
-    train_probe = probe.summary()["host_probe_train_s"]
+    fwd_probe, train_probe = RoundProbe(dev), RoundProbe(dev, "train")
+
+    def probes() -> None:
+        fwd_probe()
+        train_probe()
+
+    none = measure_train_family("llama", dev, precision="amp-bf16", recompute="none", steps=steps, probe=probes)
+    full = measure_train_family("llama", dev, precision="amp-bf16", recompute="full", steps=steps, probe=probes)
+    release()
+    here, train_here = fwd_probe.median(), train_probe.median()
+    speed = here / launch_probe_s if (launch_probe_s and here) else 1.0  # this minute's host against launch_s's
+    unit = launch_s * speed
     spec = spec_from_config(dict(TINY["llama"], num_hidden_layers=2))
     # measure_train_family's micro-batch 2 x seq 64, amp-bf16 (16-bit activations, fp32 residual stream)
     in_layers, k_other = layer_kernels(train_forward_ops(spec, 2, 64, 2.0, 4.0), spec.num_layers)
@@ -257,16 +286,18 @@ def train_host_costs(launch_s: float, device: str | None = None, steps: int = 10
     slopes = {"fwd": none["forward_layer_s"], "bwd": none["backward_layer_s"],
               "recompute": full["forward_layer_s"] + full["backward_layer_s"] - none["forward_layer_s"]
               - none["backward_layer_s"]}
-    detail = {"none": none, "full": full, "kernels_per_layer": k_layer, "other_kernels": k_other}
+    detail = {"none": none, "full": full, "kernels_per_layer": k_layer, "other_kernels": k_other,
+              "host_probe_s": here, "host_probe_train_s": train_here, "launch_s": launch_s, "launch_unit_s": unit,
+              "probe_rounds_s": fwd_probe.samples, "train_probe_rounds_s": train_probe.samples}
     if min(slopes.values()) <= 0 or none["optimizer_tensor_s"] <= 0:
         return {"host_train_invalid": "a training-phase fit did not grow with the layer or tensor count "
                 f"(per layer: {', '.join(f'{k} {v * 1e3:.3f} ms' for k, v in slopes.items())})",
                 "host_train_detail": detail}
-    per_kernel = {k: v / k_layer / launch_s for k, v in slopes.items()}
+    per_kernel = {k: v / k_layer / unit for k, v in slopes.items()}
     return {"host_train_fwd": per_kernel["fwd"], "host_train_bwd": per_kernel["bwd"],
             "host_train_recompute": per_kernel["recompute"],
-            "host_train_fwd_fixed": max(0.0, none["forward_fixed_s"] / launch_s - k_other * per_kernel["fwd"]),
-            "host_train_bwd_fixed": max(0.0, none["backward_fixed_s"] / launch_s - k_other * per_kernel["bwd"]),
-            "host_opt_fixed": max(0.0, none["optimizer_fixed_s"] / launch_s),
-            "host_opt_tensor": none["optimizer_tensor_s"] / launch_s, "host_probe_train_s": train_probe,
-            "host_train_detail": detail}
+            "host_train_fwd_fixed": max(0.0, none["forward_fixed_s"] / unit - k_other * per_kernel["fwd"]),
+            "host_train_bwd_fixed": max(0.0, none["backward_fixed_s"] / unit - k_other * per_kernel["bwd"]),
+            "host_opt_fixed": max(0.0, none["optimizer_fixed_s"] / unit),
+            "host_opt_tensor": none["optimizer_tensor_s"] / unit,
+            "host_probe_train_s": train_here / speed if train_here else None, "host_train_detail": detail}

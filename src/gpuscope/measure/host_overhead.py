@@ -58,18 +58,21 @@ def _decode_steps(model, nxt, cache, kw: str, dev: Device, n: int) -> tuple[list
     return times, cache
 
 
-def interleaved(jobs: list, rounds: int) -> list[list]:
+def interleaved(jobs: list, rounds: int, between=None) -> list[list]:
     """Run ``jobs`` (callables, one per model depth, each returning a list of samples) round-robin ``rounds``
     times and collect each job's samples. Why: this host's speed moves within a minute (the lent H200 VM: a
     tiny-Llama training forward read 17.8 ms at 8 layers where the same host had read 7.9 ms the day before, and
     a depth-by-depth fit over 2, 4, 8, 12 GPT-2 layers with recompute read 4.1, 7.0, 19.7, 29.0 ms), so timing one
     depth after the other puts the drift into the slope. Interleaved, every depth sees the same slow and fast
     moments and the drift stays in the level, where the calibration's passes and the host probe
-    (measure/host_probe.py) see it."""
+    (measure/host_probe.py) see it. ``between`` (a callable, e.g. host_probe.RoundProbe) runs after each round,
+    untimed: the host's speed sampled across the whole fit."""
     samples: list[list] = [[] for _ in jobs]
     for _ in range(rounds):
         for i, job in enumerate(jobs):
             samples[i].extend(job())
+        if between is not None:
+            between()
     return samples
 
 
@@ -79,7 +82,7 @@ def _chunks(total: int, size: int) -> int:
 
 @torch.no_grad()
 def measure_family(family: str, dev: Device, layers=(1, 2, 4, 8), iters: int = 60, dtype=torch.bfloat16,
-                   chunk: int = 10) -> dict:
+                   chunk: int = 10, probe=None) -> dict:
     from gpuscope.measure.hf_model import cache_kwarg, out_cache, silence_generation
 
     base = dict(TINY[family])
@@ -137,9 +140,10 @@ def measure_family(family: str, dev: Device, layers=(1, 2, 4, 8), iters: int = 6
             return [time.perf_counter() - t0]
         return job
 
-    fwd = [statistics.median(x) for x in interleaved([decode_job(m) for m in models], _chunks(iters, chunk))]
-    gens = interleaved([generate_job(m) for m in models], 3)
-    pre = [statistics.median(x) for x in interleaved([prefill_job(m) for m in models], 5)]
+    fwd = [statistics.median(x)
+           for x in interleaved([decode_job(m) for m in models], _chunks(iters, chunk), probe)]
+    gens = interleaved([generate_job(m) for m in models], 3, probe)
+    pre = [statistics.median(x) for x in interleaved([prefill_job(m) for m in models], 5, probe)]
     gen_step = [statistics.median(g[0] for g in x) - f for x, f in zip(gens, fwd)]
     step = statistics.median(gen_step)
     # generate's work once per call (config checks, cache and processors set up): TTFT less the prompt's forward
@@ -161,7 +165,7 @@ REAL_WIDTH = {"model_type": "llama", "hidden_size": 2048, "intermediate_size": 8
 
 @torch.no_grad()
 def measure_real_width(dev: Device, layers=(2, 4, 8), prompt: int = 128, iters: int = 20,
-                       dtype=torch.bfloat16, chunk: int = 5) -> dict:
+                       dtype=torch.bfloat16, chunk: int = 5, probe=None) -> dict:
     """Host time per decoder layer at a real model's widths, for the eager decode step and the prefill.
 
     Why not only the tiny models: on the lent H200's host a kernel of Llama-3.2-1B's decode cost the host ~10% more
@@ -213,8 +217,9 @@ def measure_real_width(dev: Device, layers=(2, 4, 8), prompt: int = 128, iters: 
         return job
 
     # interleaved over the depths (see `interleaved`); decode continues each model's own cache
-    pre = [statistics.median(x) for x in interleaved([prefill_job(m) for m in models], iters)]
-    dec = [statistics.median(x) for x in interleaved([decode_job(m) for m in models], _chunks(iters, chunk))]
+    pre = [statistics.median(x) for x in interleaved([prefill_job(m) for m in models], iters, probe)]
+    dec = [statistics.median(x)
+           for x in interleaved([decode_job(m) for m in models], _chunks(iters, chunk), probe)]
     del models
     dec_fixed, dec_layer = _fit(list(layers), dec)
     pre_fixed, pre_layer = _fit(list(layers), pre)
@@ -225,14 +230,16 @@ def measure_real_width(dev: Device, layers=(2, 4, 8), prompt: int = 128, iters: 
 
 def measure_train_family(family: str, dev: Device, layers=(2, 4, 8), precision: str = "amp-bf16",
                          recompute: str = "none", steps: int = 20, warmup: int = 3, micro_batch: int = 2,
-                         seq: int = 64, config: dict | None = None, count_kernels: bool = False) -> dict:
+                         seq: int = 64, config: dict | None = None, count_kernels: bool = False,
+                         probe=None) -> dict:
     """Host time of each phase of a training step (forward with the loss, backward, fused-AdamW step with
     zero_grad), measured on tiny models whose GPU work is negligible, with a synchronize between phases: the median
     of ``steps`` steps per depth, fitted as a line in the layer count (per-layer host time and the rest). Uses the
     training workload's own phases (measure/llm_train.step_functions), so what is timed is what `bench train`
     runs. ``config`` replaces the tiny model of ``family`` (an HF config dict, e.g. a preset's real widths: then
     each phase is max(GPU, host) and the fit is the host's only where the GPU idles). ``count_kernels`` (CUDA):
-    one more step per depth under the profiler, its device kernels counted per phase (``kernels``)."""
+    one more step per depth under the profiler, its device kernels counted per phase (``kernels``). ``probe``:
+    run between the timed rounds (see ``interleaved``)."""
     from gpuscope.measure.llm_train import PRECISIONS, _enable_recompute, step_functions
 
     param_dtype, ac_dtype = PRECISIONS[precision]
@@ -261,7 +268,7 @@ def measure_train_family(family: str, dev: Device, layers=(2, 4, 8), precision: 
 
     jobs = [step_job(fns) for _, fns in runs]
     interleaved(jobs, warmup)
-    for samples in interleaved(jobs, steps):
+    for samples in interleaved(jobs, steps, probe):
         for j, k in enumerate(phases):
             phases[k].append(statistics.median(x[j] for x in samples))
     if count_kernels and dev.type == "cuda":

@@ -84,6 +84,25 @@ def host_probe_train(dev: Device, iters: int = 15, model=None) -> float:
 PROBES = {"infer": (host_probe, "host_probe"), "train": (host_probe_train, "host_probe_train")}
 
 
+class RoundProbe:
+    """A probe taken between the rounds of a fit (``host_overhead.interleaved(..., between=probe)``), so that the
+    host speed it records is that of the whole fit and not of its two ends: a calibration pass takes ~10 s and the
+    lent H200 host's speed decorrelated within ~8 s (results/2026-11-30-h200-g/probe_track.json), so a probe
+    before and after a pass sampled two moments of it. Each call appends one probe (the same median as HostProbe's,
+    so the speeds compare: ~70 ms forward / ~0.1 s training on that host); ``median()`` is the fit's host speed.
+    The probe's model stays cached until ``release()``: for calibrations, not for workloads whose memory is read."""
+
+    def __init__(self, dev: Device, kind: str = "infer"):
+        self.dev, self.fn = dev, PROBES[kind][0]
+        self.samples: list[float] = []
+
+    def __call__(self) -> None:
+        self.samples.append(self.fn(self.dev))
+
+    def median(self) -> float | None:
+        return statistics.median(self.samples) if self.samples else None
+
+
 class HostProbe:
     """``with HostProbe(dev) as p: <timed phase>``; then ``p.summary()``: the probe before and after the phase and
     their mean (``host_probe_s``, or ``host_probe_train_s`` for ``kind="train"``), which is what the phase's host
