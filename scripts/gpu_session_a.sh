@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 3/6 acceptance checks on one GPU; usage: bash scripts/gpu_session_a.sh [infer] [validate] [doctor] [loader] [train] [accum] [profile] [fuse] [fusedoc] [loaderdoc] [mamf] [moe] [moeprefill] [moerouting] [tinytrain] [trainhost] [hosttrain] [ttft] [ttftfix] [calib] [hfgraph] [hfgraph2] [hfbench] [calsame] [hfpair] [final] [defer] [defer2] [realhost] [probe] [gc] [final2] [gpt2doc] [trainwidth] [probe2] [final3] [track] [doctor7] [track2] [benchall] [ceilings]
+# Issue 3/6 acceptance checks on one GPU; usage: bash scripts/gpu_session_a.sh [infer] [validate] [doctor] [loader] [train] [accum] [profile] [fuse] [fusedoc] [loaderdoc] [mamf] [moe] [moeprefill] [moerouting] [tinytrain] [trainhost] [hosttrain] [ttft] [ttftfix] [calib] [hfgraph] [hfgraph2] [hfbench] [calsame] [hfpair] [final] [defer] [defer2] [realhost] [probe] [gc] [final2] [gpt2doc] [trainwidth] [probe2] [final3] [track] [doctor7] [track2] [final8] [benchall] [ceilings]
 # (run from the repo root on the GPU machine; writes under $OUT).
 # Each step is bounded by `timeout` so one failure never ends the batch; stderr of each goes to <step>.err.
 set -u
@@ -218,6 +218,12 @@ step doctor7_defer_1b 150 python3 -m gpuscope doctor infer --model llama-3.2-1b 
 fi
 if want track2; then  # session 7: which training phase the probe follows, and a probe that runs backward too
 step probe_track_phases 300 python3 scripts/gpu_probe_track.py --out "$W/probe_track_phases.json" --rounds 150 --phases
+fi
+if want final8; then  # session 8: calibration with the probe between its rounds, costs at the passes' median probe;
+# the suite twice (separate stores), then one five-pass host calibration with every pass's probe kept
+step bench_all_1 400 python3 -m gpuscope bench all --json
+step bench_all_2 400 env GPUSCOPE_DB=$W/gpu_b.sqlite python3 -m gpuscope bench all --json
+step host_passes_5 200 python3 -c "import json; from gpuscope.measure.calibrate import host_costs; json.dump(host_costs(passes=5), open('$W/host_passes_5.json', 'w'), default=str, indent=1)"
 fi
 if want benchall; then
 step bench_all_quick 400 python3 -m gpuscope bench all --json
