@@ -353,9 +353,9 @@ def test_host_costs_on_this_machine():
     # generate's once-per-call work and the host probe are measured too (the catalog's setup_s was never)
     assert 0 <= c["host_setup_s"] < 0.05 and 0 < c["host_probe_s"] < 0.05
     p = c["host_detail"]["passes"][0]
-    # the probe runs between every round of the pass's fits: 3 decode, 3 generate and 5 prefill rounds
-    assert len(p["prefill_forward_s"]) == 3 and len(p["host_probe_rounds_s"]) == 11
-    assert p["host_probe_s"] == pytest.approx(sorted(p["host_probe_rounds_s"])[5])
+    # five rounds, each timing every depth's decode steps, generate and prefill; the probe runs after each
+    assert len(p["prefill_forward_s"]) == 3 and p["rounds"] == 5 and len(p["host_probe_rounds_s"]) == 5
+    assert p["host_probe_s"] == pytest.approx(sorted(p["host_probe_rounds_s"])[2])
     assert c["host_detail"]["launch_spread_at_probe"] >= 0
 
 
@@ -716,6 +716,14 @@ def test_calibrate_host_cli_writes_decode_and_training_host_keys(monkeypatch, tm
     m = tomllib.loads(out.read_text())["measured"]
     assert m["host_launch_s"] == pytest.approx(10e-6) and m["host_train_bwd"] == pytest.approx(4.0)
     assert m["host_train_recompute"] == pytest.approx(6.0)
+    # the fits themselves are kept in the results store, one measurement of kind "host" beside the micro results
+    from gpuscope.store.db import Store
+
+    with Store.open(tmp_path / "c.sqlite") as st:
+        rows = st.all("host")
+    assert len(rows) == 1 and rows[0]["status"] == "ok"
+    assert rows[0]["result"]["host"]["host_launch_s"] == pytest.approx(10e-6)
+    assert rows[0]["result"]["train"]["host_train_bwd"] == pytest.approx(4.0)
 
     # with the fit's detail, the training units are per tiny-model launch: x host_launch_s (real-size factor
     # included) the planner's training host carries the same factor as its decode host

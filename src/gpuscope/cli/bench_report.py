@@ -46,6 +46,11 @@ def headline(r: dict) -> str:
     if r.get("kind") == "train":
         return (f"step {r['step_s'] * 1e3:.2f} ms, {r['tokens_per_s']:.0f} tok/s{joules}"
                 f"{_stolen(r.get('host_load_steps'))}{_host_moved(r, 'host_probe_train')}")
+    if (r.get("host") or {}).get("host_launch_s"):  # a calibration's host fits (cli/calibrate.store_host_fits)
+        h, d = r["host"], r["host"].get("host_detail") or {}
+        return (f"host {h['host_launch_s'] * 1e6:.1f} us a kernel at a {h.get('host_probe_s', 0) * 1e3:.2f} ms "
+                f"probe; {d.get('valid_passes')} passes spread {d.get('launch_spread', 0):.0%} "
+                f"({d.get('launch_spread_at_probe', 0):.0%} each at its probe)")
     return "ok"
 
 

@@ -10,12 +10,14 @@ import typer
 HOST_SPREAD_WARN = 0.15  # passes of the host fit further apart than this are reported as a moving host
 
 
-def host_keys(device: str | None) -> dict:
+def host_keys(device: str | None, keep: dict | None = None) -> dict:
     """This host's costs as [measured] keys of a hardware TOML (measure/calibrate.host_costs and
-    train_host_costs), each fit reported on stderr; a fit that is not valid is said and left out."""
+    train_host_costs), each fit reported on stderr; a fit that is not valid is said and left out. ``keep`` (a
+    dict) receives both fits whole, every pass and probe included (``host``, ``train``), for the results store."""
     from gpuscope.measure.calibrate import host_costs, train_host_costs
 
-    costs = host_costs(device)
+    keep = {} if keep is None else keep
+    costs = keep["host"] = host_costs(device)
     if costs.get("host_invalid"):
         typer.echo(f"host: not written ({costs['host_invalid']}); the catalog's host costs stay in use", err=True)
         return {}
@@ -49,7 +51,11 @@ def host_keys(device: str | None) -> dict:
             typer.echo("host: per pass, tiny-model launch cost / host probe: " + ", ".join(met), err=True)
     # the training costs in units of the tiny models' launch: x host_launch_s in the planner, they carry the
     # same real/tiny ratio (measured on a GPU, the catalog's factor elsewhere)
-    tr = train_host_costs(tiny, device, launch_probe_s=costs.get("host_probe_s"))
+    tr = keep["train"] = train_host_costs(tiny, device, launch_probe_s=costs.get("host_probe_s"))
+    td = tr.get("host_train_detail") or {}
+    if td.get("host_probe_s") and costs.get("host_probe_s"):
+        typer.echo(f"host (training): fitted at a host probe of {td['host_probe_s'] * 1e3:.2f} ms against the "
+                   f"decode passes' {costs['host_probe_s'] * 1e3:.2f} ms; expressed at the passes' speed", err=True)
     if tr.get("host_train_invalid"):
         typer.echo(f"host (training): not written ({tr['host_train_invalid']})", err=True)
     else:
@@ -58,6 +64,20 @@ def host_keys(device: str | None) -> dict:
                    f"{tr['host_train_bwd']:.2f} backward, {tr['host_train_recompute']:.2f} recompute "
                    "(x the launch cost)", err=True)
     return measured
+
+
+def store_host_fits(s, device: str | None, keep: dict) -> None:
+    """The host fits of a calibration (``host_keys``' ``keep``) as one measurement of kind ``host`` in the
+    results store: every pass with its probes, so a calibration's host figures can be traced after the run."""
+    from gpuscope.measure.device import Device, pick_device
+    from gpuscope.measure.provenance import provenance
+
+    if not keep:
+        return
+    host = keep.get("host") or {}
+    status = "error" if host.get("host_invalid") else "ok"
+    s.store.put(s.run_id, "host/costs", "host", "host/costs", {"kind": "host", "device": device},
+                {"status": status, **keep}, provenance(Device(pick_device(device))))
 
 
 def register_calibrate(hw: typer.Typer) -> None:
@@ -91,6 +111,10 @@ def register_calibrate(hw: typer.Typer) -> None:
 
         def go():
             holder["results"] = run_micro(s, device, "quick" if quick else "sweep", dts)
+            if host:  # inside the session: the fits are stored with the run's micro results
+                keep: dict = {}
+                holder["host"] = host_keys(device, keep)
+                store_host_fits(s, device, keep)
 
         guarded(s, go)
         from gpuscope.measure.calibrate import calibration_toml
@@ -99,8 +123,7 @@ def register_calibrate(hw: typer.Typer) -> None:
 
         dev = Device(pick_device(device))
         measured = ceilings(holder["results"])
-        if host:
-            measured.update(host_keys(device))
+        measured.update(holder.get("host") or {})
         text = calibration_toml(dev.device_name(), dev.type, measured, dev.total_memory(),
                                 f"Mode: {'quick' if quick else 'sweep'}.")
         if save:

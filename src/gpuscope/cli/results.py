@@ -28,7 +28,7 @@ def register(app: typer.Typer) -> None:
 
     @res.command("list")
     def list_cmd(
-        kind: str = typer.Option(None, "--kind", help="micro | infer | train."),
+        kind: str = typer.Option(None, "--kind", help="micro | infer | train | host (a calibration's host fits)."),
         limit: int = typer.Option(50, "--limit", help="Newest N (0 = all)."),
         db: str = typer.Option(None, "--db", help=DB_HELP),
         as_json: bool = typer.Option(False, "--json", help="Print JSON."),
@@ -66,7 +66,7 @@ def register(app: typer.Typer) -> None:
     def export_cmd(
         csv: bool = typer.Option(False, "--csv", help="CSV: one line per measurement, scalars flattened."),
         as_json: bool = typer.Option(False, "--json", help="JSON: every measurement in full."),
-        kind: str = typer.Option(None, "--kind", help="micro | infer | train."),
+        kind: str = typer.Option(None, "--kind", help="micro | infer | train | host (a calibration's host fits)."),
         out: str = typer.Option(None, "--out", help="Write to this file instead of stdout."),
         db: str = typer.Option(None, "--db", help=DB_HELP),
     ) -> None:

@@ -183,7 +183,7 @@ def _host_pass(dev, use_real: bool) -> dict:
 
     probe = RoundProbe(dev)  # the host's speed between the fits' rounds, and what else the host did meanwhile
     with HostLoad() as load:
-        r = measure_family("llama", dev, layers=(2, 4, 8), iters=30, probe=probe)
+        r = measure_family("llama", dev, layers=(2, 4, 8), iters=30, chunk=6, probe=probe)
         real = _real_width_launch(dev, probe) if use_real else None
     release()
     r = dict(r, host_load=load.summary(), host_probe_s=probe.median(), host_probe_rounds_s=probe.samples)

@@ -109,52 +109,48 @@ def measure_family(family: str, dev: Device, layers=(1, 2, 4, 8), iters: int = 6
         _, cache = _decode_steps(model, ids[:, -1:], out_cache(out), kw, dev, 5)  # untimed first steps
         models.append({"model": model, "cache": cache})
 
-    def decode_job(m: dict):
-        def job():
-            times, m["cache"] = _decode_steps(m["model"], ids[:, -1:], m["cache"], kw, dev, chunk)
-            return times
+    def prefill_s(m: dict) -> float:  # the prompt's forward into a fresh cache, as generate's first step runs it
+        dev.synchronize()
+        t0 = time.perf_counter()
+        m["model"](ids, use_cache=True)
+        dev.synchronize()
+        return time.perf_counter() - t0
+
+    def generate_s(m: dict, n: int) -> float:
+        dev.synchronize()
+        t0 = time.perf_counter()
+        m["model"].generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n,
+                            do_sample=False)
+        dev.synchronize()
+        return time.perf_counter() - t0
+
+    rounds = _chunks(iters, chunk)
+
+    def round_job(m: dict):
+        def job():  # everything one depth needs, back to back: the derived costs pair samples of one moment
+            dec, m["cache"] = _decode_steps(m["model"], ids[:, -1:], m["cache"], kw, dev, -(-iters // rounds))
+            t33, t1 = generate_s(m, 33), generate_s(m, 1)
+            return [{"decode": dec, "step": (t33 - t1) / 32 - statistics.median(dec), "ttft": t1,
+                     "prefill": prefill_s(m)}]
         return job
 
-    def generate_job(m: dict):
-        def job():  # [(generate's per-token work: (33 tokens - 1 token) / 32, generate of 1 token (TTFT))]
-            dev.synchronize()
-            t0 = time.perf_counter()
-            m["model"].generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=33,
-                                min_new_tokens=33, do_sample=False)
-            dev.synchronize()
-            t33 = time.perf_counter() - t0
-            t0 = time.perf_counter()
-            m["model"].generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=1,
-                                min_new_tokens=1, do_sample=False)
-            dev.synchronize()
-            t1 = time.perf_counter() - t0
-            return [((t33 - t1) / 32, t1)]
-        return job
-
-    def prefill_job(m: dict):
-        def job():  # the prompt's forward into a fresh cache, as generate's first step runs it
-            dev.synchronize()
-            t0 = time.perf_counter()
-            m["model"](ids, use_cache=True)
-            dev.synchronize()
-            return [time.perf_counter() - t0]
-        return job
-
-    fwd = [statistics.median(x)
-           for x in interleaved([decode_job(m) for m in models], _chunks(iters, chunk), probe)]
-    gens = interleaved([generate_job(m) for m in models], 3, probe)
-    pre = [statistics.median(x) for x in interleaved([prefill_job(m) for m in models], 5, probe)]
-    gen_step = [statistics.median(g[0] for g in x) - f for x, f in zip(gens, fwd)]
-    step = statistics.median(gen_step)
+    # Each round times, per depth, a few decode steps, generate of 33 and of 1 token, and the prompt's forward.
+    # Derived costs are taken within a round, then the median over rounds: the lent H200 host steps between
+    # speeds that last seconds (results/2026-11-30-h200-h), and a difference of two phases timed in different
+    # rounds read generate's per-call setup at 0.8 to 4.7 ms in five passes of one calibration.
+    per_depth = interleaved([round_job(m) for m in models], rounds, probe)
+    del models
+    fwd = [statistics.median(t for r in rs for t in r["decode"]) for rs in per_depth]
+    pre = [statistics.median(r["prefill"] for r in rs) for rs in per_depth]
+    steps = [r["step"] for rs in per_depth for r in rs]
     # generate's work once per call (config checks, cache and processors set up): TTFT less the prompt's forward
     # less the per-token work the planner adds to the prefill (estimate/infer.py: prefill_s = forward + step_s +
     # setup_s)
-    setup = [statistics.median(g[1] for g in x) - p - step for x, p in zip(gens, pre)]
-    del models
+    setup = [r["ttft"] - r["prefill"] - r["step"] for rs in per_depth for r in rs]
     forward_s, layer_s = _fit(list(layers), fwd)
     return {"family": family, "layers": list(layers), "decode_forward_s": fwd, "forward_s": forward_s,
-            "layer_s": layer_s, "generate_step_s": step, "prefill_forward_s": pre,
-            "generate_setup_s": statistics.median(setup)}
+            "layer_s": layer_s, "generate_step_s": statistics.median(steps), "prefill_forward_s": pre,
+            "generate_setup_s": statistics.median(setup), "rounds": rounds}
 
 
 # Llama-3.2-1B's widths (vocab cut to 1024: the LM head's GPU time is not what is measured) for the real-size fit
