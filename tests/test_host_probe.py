@@ -241,3 +241,36 @@ def test_headline_says_when_the_host_moved_during_a_run():
              "host_probe_before_s": 3.45e-3, "host_probe_after_s": 2.28e-3}
     assert "moved 41%" in headline(infer) and "faster after" in headline(infer)
     assert "moved" not in headline({k: v for k, v in infer.items() if not k.startswith("host_probe")})
+
+
+def test_timed_repeats_run_the_count_and_the_time_floor():
+    """measure/device.repeats: at least n, and on until min_time_s has passed (at most cap); the smoke suite's
+    workloads carry the floor, and a run records how many repeats it took."""
+    import time
+
+    from gpuscope.measure.cases import SMOKE_MIN_TIME_S, smoke_cases
+    from gpuscope.measure.device import repeats
+
+    assert list(repeats(3)) == [0, 1, 2]
+    n = 0
+    t0 = time.perf_counter()
+    for _ in repeats(2, min_time_s=0.05):
+        time.sleep(0.005)
+        n += 1
+    assert time.perf_counter() - t0 >= 0.05 and n >= 5
+    assert len(list(repeats(1, min_time_s=60, cap=7))) == 7
+    assert all(c["min_time_s"] == SMOKE_MIN_TIME_S for c in smoke_cases())
+
+
+def test_workloads_record_the_repeats_a_time_floor_took():
+    from gpuscope.measure.cases import TINY_GPT2, infer_case, train_case
+    from gpuscope.measure.llm_infer import run_infer
+    from gpuscope.measure.llm_train import run_train
+
+    r = run_infer(infer_case("tiny-gpt2", 1, 8, 3, dtype="fp32", repeats=2, config=TINY_GPT2, decode_iters=2,
+                             device="cpu", min_time_s=0.3))
+    assert r["status"] == "ok" and r["ttft_repeats"] > 2 and r["e2e_repeats"] > 2
+    assert r["repeats"] == 2 and r["ttft_s_min"] <= r["ttft_s"] <= r["ttft_s_max"]
+    t = run_train(train_case("tiny-gpt2", 1, 16, precision="fp32", steps=2, warmup=1, config=TINY_GPT2,
+                             device="cpu", min_time_s=0.3))
+    assert t["status"] == "ok" and t["timed_steps"] > 2 and len(t["samples_s"]["step"]) == t["timed_steps"]

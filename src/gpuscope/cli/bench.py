@@ -74,6 +74,17 @@ def _positive(**kw) -> None:
             raise UserError(f"--{name.replace('_', '-')} must be a positive integer, not {v}.")
 
 
+MIN_TIME_HELP = ("Repeat each timed phase until this many seconds have passed (at least the count asked): a median "
+                 "over a few seconds of a host-bound workload is not one moment of a host whose speed moves.")
+
+
+def _min_time(seconds: float) -> dict:
+    """The case key of --min-time (absent at 0, so that case ids stay those of earlier runs)."""
+    if not (0 <= seconds <= 600):
+        raise UserError(f"--min-time must be between 0 and 600 seconds, not {seconds}.")
+    return {"min_time_s": seconds} if seconds else {}
+
+
 def _checkpoint_options(model: str, weights: bool, device_map: str | None, max_memory: str | None) -> dict:
     """The case keys of `bench infer --weights [--device-map ...] [--max-memory ...]`, checked (one sentence, exit 2
     on bad input)."""
@@ -181,6 +192,7 @@ def register(app: typer.Typer) -> None:
                                    "gs-graph (static cache, one CUDA graph per step) | gs-compile (gs-graph with the "
                                    "step compiled by torch.compile first)."),
         repeats: int = typer.Option(3, "--repeats", help="Timed generate calls (median)."),
+        min_time: float = typer.Option(0.0, "--min-time", help=MIN_TIME_HELP),
         attn: str = typer.Option("sdpa", "--attn", help="sdpa (transformers' default) | eager | gs-gqa (gpuscope's "
                                  "GQA-folding SDPA: no per-head K/V copy under a mask; slower than sdpa under "
                                  "gs-compile on an H200)."),
@@ -239,6 +251,7 @@ def register(app: typer.Typer) -> None:
 
             model, inline = case_model(model)
             extra.update(inline)
+        extra.update(_min_time(min_time))
         case = infer_case(model, batch, prompt, gen, dtype=dtype, repeats=repeats, **extra)
         s = Session(db, "bench infer", resume, as_json)
         guarded(s, lambda: run_workloads(s, [case], gpu, timeout))
@@ -253,6 +266,7 @@ def register(app: typer.Typer) -> None:
         grad_accum: int = typer.Option(1, "--grad-accum", help="Micro-batches (forward + backward) per optimizer "
                                        "step."),
         steps: int = typer.Option(6, "--steps", help="Timed optimizer steps (median)."),
+        min_time: float = typer.Option(0.0, "--min-time", help=MIN_TIME_HELP),
         warmup: int = typer.Option(2, "--warmup", help="Untimed steps first."),
         gpu: str = typer.Option(None, "--gpu", help=GPU_HELP),
         timeout: float = typer.Option(600, "--timeout", help="Seconds before the case is stopped."),
@@ -277,6 +291,7 @@ def register(app: typer.Typer) -> None:
 
         model, inline = case_model(model)
         extra.update(inline)
+        extra.update(_min_time(min_time))
         case = train_case(model, micro_batch, seq, precision, recompute, steps=steps, warmup=warmup, **extra)
         s = Session(db, "bench train", resume, as_json)
         guarded(s, lambda: run_workloads(s, [case], gpu, timeout))

@@ -2,7 +2,9 @@
 
 Case keys: ``kind="infer"``, ``model`` (preset name, path to a config.json or a directory holding one) or an
 inline HF config dict under ``config``, ``batch``, ``prompt``, ``gen``, ``dtype`` (bf16|fp16|fp32), ``attn``
-(sdpa), ``repeats`` (3), ``decode_iters`` (20), ``seed`` (0), optional ``device``.
+(sdpa), ``repeats`` (3), ``min_time_s`` (0: the TTFT and the E2E repeats each go on until this many seconds have
+passed, at least ``repeats`` of them; the counts run are ``ttft_repeats`` / ``e2e_repeats``), ``decode_iters`` (20),
+``seed`` (0), optional ``device``.
 
 Metric definitions (also written into each result as ``metric_formulas``):
 - TTFT = time of ``generate(max_new_tokens=1, min_new_tokens=1)``: prefill of the whole batch plus one token.
@@ -22,6 +24,7 @@ import statistics
 import torch
 
 from gpuscope.measure.device import Device, is_oom, oom_result, pick_device, summarize
+from gpuscope.measure.device import repeats as timed_repeats
 from gpuscope.measure.gc_pauses import GCPauses, freeze
 from gpuscope.measure.host_load import HostLoad
 from gpuscope.measure.host_probe import HostProbe
@@ -57,7 +60,7 @@ METRIC_FORMULAS = {
     "e2e_spread": "(max - min) / median of the E2E repeats: TPOT from medians of so few samples is uncertain by "
                   "about that much (bench's headline calls a run noisy above cli/bench_report.NOISY_SPREAD)",
     "gc_pause_s_per_token": "seconds Python's garbage collector paused the host during the E2E repeats (gc.callbacks)"
-                            " / (repeats * generated_tokens); gc_pause_s_per_ttft likewise per TTFT call",
+                            " / (e2e_repeats * generated_tokens); gc_pause_s_per_ttft likewise per TTFT call",
     "gc_tracked_objects": "len(gc.get_objects()) after warm-up (a compiled model's graphs and guards add ~0.8 M); "
                           "with --gc-freeze, gc_frozen_objects were moved out of the collector's reach first",
     "host_load_generate": "the host during the E2E repeats (measure/host_load.py): steal_fraction (hypervisor), "
@@ -67,7 +70,7 @@ METRIC_FORMULAS = {
                     "(host_probe_ttft_s: the same around the TTFT repeats)",
     "peak_*_bytes": "torch.cuda.max_memory_allocated after reset_peak_memory_stats, max over repeats",
     "decode_weights_gbs": "weights_bytes / tpot_s / 1e9 (the weights read once per decode step; KV reads not counted)",
-    "j_per_token": "generate_energy_j / (repeats * batch * generated_tokens): NVML energy over the E2E repeats "
+    "j_per_token": "generate_energy_j / (e2e_repeats * batch * generated_tokens): NVML energy over the E2E repeats "
                    "(prefill included, as a user's request pays it)",
 }
 
@@ -152,6 +155,7 @@ def _run_infer(case: dict, dev: Device, state: dict) -> dict:
     dtype = DTYPES[dtype_name]
     attn = case.get("attn", "sdpa")
     repeats = max(1, int(case.get("repeats", 3)))
+    min_time_s = max(0.0, float(case.get("min_time_s", 0.0)))
     decode_iters = max(1, int(case.get("decode_iters", 20)))
     engine = case.get("engine", "hf-eager")
     if engine not in ENGINES:
@@ -219,14 +223,15 @@ def _run_infer(case: dict, dev: Device, state: dict) -> dict:
     state["phase"] = "prefill"
     ttft, peaks = [], []
     with HostProbe(dev) as ttft_probe, GCPauses() as gcp:
-        for _ in range(repeats):
+        for _ in timed_repeats(repeats, min_time_s):
             dev.reset_peak()
             with dev.timer() as t:
                 out = _generate(model, ids, mask, 1, engine, cache_len=P + G, deferred=deferred)
             ttft.append(t.s)
             peaks.append(dev.peak_allocated())
             del out
-    res["gc_pause_s_per_ttft"] = gcp.summary()["gc_pause_s"] / repeats
+    res["ttft_repeats"] = len(ttft)
+    res["gc_pause_s_per_ttft"] = gcp.summary()["gc_pause_s"] / len(ttft)
     res["host_probe_ttft_s"] = ttft_probe.summary()["host_probe_s"]  # the host's speed around the TTFT repeats
     res["peak_prefill_bytes"] = _max_or_none(peaks)
 
@@ -235,7 +240,7 @@ def _run_infer(case: dict, dev: Device, state: dict) -> dict:
     e2e, e2e_wall, peaks, rpeaks, n_out = [], [], [], [], None
     # every timer synchronises: the energy counter covers the repeats' work; the host's load is recorded beside it
     with HostProbe(dev) as probe, PhaseEnergy(dev) as energy, GCPauses() as gcp, HostLoad() as host:
-        for _ in range(repeats):
+        for _ in timed_repeats(repeats, min_time_s):
             dev.reset_peak()
             with dev.timer() as t:
                 out = _generate(model, ids, mask, G, engine, deferred=deferred)
@@ -247,17 +252,18 @@ def _run_infer(case: dict, dev: Device, state: dict) -> dict:
             del out
     res["generate_energy_j"] = energy.joules
     res["energy_source"] = energy.source
-    res["j_per_token"] = energy.joules / (repeats * B * n_out) if energy.joules and n_out else None
+    res["e2e_repeats"] = len(e2e)
+    res["j_per_token"] = energy.joules / (len(e2e) * B * n_out) if energy.joules and n_out else None
     res["peak_generate_bytes"] = _max_or_none(peaks)
     res["peak_generate_reserved_bytes"] = _max_or_none(rpeaks)
     res["generated_tokens"] = n_out
     g = gcp.summary()
     res["host_load_generate"] = host.summary()
     res.update(probe.summary())  # the host's speed around the E2E repeats (measure/host_probe.py)
-    res["gc_pause_s_per_token"] = g["gc_pause_s"] / (repeats * n_out) if n_out else None
+    res["gc_pause_s_per_token"] = g["gc_pause_s"] / (len(e2e) * n_out) if n_out else None
     res["gc_collections_generate"] = g["gc_collections_by_generation"]
     if deferred is not None:  # the timed E2E calls' decode loops (generate asks once per call, after the prefill)
-        used = deferred[-repeats:]
+        used = deferred[-len(e2e):]
         res["stop_check"] = "deferred" if all(used) else "per-token sync (transformers refused to defer)"
     _release(dev)
 

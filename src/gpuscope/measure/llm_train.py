@@ -3,7 +3,9 @@ per phase.
 
 Case keys: ``kind="train"``, ``model`` / ``config`` (as for inference), ``micro_batch``, ``seq``, ``precision``
 (amp-bf16 | amp-fp16 | bf16 | fp32), ``optimizer`` (adamw), ``fused`` (true; used on CUDA only), ``recompute``
-(none | full), ``steps`` (6 timed), ``warmup`` (2), ``attn`` (sdpa), ``seed`` (0), optional ``device``.
+(none | full), ``steps`` (6 timed), ``min_time_s`` (0: the timed steps go on until this many seconds have passed,
+at least ``steps`` of them; the count run is ``timed_steps``), ``warmup`` (2), ``attn`` (sdpa), ``seed`` (0),
+optional ``device``.
 
 Precision, as in CONTRACT.md:
 - ``amp-bf16`` / ``amp-fp16``: fp32 parameters, gradients and AdamW states; forward under
@@ -20,6 +22,7 @@ between phases), then ``steps`` timed steps run back to back (device events, no 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 import warnings
 from functools import partial
@@ -27,6 +30,7 @@ from functools import partial
 import torch
 
 from gpuscope.measure.device import Device, summarize
+from gpuscope.measure.device import repeats as timed_repeats
 from gpuscope.measure.host_load import HostLoad
 from gpuscope.measure.host_probe import HostProbe
 from gpuscope.measure.nvml import PhaseEnergy
@@ -54,8 +58,9 @@ METRIC_FORMULAS = {
     "peak_optimizer_bytes": "max_memory_allocated during optimizer step + zero_grad (reset before)",
     "peak_bytes": "max_memory_allocated over the timed steps (reset before the first)",
     "optimizer_state_bytes": "sum of bytes of all tensors in optimizer.state",
-    "step_energy_j": "NVML energy over the timed steps (total-energy counter, else the power integral) / steps",
-    "j_per_token": "that energy / (steps * micro_batch * seq * grad_accum)",
+    "step_energy_j": "NVML energy over the timed steps (total-energy counter, else the power integral) / "
+                     "timed_steps",
+    "j_per_token": "that energy / (timed_steps * micro_batch * seq * grad_accum)",
     "host_probe_train_s": "mean of host_probe_train_before_s and _after_s: measure/host_probe.py's training probe (a "
                           "tiny forward + backward, median of 15) just before and just after the timed steps",
 }
@@ -187,6 +192,7 @@ def _run_train(case: dict, dev: Device, state: dict) -> dict:
     if accum < 1:
         raise ValueError(f"grad_accum: {accum} is not a positive integer")
     warmup = max(1, int(case.get("warmup", 2)))  # >= 1 so optimizer states exist before measuring
+    min_time_s = max(0.0, float(case.get("min_time_s", 0.0)))  # timed steps go on until this much wall time
     attn = case.get("attn", "sdpa")
     torch.manual_seed(int(case.get("seed", 0)))
 
@@ -211,9 +217,10 @@ def _run_train(case: dict, dev: Device, state: dict) -> dict:
     res.update({"optimizer": "adamw", "optimizer_fused": fused, "grad_scaler": scaler is not None})
     res.update(matmul_settings())
 
-    # A fresh random batch for every step (made up front, so no kernel of it falls inside a timed step).
-    batches = iter([torch.randint(0, vocab_size(config), (B, S), device=dev.torch_device)
-                    for _ in range(accum * (warmup + 1 + steps))])
+    # A fresh random batch for every step (made up front, so no kernel of it falls inside a timed step); steps
+    # beyond ``steps`` (``min_time_s``) take them again in turn.
+    batches = itertools.cycle([torch.randint(0, vocab_size(config), (B, S), device=dev.torch_device)
+                               for _ in range(accum * (warmup + 1 + steps))])
 
     stage = ["warmup"]  # phase names for OOM results: "<warmup|measure|timed>/<forward|backward|optimizer>"
     forward, backward, opt_step = step_functions(model, opt, scaler, ac_dtype, dev, batches, state, stage)
@@ -248,7 +255,7 @@ def _run_train(case: dict, dev: Device, state: dict) -> dict:
     st = dev.step_timer()
     with HostProbe(dev, "train") as probe, PhaseEnergy(dev) as energy, HostLoad() as host:
         st.start()
-        for _ in range(steps):
+        for _ in timed_repeats(steps, min_time_s):
             accumulate(accum - 1)
             loss = forward()
             backward(loss)
@@ -265,9 +272,10 @@ def _run_train(case: dict, dev: Device, state: dict) -> dict:
     res.update({
         "step_s": s["median"], "step_s_min": s["min"], "step_s_max": s["max"],
         "tokens_per_s": B * S * accum / s["median"] if s["median"] else None,
-        "tokens_per_s_wall": B * S * accum * steps / st.wall_s if st.wall_s else None,
-        "step_energy_j": energy.joules / steps if energy.joules else None,
-        "j_per_token": energy.joules / (steps * B * S * accum) if energy.joules else None,
+        "timed_steps": len(times),
+        "tokens_per_s_wall": B * S * accum * len(times) / st.wall_s if st.wall_s else None,
+        "step_energy_j": energy.joules / len(times) if energy.joules else None,
+        "j_per_token": energy.joules / (len(times) * B * S * accum) if energy.joules else None,
         "energy_source": energy.source,
         "loss_instrumented_step": loss_warm,
         "loss_last": loss_last,
