@@ -60,9 +60,9 @@ def test_host_probe_brackets_a_phase_and_frees_its_model():
 
 def test_training_host_fit_is_expressed_at_the_decode_passes_host_speed(monkeypatch):
     """calibrate's training fits run a minute after the decode passes that measured the launch cost. Both probes
-    run between the fits' rounds: the forward probe says how fast the host was against the launch cost's probe,
-    and the training costs are divided by the launch cost at that speed; the training probe is written at the
-    decode passes' speed, the one the costs are expressed at."""
+    run after every round: each round is taken to a fixed training-probe speed, and the probes' ratio says what
+    the training probe reads at the decode passes' speed; the fits are taken there before they are divided by the
+    launch cost, and the training probe is written at that speed."""
     import gpuscope.measure.host_overhead as ho
     import gpuscope.measure.host_probe as hp
     from gpuscope.measure.calibrate import train_host_costs
@@ -76,9 +76,9 @@ def test_training_host_fit_is_expressed_at_the_decode_passes_host_speed(monkeypa
                 "optimizer_tensor_s": 8e-6}
 
     def family(fam, dev, precision, recompute, steps, probe=None):
-        for _ in range(3):
-            probe()  # between rounds
-        return fit(42 * 4 * launch, 42 * 8 * launch) if recompute == "none" else fit(42 * 6 * launch, 42 * 18 * launch)
+        factor = [probe() for _ in range(3)][-1]  # between rounds; interleaved scales each round by what it returns
+        raw = fit(42 * 4 * launch, 42 * 8 * launch) if recompute == "none" else fit(42 * 6 * launch, 42 * 18 * launch)
+        return {k: v * factor if k.endswith("_s") else v for k, v in raw.items()}
 
     monkeypatch.setattr(ho, "measure_train_family", family)
     monkeypatch.setitem(hp.PROBES, "infer", (lambda dev: 3e-3, "host_probe"))
@@ -91,7 +91,7 @@ def test_training_host_fit_is_expressed_at_the_decode_passes_host_speed(monkeypa
     c = train_host_costs(launch, "cpu", launch_probe_s=2e-3)
     assert c["host_train_fwd"] == pytest.approx(4.0 / 1.5) and c["host_train_bwd"] == pytest.approx(8.0 / 1.5)
     assert c["host_probe_train_s"] == pytest.approx(6e-3)
-    assert c["host_train_detail"]["launch_unit_s"] == pytest.approx(15e-6)
+    assert c["host_train_detail"]["train_per_forward_probe"] == pytest.approx(3.0)
 
 
 def _tiny_train_record(step_s: float, probe_s: float | None) -> dict:
@@ -274,3 +274,47 @@ def test_workloads_record_the_repeats_a_time_floor_took():
     t = run_train(train_case("tiny-gpt2", 1, 16, precision="fp32", steps=2, warmup=1, config=TINY_GPT2,
                              device="cpu", min_time_s=0.3))
     assert t["status"] == "ok" and t["timed_steps"] > 2 and len(t["samples_s"]["step"]) == t["timed_steps"]
+
+
+def test_rounds_are_taken_to_the_probes_reference_speed(monkeypatch):
+    """A host that runs 1.5x slower for some rounds (an episode of the lent H200 VM): RoundProbe(to=...) returns
+    to / probe after each round, interleaved scales that round's samples (numbers, tuples, dicts) by it, and the
+    fit reads the same at every depth as a host that never slowed; host_costs then takes each pass from that unit
+    to the passes' median probe."""
+    import gpuscope.measure.calibrate as cal
+    import gpuscope.measure.host_probe as hp
+    from gpuscope.measure.host_overhead import _fit, interleaved
+
+    speed = {"x": 1.0}
+    rnd = {"n": 0}
+    monkeypatch.setitem(hp.PROBES, "infer", (lambda dev: 2e-3 * speed["x"], "host_probe"))
+    probe = hp.RoundProbe(None, to=1e-3)
+
+    def job(n):
+        def run():
+            return [(1e-3 + 0.5e-3 * n) * speed["x"], {"t": 2e-3 * speed["x"]}]
+        return run
+
+    def between():
+        f = probe()
+        rnd["n"] += 1
+        speed["x"] = 1.5 if rnd["n"] in (2, 3, 4) else 1.0  # the next rounds run in a slow episode
+        return f
+
+    out = interleaved([job(n) for n in (2, 4, 8)], 6, between)
+    times = [[x for x in xs if not isinstance(x, dict)] for xs in out]
+    assert all(t == pytest.approx(times[0][0]) for t in times[0])  # every round the same, at the unit's speed
+    _, slope = _fit([2, 4, 8], [xs[0] for xs in times])
+    assert slope == pytest.approx(0.5e-3 / 2)  # the 2 ms probe's host taken to a 1 ms probe's: half the time
+    assert all(x["t"] == pytest.approx(1e-3) for xs in out for x in xs if isinstance(x, dict))
+    assert sorted(probe.samples) == pytest.approx([2e-3] * 3 + [3e-3] * 3)
+    assert hp.RoundProbe(None)() is None  # without `to`, nothing is scaled
+
+    # passes whose rounds were taken to a 1 ms probe: each is taken to the passes' median probe (2.2 ms)
+    passes = iter([{"host_launch_s": 8e-6, "host_probe_s": p, "host_detail": {"launch_tiny_s": 7e-6,
+                                                                            "probe_unit_s": 1e-3}}
+                   for p in (2.0e-3, 2.2e-3, 3.1e-3)])
+    monkeypatch.setattr(cal, "_host_pass", lambda dev, use_real: next(passes))
+    c = cal.host_costs("cpu", passes=3)
+    assert c["host_probe_s"] == pytest.approx(2.2e-3) and c["host_launch_s"] == pytest.approx(8e-6 * 2.2)
+    assert c["host_detail"]["launch_spread_at_probe"] == pytest.approx(0.0)

@@ -55,7 +55,8 @@ def host_keys(device: str | None, keep: dict | None = None) -> dict:
     td = tr.get("host_train_detail") or {}
     if td.get("host_probe_s") and costs.get("host_probe_s"):
         typer.echo(f"host (training): fitted at a host probe of {td['host_probe_s'] * 1e3:.2f} ms against the "
-                   f"decode passes' {costs['host_probe_s'] * 1e3:.2f} ms; expressed at the passes' speed", err=True)
+                   f"decode passes' {costs['host_probe_s'] * 1e3:.2f} ms; each round taken to the passes' speed "
+                   "by its probes", err=True)
     if tr.get("host_train_invalid"):
         typer.echo(f"host (training): not written ({tr['host_train_invalid']})", err=True)
     else:

@@ -152,7 +152,9 @@ def host_costs(device: str | None = None, real_width: bool | None = None, passes
     keys = {k for k in keys if all(k in r for r in ok)}  # every valid pass measured it (real-width fits may fail)
     probes = [r.get("host_probe_s") for r in ok]
     ref = statistics.median(probes) if all(probes) else None
-    ups = [ref / p for p in probes] if ref else [1.0] * len(ok)  # each pass taken to the median probe's speed
+    # each pass taken to the median probe's speed: from the speed its rounds were scaled to, else its own probe's
+    units = [r["host_detail"].get("probe_unit_s") or p for r, p in zip(ok, probes)]
+    ups = [ref / u for u in units] if ref else [1.0] * len(ok)
 
     def at_ref(values: list) -> float:
         return statistics.median(v * u for v, u in zip(values, ups))
@@ -171,6 +173,12 @@ def host_costs(device: str | None = None, real_width: bool | None = None, passes
     return out | {"host_detail": detail}
 
 
+# The host speed a calibration pass's rounds are taken to before its fits (any constant: host_costs takes every pass
+# to the passes' median probe after), and the same for the training fits' rounds (against the training probe).
+PROBE_UNIT_S = 1e-3
+TRAIN_PROBE_UNIT_S = 5e-3
+
+
 def _host_pass(dev, use_real: bool) -> dict:
     """One pass of host_costs' fits: tiny models, then (``use_real``) Llama-3.2-1B-wide layers."""
     from gpuscope.estimate import ops as opsmod
@@ -181,12 +189,15 @@ def _host_pass(dev, use_real: bool) -> dict:
     from gpuscope.measure.host_load import HostLoad
     from gpuscope.measure.host_probe import RoundProbe, release
 
-    probe = RoundProbe(dev)  # the host's speed between the fits' rounds, and what else the host did meanwhile
+    # the host's speed after every round of the fits, each round taken to a host whose probe reads PROBE_UNIT_S
+    # (host_probe.RoundProbe), and what else the host did meanwhile
+    probe = RoundProbe(dev, to=PROBE_UNIT_S)
     with HostLoad() as load:
         r = measure_family("llama", dev, layers=(2, 4, 8), iters=30, chunk=6, probe=probe)
         real = _real_width_launch(dev, probe) if use_real else None
     release()
-    r = dict(r, host_load=load.summary(), host_probe_s=probe.median(), host_probe_rounds_s=probe.samples)
+    r = dict(r, host_load=load.summary(), host_probe_s=probe.median(), host_probe_rounds_s=probe.samples,
+             probe_unit_s=PROBE_UNIT_S)
     spec1 = spec_from_config(dict(TINY["llama"], num_hidden_layers=1))
     spec2 = spec_from_config(dict(TINY["llama"], num_hidden_layers=2))
     k1 = sum(o.kernels * o.count for o in opsmod.forward_ops(spec1, 1, 1, 16, 2.0, 2.0, 2.0, head_tokens=1))
@@ -254,11 +265,13 @@ def train_host_costs(launch_s: float, device: str | None = None, steps: int = 10
 
     These fits run a minute after the decode passes that measured ``launch_s``, and the host's speed moves between
     minutes: dividing a slow minute's training times by a fast minute's launch cost read 5.51 launches a backward
-    kernel where a steadier calibration read 3.54 (the H200, results/2026-11-30-h200-g, section 9). So the forward
-    probe runs between the fits' rounds too, and with ``launch_probe_s`` (the probe ``launch_s`` was measured at,
-    host_costs' host_probe_s) the unit is the launch cost at the speed these fits met: launch_s x (probe here /
-    launch_probe_s). The training probe runs beside it (measure/host_probe.py); ``host_probe_train_s`` is written
-    at the decode passes' speed (x launch_probe_s / probe here), the speed the costs are expressed at."""
+    kernel where a steadier calibration read 3.54 (the H200, results/2026-11-30-h200-g, section 9). So both probes
+    run after every round of the fits (host_probe.RoundProbe): each round is taken to a host whose training probe
+    reads TRAIN_PROBE_UNIT_S (training work follows the training probe, r = 0.85, and the forward probe only
+    loosely), and the two probes' median ratio R says what the training probe reads when the forward probe reads
+    ``launch_probe_s`` (host_costs' host_probe_s, the speed ``launch_s`` was measured at): launch_probe_s x R. The
+    fits are taken to that speed before they are divided by ``launch_s``, and ``host_probe_train_s`` is that
+    speed. Without ``launch_probe_s``, the fits' own median training probe."""
     from gpuscope.estimate.train import layer_kernels, train_forward_ops
     from gpuscope.measure.device import Device, pick_device
     from gpuscope.measure.host_overhead import TINY, measure_train_family
@@ -267,18 +280,22 @@ def train_host_costs(launch_s: float, device: str | None = None, steps: int = 10
     from gpuscope.measure.host_probe import RoundProbe, release
 
     dev = Device(pick_device(device))
-    fwd_probe, train_probe = RoundProbe(dev), RoundProbe(dev, "train")
+    fwd_probe, train_probe = RoundProbe(dev), RoundProbe(dev, "train", to=TRAIN_PROBE_UNIT_S)
 
-    def probes() -> None:
+    def probes() -> float | None:  # the factor that takes the round to the training probe's unit
         fwd_probe()
-        train_probe()
+        return train_probe()
 
     none = measure_train_family("llama", dev, precision="amp-bf16", recompute="none", steps=steps, probe=probes)
     full = measure_train_family("llama", dev, precision="amp-bf16", recompute="full", steps=steps, probe=probes)
     release()
     here, train_here = fwd_probe.median(), train_probe.median()
-    speed = here / launch_probe_s if (launch_probe_s and here) else 1.0  # this minute's host against launch_s's
-    unit = launch_s * speed
+    ratio = (statistics.median(t / f for t, f in zip(train_probe.samples, fwd_probe.samples))
+             if train_probe.samples else None)  # training probe per forward probe, at the same moments
+    at_passes = launch_probe_s * ratio if (launch_probe_s and ratio) else train_here
+    # the fits' seconds (at a TRAIN_PROBE_UNIT_S training probe) x this = seconds at the decode passes' speed
+    to_passes = at_passes / TRAIN_PROBE_UNIT_S if at_passes else 1.0
+    unit = launch_s / to_passes
     spec = spec_from_config(dict(TINY["llama"], num_hidden_layers=2))
     # measure_train_family's micro-batch 2 x seq 64, amp-bf16 (16-bit activations, fp32 residual stream)
     in_layers, k_other = layer_kernels(train_forward_ops(spec, 2, 64, 2.0, 4.0), spec.num_layers)
@@ -287,7 +304,8 @@ def train_host_costs(launch_s: float, device: str | None = None, steps: int = 10
               "recompute": full["forward_layer_s"] + full["backward_layer_s"] - none["forward_layer_s"]
               - none["backward_layer_s"]}
     detail = {"none": none, "full": full, "kernels_per_layer": k_layer, "other_kernels": k_other,
-              "host_probe_s": here, "host_probe_train_s": train_here, "launch_s": launch_s, "launch_unit_s": unit,
+              "host_probe_s": here, "host_probe_train_s": train_here, "train_per_forward_probe": ratio,
+              "launch_s": launch_s, "launch_unit_s": unit, "probe_unit_s": TRAIN_PROBE_UNIT_S if ratio else None,
               "probe_rounds_s": fwd_probe.samples, "train_probe_rounds_s": train_probe.samples}
     if min(slopes.values()) <= 0 or none["optimizer_tensor_s"] <= 0:
         return {"host_train_invalid": "a training-phase fit did not grow with the layer or tensor count "
@@ -300,4 +318,4 @@ def train_host_costs(launch_s: float, device: str | None = None, steps: int = 10
             "host_train_bwd_fixed": max(0.0, none["backward_fixed_s"] / unit - k_other * per_kernel["bwd"]),
             "host_opt_fixed": max(0.0, none["optimizer_fixed_s"] / unit),
             "host_opt_tensor": none["optimizer_tensor_s"] / unit,
-            "host_probe_train_s": train_here / speed if train_here else None, "host_train_detail": detail}
+            "host_probe_train_s": at_passes, "host_train_detail": detail}

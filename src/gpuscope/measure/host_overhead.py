@@ -66,14 +66,24 @@ def interleaved(jobs: list, rounds: int, between=None) -> list[list]:
     depth after the other puts the drift into the slope. Interleaved, every depth sees the same slow and fast
     moments and the drift stays in the level, where the calibration's passes and the host probe
     (measure/host_probe.py) see it. ``between`` (a callable, e.g. host_probe.RoundProbe) runs after each round,
-    untimed: the host's speed sampled across the whole fit."""
+    untimed: the host's speed sampled across the whole fit. Where it returns a number, the round's samples (seconds,
+    or tuples, lists and dicts of them) are multiplied by it: the round taken to a reference host speed."""
     samples: list[list] = [[] for _ in jobs]
     for _ in range(rounds):
-        for i, job in enumerate(jobs):
-            samples[i].extend(job())
-        if between is not None:
-            between()
+        got = [job() for job in jobs]
+        factor = between() if between is not None else None
+        for i, xs in enumerate(got):
+            samples[i].extend([_scaled(x, factor) for x in xs] if factor else xs)
     return samples
+
+
+def _scaled(x, f: float):
+    """Seconds ``x`` (a number, or a tuple, list or dict of them) times ``f``."""
+    if isinstance(x, dict):
+        return {k: _scaled(v, f) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return type(x)(_scaled(v, f) for v in x)
+    return x * f
 
 
 def _chunks(total: int, size: int) -> int:

@@ -90,14 +90,22 @@ class RoundProbe:
     lent H200 host's speed decorrelated within ~8 s (results/2026-11-30-h200-g/probe_track.json), so a probe
     before and after a pass sampled two moments of it. Each call appends one probe (the same median as HostProbe's,
     so the speeds compare: ~70 ms forward / ~0.1 s training on that host); ``median()`` is the fit's host speed.
+
+    ``to`` (seconds): each call returns ``to / probe``, the factor that takes the round just timed to a host whose
+    probe reads ``to``, and ``interleaved`` applies it to that round's samples. Why per round: the lent H200 host
+    slowed ~1.5x in episodes of 0.5-2 s, and a pass's four rounds of Llama-3.2-1B-wide decode that fell in one read
+    25 us a kernel where the pass's other fits and the next passes read 16-17 (results/2026-11-30-h200-h); a probe
+    per pass cannot correct a part of the pass. Without ``to`` a call returns None (nothing is scaled).
     The probe's model stays cached until ``release()``: for calibrations, not for workloads whose memory is read."""
 
-    def __init__(self, dev: Device, kind: str = "infer"):
-        self.dev, self.fn = dev, PROBES[kind][0]
+    def __init__(self, dev: Device, kind: str = "infer", to: float | None = None):
+        self.dev, self.fn, self.to = dev, PROBES[kind][0], to
         self.samples: list[float] = []
 
-    def __call__(self) -> None:
-        self.samples.append(self.fn(self.dev))
+    def __call__(self) -> float | None:
+        p = self.fn(self.dev)
+        self.samples.append(p)
+        return self.to / p if (self.to and p > 0) else None
 
     def median(self) -> float | None:
         return statistics.median(self.samples) if self.samples else None
