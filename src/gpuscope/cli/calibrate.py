@@ -32,12 +32,15 @@ def host_keys(device: str | None, keep: dict | None = None) -> dict:
         how = f"tiny models' {tiny * 1e6:.1f} us x the catalog's real-size factor"
         if real.get("invalid"):
             typer.echo(f"host (real widths): not used ({real['invalid']})", err=True)
-    spread = detail.get("launch_spread")
+    spread, at_probe = detail.get("launch_spread"), detail.get("launch_spread_at_probe")
+    probe = (f" at a host probe of {costs['host_probe_s'] * 1e3:.2f} ms" if costs.get("host_probe_s") else "")
     typer.echo(f"host: {costs['host_launch_s'] * 1e6:.1f} us per kernel ({how}), "
-               f"{costs['host_step_s'] * 1e3:.2f} ms per generated token outside the model"
+               f"{costs['host_step_s'] * 1e3:.2f} ms per generated token outside the model{probe}"
                + (f"; median of {detail['valid_passes']} passes, which spread {spread:.0%}"
-                  if spread is not None else ""), err=True)
-    if spread is not None and spread > HOST_SPREAD_WARN:
+                  if spread is not None else "")
+               + (f" as measured and {at_probe:.0%} each at its probe" if at_probe is not None else ""), err=True)
+    left = at_probe if at_probe is not None else spread  # what the probes did not explain stays in the estimates
+    if left is not None and left > HOST_SPREAD_WARN:
         passes = detail.get("passes", [])
         steal = [((p.get("host_load") or {}).get("steal_fraction")) for p in passes]
         said = ", ".join("?" if x is None else f"{x:.0%}" for x in steal)
@@ -45,7 +48,8 @@ def host_keys(device: str | None, keep: dict | None = None) -> dict:
                    "estimates carry that spread; calibrate again when it is idle"
                    + (f" (hypervisor steal per pass: {said})" if steal else ""), err=True)
         # what each pass met: its tiny-model launch cost beside its host probe (measure/host_probe.py)
-        met = [f"{p['launch_tiny_s'] * 1e6:.1f} us / {p['host_probe_s'] * 1e3:.2f} ms" for p in passes
+        met = [f"{p['launch_tiny_s'] * p['host_probe_s'] / (p.get('probe_unit_s') or p['host_probe_s']) * 1e6:.1f}"
+               f" us / {p['host_probe_s'] * 1e3:.2f} ms" for p in passes
                if p.get("launch_tiny_s") and p.get("host_probe_s")]
         if met:
             typer.echo("host: per pass, tiny-model launch cost / host probe: " + ", ".join(met), err=True)

@@ -162,8 +162,9 @@ def host_costs(device: str | None = None, real_width: bool | None = None, passes
     out = {k: at_ref([r[k] for r in ok]) for k in keys}
     if ref:
         out["host_probe_s"] = ref
-    launch = [r["host_launch_s"] for r in ok]
-    scaled = [v * u for v, u in zip(launch, ups)]
+    # as each pass met its host (its rounds' unit back to its own median probe), and all at the median probe
+    launch = [r["host_launch_s"] * (p / u if (p and u) else 1.0) for r, p, u in zip(ok, probes, units)]
+    scaled = [r["host_launch_s"] * u for r, u in zip(ok, ups)]
     tiny = at_ref([r["host_detail"]["launch_tiny_s"] for r in ok])
     detail = {"passes": [r["host_detail"] for r in runs], "valid_passes": len(ok), "launch_tiny_s": tiny,
               "launch_spread": (max(launch) - min(launch)) / statistics.median(launch),
