@@ -357,6 +357,8 @@ def test_host_costs_on_this_machine():
     assert len(p["prefill_forward_s"]) == 3 and p["rounds"] == 5 and len(p["host_probe_rounds_s"]) == 5
     assert p["host_probe_s"] == pytest.approx(sorted(p["host_probe_rounds_s"])[2])
     assert c["host_detail"]["launch_spread_at_probe"] >= 0
+    # the training probe after every round too: the speed the training costs are taken to
+    assert len(p["train_probe_rounds_s"]) == 5 and c["host_detail"]["train_probe_s"] > 0
 
 
 def test_host_costs_carry_the_catalogs_real_size_factor(monkeypatch):

@@ -55,12 +55,12 @@ def host_keys(device: str | None, keep: dict | None = None) -> dict:
             typer.echo("host: per pass, tiny-model launch cost / host probe: " + ", ".join(met), err=True)
     # the training costs in units of the tiny models' launch: x host_launch_s in the planner, they carry the
     # same real/tiny ratio (measured on a GPU, the catalog's factor elsewhere)
-    tr = keep["train"] = train_host_costs(tiny, device, launch_probe_s=costs.get("host_probe_s"))
+    tr = keep["train"] = train_host_costs(tiny, device, train_probe_s=detail.get("train_probe_s"))
     td = tr.get("host_train_detail") or {}
-    if td.get("host_probe_s") and costs.get("host_probe_s"):
-        typer.echo(f"host (training): fitted at a host probe of {td['host_probe_s'] * 1e3:.2f} ms against the "
-                   f"decode passes' {costs['host_probe_s'] * 1e3:.2f} ms; each round taken to the passes' speed "
-                   "by its probes", err=True)
+    if td.get("host_probe_train_s") and detail.get("train_probe_s"):
+        typer.echo(f"host (training): fitted at a training probe of {td['host_probe_train_s'] * 1e3:.2f} ms, "
+                   f"{detail['train_probe_s'] * 1e3:.2f} ms while the decode passes ran; each round taken to the "
+                   "passes' speed by the probe after it", err=True)
     if tr.get("host_train_invalid"):
         typer.echo(f"host (training): not written ({tr['host_train_invalid']})", err=True)
     else:

@@ -166,7 +166,10 @@ def host_costs(device: str | None = None, real_width: bool | None = None, passes
     launch = [r["host_launch_s"] * (p / u if (p and u) else 1.0) for r, p, u in zip(ok, probes, units)]
     scaled = [r["host_launch_s"] * u for r, u in zip(ok, ups)]
     tiny = at_ref([r["host_detail"]["launch_tiny_s"] for r in ok])
+    trains = [r["host_detail"].get("train_probe_s") for r in ok]
     detail = {"passes": [r["host_detail"] for r in runs], "valid_passes": len(ok), "launch_tiny_s": tiny,
+              # the training probe while the passes ran: the speed train_host_costs expresses its costs at
+              "train_probe_s": statistics.median(trains) if all(trains) else None,
               "launch_spread": (max(launch) - min(launch)) / statistics.median(launch),
               "launch_spread_at_probe": (max(scaled) - min(scaled)) / statistics.median(scaled),
               "real_size_launch_factor": out["host_launch_s"] / tiny,
@@ -191,14 +194,21 @@ def _host_pass(dev, use_real: bool) -> dict:
     from gpuscope.measure.host_probe import RoundProbe, release
 
     # the host's speed after every round of the fits, each round taken to a host whose probe reads PROBE_UNIT_S
-    # (host_probe.RoundProbe), and what else the host did meanwhile
-    probe = RoundProbe(dev, to=PROBE_UNIT_S)
+    # (host_probe.RoundProbe), and what else the host did meanwhile. The training probe runs after every round too:
+    # what it reads while these passes run is the speed the training costs are expressed at (train_host_costs).
+    probe, train_probe = RoundProbe(dev, to=PROBE_UNIT_S), RoundProbe(dev, "train")
+
+    def probes() -> float | None:
+        train_probe()
+        return probe()
+
     with HostLoad() as load:
-        r = measure_family("llama", dev, layers=(2, 4, 8), iters=30, chunk=6, probe=probe)
-        real = _real_width_launch(dev, probe) if use_real else None
+        r = measure_family("llama", dev, layers=(2, 4, 8), iters=30, chunk=6, probe=probes)
+        real = _real_width_launch(dev, probes) if use_real else None
     release()
     r = dict(r, host_load=load.summary(), host_probe_s=probe.median(), host_probe_rounds_s=probe.samples,
-             probe_unit_s=PROBE_UNIT_S)
+             probe_unit_s=PROBE_UNIT_S, train_probe_s=train_probe.median(),
+             train_probe_rounds_s=train_probe.samples)
     spec1 = spec_from_config(dict(TINY["llama"], num_hidden_layers=1))
     spec2 = spec_from_config(dict(TINY["llama"], num_hidden_layers=2))
     k1 = sum(o.kernels * o.count for o in opsmod.forward_ops(spec1, 1, 1, 16, 2.0, 2.0, 2.0, head_tokens=1))
@@ -254,7 +264,7 @@ def _real_width_launch(dev, probe=None) -> dict:
 
 
 def train_host_costs(launch_s: float, device: str | None = None, steps: int = 10,
-                     launch_probe_s: float | None = None) -> dict:
+                     train_probe_s: float | None = None) -> dict:
     """This machine's eager training host costs (estimate/roofline.TrainHost), in units of ``launch_s`` (the decode
     calibration's tiny-model launch cost, host_costs' host_detail.launch_tiny_s; the planner multiplies them by
     host_launch_s, which carries the real-size factor): tiny Llama models of 2/4/8 layers trained with amp-bf16,
@@ -266,13 +276,14 @@ def train_host_costs(launch_s: float, device: str | None = None, steps: int = 10
 
     These fits run a minute after the decode passes that measured ``launch_s``, and the host's speed moves between
     minutes: dividing a slow minute's training times by a fast minute's launch cost read 5.51 launches a backward
-    kernel where a steadier calibration read 3.54 (the H200, results/2026-11-30-h200-g, section 9). So both probes
-    run after every round of the fits (host_probe.RoundProbe): each round is taken to a host whose training probe
-    reads TRAIN_PROBE_UNIT_S (training work follows the training probe, r = 0.85, and the forward probe only
-    loosely), and the two probes' median ratio R says what the training probe reads when the forward probe reads
-    ``launch_probe_s`` (host_costs' host_probe_s, the speed ``launch_s`` was measured at): launch_probe_s x R. The
-    fits are taken to that speed before they are divided by ``launch_s``, and ``host_probe_train_s`` is that
-    speed. Without ``launch_probe_s``, the fits' own median training probe."""
+    kernel where a steadier calibration read 3.54 (the H200, results/2026-11-30-h200-g, section 9). So the training
+    probe runs after every round of the fits (host_probe.RoundProbe) and each round is taken to a host whose
+    training probe reads TRAIN_PROBE_UNIT_S (training work follows the training probe, r = 0.85, the forward probe
+    at 0.44), then to ``train_probe_s``: what the training probe read while the decode passes that measured
+    ``launch_s`` ran (host_costs' host_detail.train_probe_s). Only then are the fits divided by ``launch_s``, so
+    both describe one host speed, written as ``host_probe_train_s``. (Going through the forward probe instead,
+    the ratio of the two probes after a training round, read 2.5 in one calibration and 3.2 in the next on the
+    same host: results/2026-11-30-h200-h.) Without ``train_probe_s``, the fits' own median training probe."""
     from gpuscope.estimate.train import layer_kernels, train_forward_ops
     from gpuscope.measure.device import Device, pick_device
     from gpuscope.measure.host_overhead import TINY, measure_train_family
@@ -281,21 +292,16 @@ def train_host_costs(launch_s: float, device: str | None = None, steps: int = 10
     from gpuscope.measure.host_probe import RoundProbe, release
 
     dev = Device(pick_device(device))
-    fwd_probe, train_probe = RoundProbe(dev), RoundProbe(dev, "train", to=TRAIN_PROBE_UNIT_S)
-
-    def probes() -> float | None:  # the factor that takes the round to the training probe's unit
-        fwd_probe()
-        return train_probe()
-
-    none = measure_train_family("llama", dev, precision="amp-bf16", recompute="none", steps=steps, probe=probes)
-    full = measure_train_family("llama", dev, precision="amp-bf16", recompute="full", steps=steps, probe=probes)
+    train_probe = RoundProbe(dev, "train", to=TRAIN_PROBE_UNIT_S)  # returns the factor to the training unit
+    none = measure_train_family("llama", dev, precision="amp-bf16", recompute="none", steps=steps,
+                                probe=train_probe)
+    full = measure_train_family("llama", dev, precision="amp-bf16", recompute="full", steps=steps,
+                                probe=train_probe)
     release()
-    here, train_here = fwd_probe.median(), train_probe.median()
-    ratio = (statistics.median(t / f for t, f in zip(train_probe.samples, fwd_probe.samples))
-             if train_probe.samples else None)  # training probe per forward probe, at the same moments
-    at_passes = launch_probe_s * ratio if (launch_probe_s and ratio) else train_here
+    train_here = train_probe.median()
+    at_passes = train_probe_s or train_here
     # the fits' seconds (at a TRAIN_PROBE_UNIT_S training probe) x this = seconds at the decode passes' speed
-    to_passes = at_passes / TRAIN_PROBE_UNIT_S if at_passes else 1.0
+    to_passes = at_passes / TRAIN_PROBE_UNIT_S if (at_passes and train_here) else 1.0
     unit = launch_s / to_passes
     spec = spec_from_config(dict(TINY["llama"], num_hidden_layers=2))
     # measure_train_family's micro-batch 2 x seq 64, amp-bf16 (16-bit activations, fp32 residual stream)
@@ -305,9 +311,9 @@ def train_host_costs(launch_s: float, device: str | None = None, steps: int = 10
               "recompute": full["forward_layer_s"] + full["backward_layer_s"] - none["forward_layer_s"]
               - none["backward_layer_s"]}
     detail = {"none": none, "full": full, "kernels_per_layer": k_layer, "other_kernels": k_other,
-              "host_probe_s": here, "host_probe_train_s": train_here, "train_per_forward_probe": ratio,
-              "launch_s": launch_s, "launch_unit_s": unit, "probe_unit_s": TRAIN_PROBE_UNIT_S if ratio else None,
-              "probe_rounds_s": fwd_probe.samples, "train_probe_rounds_s": train_probe.samples}
+              "host_probe_train_s": train_here, "train_probe_at_passes_s": train_probe_s, "launch_s": launch_s,
+              "launch_unit_s": unit, "probe_unit_s": TRAIN_PROBE_UNIT_S if train_here else None,
+              "train_probe_rounds_s": train_probe.samples}
     if min(slopes.values()) <= 0 or none["optimizer_tensor_s"] <= 0:
         return {"host_train_invalid": "a training-phase fit did not grow with the layer or tensor count "
                 f"(per layer: {', '.join(f'{k} {v * 1e3:.3f} ms' for k, v in slopes.items())})",
@@ -319,4 +325,4 @@ def train_host_costs(launch_s: float, device: str | None = None, steps: int = 10
             "host_train_bwd_fixed": max(0.0, none["backward_fixed_s"] / unit - k_other * per_kernel["bwd"]),
             "host_opt_fixed": max(0.0, none["optimizer_fixed_s"] / unit),
             "host_opt_tensor": none["optimizer_tensor_s"] / unit,
-            "host_probe_train_s": at_passes, "host_train_detail": detail}
+            "host_probe_train_s": at_passes if train_here else None, "host_train_detail": detail}

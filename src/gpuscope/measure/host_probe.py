@@ -62,6 +62,7 @@ def host_probe(dev: Device, iters: int = 30) -> float:
     return statistics.median(times)
 
 
+@torch.enable_grad()  # also between the rounds of a fit that runs under no_grad (measure_family)
 def host_probe_train(dev: Device, iters: int = 15, model=None) -> float:
     """Median seconds of the training probe: the probe model's forward with a loss over 8 tokens and its backward
     (gradients dropped after), synchronised; after 3 untimed ones. ``model``: another model to run it on
