@@ -793,3 +793,6 @@ def test_headline_says_when_e2e_repeats_spread():
     assert "noisy" not in headline({**r, "e2e_spread": 0.05}) and "noisy" not in headline(r)
     assert "noisy: E2E repeats spread 52%" in headline({**r, "e2e_spread": (2.78 - 1.58) / 2.32})
     assert "noisy" not in headline({**r, "e2e_spread": NOISY_SPREAD})
+    noisy = {**r, "e2e_spread": 0.5}
+    assert "(more --repeats or --min-time, a quiet host)" in headline(noisy)
+    assert "(the median of 80 is kept)" in headline({**noisy, "e2e_repeats": 80})  # a --min-time run's tails

@@ -131,15 +131,17 @@ def host_costs(device: str | None = None, real_width: bool | None = None, passes
     off (default: on unless the device is the CPU).
 
     The host's speed moves on a shared VM (the lent H200's read 22.4 and 17.5 us a kernel in two calibrates four
-    minutes apart, 2026-11-30), so the fits run ``passes`` times, each with the host probe taken between its rounds
-    (host_probe.RoundProbe: the speed that pass met), and each cost is the median over the valid passes of
-    cost / that pass's probe, times the median probe (``host_probe_s``): the costs at the passes' median host
-    speed, written beside that speed. Dividing by the probe keeps a pass that met a slow minute from moving the
-    median; the median probe makes the costs describe the same moment as the probe written with them (a median of
-    raw costs beside a median of probes paired numbers from different passes: one H200 calibration whose passes
-    spread 72% wrote a 3.1 ms probe beside a 17.6 us launch cost that faster passes read at ~2.0 ms,
-    results/2026-11-30-h200-g). The detail keeps every pass, ``launch_spread`` ((max - min) / median of
-    host_launch_s over the passes) and ``launch_spread_at_probe`` (the same of host_launch_s / probe)."""
+    minutes apart, 2026-11-30), so the fits run ``passes`` times. In a pass the host probe runs after every round
+    and takes that round to a host whose probe reads PROBE_UNIT_S (host_probe.RoundProbe; a pass without it is
+    taken by its own median probe instead), and each cost is the median over the valid passes of that cost at the
+    passes' median probe (``host_probe_s``): the costs at the passes' median host speed, written beside that
+    speed. A round that met a slow second no longer moves a pass, nor a pass the median; and the probe written
+    describes the same moment as the costs (a median of raw costs beside a median of probes paired numbers from
+    different passes: one H200 calibration whose passes spread 72% wrote a 3.1 ms probe beside a 17.6 us launch
+    cost that faster passes read at ~2.0 ms, results/2026-11-30-h200-g). The detail keeps every pass,
+    ``launch_spread`` ((max - min) / median of host_launch_s over the passes, as each met its host) and
+    ``launch_spread_at_probe`` (the same at the median probe), and ``train_probe_s``, the training probe's median
+    over the passes' rounds (train_host_costs takes the training fits to it)."""
     from gpuscope.measure.device import Device, pick_device
 
     dev = Device(pick_device(device))
