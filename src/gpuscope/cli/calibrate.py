@@ -58,9 +58,9 @@ def host_keys(device: str | None, keep: dict | None = None) -> dict:
     tr = keep["train"] = train_host_costs(tiny, device, train_probe_s=detail.get("train_probe_s"))
     td = tr.get("host_train_detail") or {}
     if td.get("host_probe_train_s") and detail.get("train_probe_s"):
-        typer.echo(f"host (training): fitted at a training probe of {td['host_probe_train_s'] * 1e3:.2f} ms, "
-                   f"{detail['train_probe_s'] * 1e3:.2f} ms while the decode passes ran; each round taken to the "
-                   "passes' speed by the probe after it", err=True)
+        typer.echo(f"host (training): the fits met a training probe of {td['host_probe_train_s'] * 1e3:.2f} ms, "
+                   f"the decode passes {detail['train_probe_s'] * 1e3:.2f} ms; each round taken to the passes' "
+                   "speed by the probe after it", err=True)
     if tr.get("host_train_invalid"):
         typer.echo(f"host (training): not written ({tr['host_train_invalid']})", err=True)
     else:
