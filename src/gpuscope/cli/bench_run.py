@@ -104,7 +104,7 @@ def run_calibration(s: Session, device: str | None, results: list[dict], host: b
     """This run's own calibration: its micro ceilings (and, with ``host``, this host's costs) as a hardware TOML in
     ``calibrations/<device>-<run id>.toml`` beside the results database; its path, or None (said) where none can be
     made."""
-    from gpuscope.cli.calibrate import host_keys, store_host_fits
+    from gpuscope.cli.calibrate import host_keys
     from gpuscope.measure.calibrate import calibration_toml
     from gpuscope.measure.device import Device, pick_device
     from gpuscope.measure.micro import ceilings
@@ -112,9 +112,7 @@ def run_calibration(s: Session, device: str | None, results: list[dict], host: b
     dev = Device(pick_device(device))
     measured = ceilings(results)
     if host:
-        keep: dict = {}
-        measured.update(host_keys(device, keep))
-        store_host_fits(s, device, keep)
+        measured.update(host_keys(device, s))
     try:
         text = calibration_toml(dev.device_name(), dev.type, measured, dev.total_memory(),
                                 f"Mode: {mode}; bench all, run {s.run_id}.")

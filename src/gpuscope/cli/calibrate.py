@@ -10,13 +10,21 @@ import typer
 HOST_SPREAD_WARN = 0.15  # passes of the host fit further apart than this are reported as a moving host
 
 
-def host_keys(device: str | None, keep: dict | None = None) -> dict:
+def host_keys(device: str | None, session=None) -> dict:
     """This host's costs as [measured] keys of a hardware TOML (measure/calibrate.host_costs and
-    train_host_costs), each fit reported on stderr; a fit that is not valid is said and left out. ``keep`` (a
-    dict) receives both fits whole, every pass and probe included (``host``, ``train``), for the results store."""
+    train_host_costs), each fit reported on stderr; a fit that is not valid is said and left out. With
+    ``session`` (cli/bench_run.Session), both fits are also stored whole in its results store (store_host_fits)."""
+    keep: dict = {}
+    try:
+        return _host_keys(device, keep)
+    finally:
+        if session is not None:
+            store_host_fits(session, device, keep)
+
+
+def _host_keys(device: str | None, keep: dict) -> dict:
     from gpuscope.measure.calibrate import host_costs, train_host_costs
 
-    keep = {} if keep is None else keep
     costs = keep["host"] = host_costs(device)
     if costs.get("host_invalid"):
         typer.echo(f"host: not written ({costs['host_invalid']}); the catalog's host costs stay in use", err=True)
@@ -117,9 +125,7 @@ def register_calibrate(hw: typer.Typer) -> None:
         def go():
             holder["results"] = run_micro(s, device, "quick" if quick else "sweep", dts)
             if host:  # inside the session: the fits are stored with the run's micro results
-                keep: dict = {}
-                holder["host"] = host_keys(device, keep)
-                store_host_fits(s, device, keep)
+                holder["host"] = host_keys(device, s)
 
         guarded(s, go)
         from gpuscope.measure.calibrate import calibration_toml

@@ -16,7 +16,8 @@ Precision, as in CONTRACT.md:
 One step = forward (loss from the model with ``labels=input_ids``), backward, optimizer step,
 ``zero_grad(set_to_none=True)``.
 After ``warmup`` steps, one instrumented step records memory per phase (synchronize and ``reset_peak_memory_stats``
-between phases), then ``steps`` timed steps run back to back (device events, no synchronize between steps).
+between phases), then the timed steps (``steps``, or more under ``min_time_s``: ``timed_steps``) run back to back
+(device events, no synchronize between steps).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ PRECISIONS = {  # name -> (parameter dtype, autocast dtype or None)
 }
 
 METRIC_FORMULAS = {
-    "step_s": "median over `steps` back-to-back timed steps (device events at step boundaries) of "
+    "step_s": "median over `timed_steps` back-to-back timed steps (device events at step boundaries) of "
               "forward + backward + optimizer.step + zero_grad(set_to_none=True)",
     "tokens_per_s": "micro_batch * seq * grad_accum / step_s (one step = grad_accum forward+backward passes, then "
                     "the optimizer)",
