@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 3/6 acceptance checks on one GPU; usage: bash scripts/gpu_session_a.sh [infer] [validate] [doctor] [loader] [train] [accum] [profile] [fuse] [fusedoc] [loaderdoc] [mamf] [moe] [moeprefill] [moerouting] [tinytrain] [trainhost] [hosttrain] [ttft] [ttftfix] [calib] [hfgraph] [hfgraph2] [hfbench] [calsame] [hfpair] [final] [defer] [defer2] [realhost] [probe] [gc] [final2] [gpt2doc] [trainwidth] [probe2] [final3] [track] [doctor7] [track2] [final8] [final8b] [final8c] [benchall] [ceilings]
+# Issue 3/6 acceptance checks on one GPU; usage: bash scripts/gpu_session_a.sh [infer] [validate] [doctor] [loader] [train] [accum] [profile] [fuse] [fusedoc] [loaderdoc] [mamf] [moe] [moeprefill] [moerouting] [tinytrain] [trainhost] [hosttrain] [ttft] [ttftfix] [calib] [hfgraph] [hfgraph2] [hfbench] [calsame] [hfpair] [final] [defer] [defer2] [realhost] [probe] [gc] [final2] [gpt2doc] [trainwidth] [probe2] [final3] [track] [doctor7] [track2] [final8] [final8b] [final8c] [final9] [benchall] [ceilings]
 # (run from the repo root on the GPU machine; writes under $OUT).
 # Each step is bounded by `timeout` so one failure never ends the batch; stderr of each goes to <step>.err.
 set -u
@@ -233,6 +233,12 @@ fi
 if want final8c; then  # session 8: the suite twice on calibrations whose every round is taken to a reference speed
 step bench_all_1 200 python3 -m gpuscope bench all --json
 step bench_all_2 200 env GPUSCOPE_DB=$W/gpu_b.sqlite python3 -m gpuscope bench all --json
+fi
+if want final9; then  # session 9: the suite twice on calibrations whose training fits are taken to the training probe
+# read during the decode passes (040c5dd), then each training phase per family and precision at one probe speed
+step bench_all_1 200 python3 -m gpuscope bench all --json
+step bench_all_2 200 env GPUSCOPE_DB=$W/gpu_b.sqlite python3 -m gpuscope bench all --json
+step train_phases 150 python3 scripts/gpu_train_phases.py --out "$W/train_phases.json" --sweeps 2
 fi
 if want benchall; then
 step bench_all_quick 400 python3 -m gpuscope bench all --json
