@@ -661,7 +661,7 @@ def _train_fit(fwd, bwd, opt=(2e-4, 8e-6)):
 
 def test_calibrate_writes_the_training_host_costs_and_the_planner_uses_them(monkeypatch, tmp_path):
     """`hardware calibrate --host` derives roofline.TrainHost for this machine: per-layer slopes / the planner's
-    kernels per layer / the launch cost; intercepts less the other kernels. The TOML carries them and a plan with
+    kernels per layer / the launch cost; intercepts whole. The TOML carries them and a plan with
     that TOML uses them (a host twice as slow per training kernel doubles that part of a host-bound step)."""
     import gpuscope.measure.host_overhead as ho
     from gpuscope.estimate.roofline import TRAIN_HOST, train_host_for
@@ -676,8 +676,10 @@ def test_calibrate_writes_the_training_host_costs_and_the_planner_uses_them(monk
                         fits[recompute])
     c = train_host_costs(launch, "cpu")
     assert c["host_train_fwd"] == pytest.approx(2.0) and c["host_train_bwd"] == pytest.approx(4.0)
-    assert c["host_train_recompute"] == pytest.approx(6.0)  # (3 + 9) - (2 + 4) per kernel
-    assert c["host_train_fwd_fixed"] == pytest.approx(1.5e-3 / launch - 22 * 2.0)
+    # full recompute: the forward's extra (3 - 2 per kernel, 42 kernels) is the checkpoint's, per layer; the
+    # backward's (9 - 4) the re-forward's, per kernel
+    assert c["host_train_recompute"] == pytest.approx(5.0) and c["host_train_ckpt_layer"] == pytest.approx(42.0)
+    assert c["host_train_fwd_fixed"] == pytest.approx(1.5e-3 / launch) and c["host_train_other_kernels"] == 0.0
     assert c["host_opt_fixed"] == pytest.approx(20.0) and c["host_opt_tensor"] == pytest.approx(0.8)
     text = calibration_toml("NVIDIA H200", "cuda", {"memory_bw_gbs": 4100.0, "host_launch_s": 17.2e-6,
                                                     **{k: v for k, v in c.items() if k != "host_train_detail"}},
@@ -687,7 +689,7 @@ def test_calibrate_writes_the_training_host_costs_and_the_planner_uses_them(monk
     path.write_text(text)
     hw = load_hardware(str(path))
     th = train_host_for(hw)
-    assert (th.fwd, th.bwd, th.recompute) == pytest.approx((2.0, 4.0, 6.0))
+    assert (th.fwd, th.bwd, th.recompute, th.ckpt_layer) == pytest.approx((2.0, 4.0, 5.0, 42.0))
     m = load_model("llama-3.2-1b")
     base = estimate_train(m, load_hardware("h200"), micro_batch=1, seq=128).time["host_s_per_micro_batch"]
     mine = estimate_train(m, hw, micro_batch=1, seq=128).time["host_s_per_micro_batch"]
@@ -695,6 +697,42 @@ def test_calibrate_writes_the_training_host_costs_and_the_planner_uses_them(monk
     # a fit that does not grow with depth writes nothing
     fits["full"] = fits["none"]
     assert "host_train_fwd" not in train_host_costs(launch, "cpu")
+
+
+def test_a_noisy_checkpoint_split_keeps_the_whole_recompute_per_kernel(monkeypatch):
+    """When full recompute's forward reads no slower than without (the host's noise), the checkpoint's per-layer
+    cost is not fitted: the whole extra goes per kernel, as calibrations before session 9 wrote it."""
+    import gpuscope.measure.host_overhead as ho
+    from gpuscope.measure.calibrate import train_host_costs
+
+    launch = 10e-6
+    fits = {"none": _train_fit((1.5e-3, 42 * 2 * launch), (0.5e-3, 42 * 4 * launch)),
+            "full": _train_fit((1.5e-3, 42 * 1.8 * launch), (0.5e-3, 42 * 9 * launch))}
+    monkeypatch.setattr(ho, "measure_train_family", lambda fam, dev, precision, recompute, steps, **kw:
+                        fits[recompute])
+    c = train_host_costs(launch, "cpu")
+    assert c["host_train_ckpt_layer"] == 0.0 and c["host_train_recompute"] == pytest.approx(4.8)  # 5 - 0.2
+
+
+def test_a_calibration_from_before_the_split_plans_as_it_did():
+    """A hardware TOML written before session 9 has the whole recompute per kernel and the per-call costs net of
+    the tiny Llama's 22 kernels outside its layers: read back, the checkpoint's per-layer cost is 0 (not the
+    default's) and those 22 kernels are added back, so a Llama plan is what it was."""
+    from gpuscope.estimate.roofline import train_host_for
+
+    old = Path(__file__).resolve().parents[1] / "results" / "2026-11-30-h200-h" / \
+        "call5_nvidia-h200-20261130T064124Z-3e2825.toml"
+    from gpuscope.estimate.train import layer_kernels, train_forward_ops, train_host_s
+    from gpuscope.specs.hf_config import spec_from_config
+
+    th = train_host_for(load_hardware(str(old)))
+    assert th.ckpt_layer == 0.0 and th.other_kernels == 22.0 and th.recompute == pytest.approx(3.8389, rel=1e-4)
+    spec = spec_from_config(TINY_LLAMA)
+    ops = train_forward_ops(spec, 2, 64, 2.0, 4.0)
+    in_layers, rest = layer_kernels(ops, spec.num_layers)
+    h = train_host_s(ops, spec, 1.0, True, th)
+    assert rest == 22 and h["forward"] == pytest.approx(th.fwd_fixed + th.fwd * (in_layers + rest))
+    assert h["recompute"] == pytest.approx(th.recompute * in_layers)
 
 
 def test_calibrate_host_cli_writes_decode_and_training_host_keys(monkeypatch, tmp_path):
@@ -717,7 +755,7 @@ def test_calibrate_host_cli_writes_decode_and_training_host_keys(monkeypatch, tm
     assert r.exit_code == 0, r.output
     m = tomllib.loads(out.read_text())["measured"]
     assert m["host_launch_s"] == pytest.approx(10e-6) and m["host_train_bwd"] == pytest.approx(4.0)
-    assert m["host_train_recompute"] == pytest.approx(6.0)
+    assert m["host_train_recompute"] == pytest.approx(5.0) and m["host_train_ckpt_layer"] == pytest.approx(42.0)
     # the fits themselves are kept in the results store, one measurement of kind "host" beside the micro results
     from gpuscope.store.db import Store
 

@@ -223,18 +223,20 @@ def test_bench_all_plans_on_its_own_calibration():
     assert sum(abs(r.error) <= 0.15 for r in times) == len(times) - 1
 
 
-def test_gpt2_training_is_under_planned_with_or_without_recompute():
+def test_gpt2_training_with_recompute_is_planned_within_15_percent_without_it_short():
     """Call 7 (doctor train, GPT-2 mb2 s128 amp-bf16, 5 steps, the bare run timed first): 58.7 ms a step with full
-    recompute (planned 48.2 on the catalog: -18%), 31.7 ms without (planned 22.6: -29%); 1421 and 1049 kernels a
-    step. A known miss for the next session: GPT-2's host cost per step, not its recompute."""
+    recompute, 31.7 ms without; 1421 and 1049 kernels a step. Planned on the catalog H200 48.2 and 22.6 ms until
+    session 9 (-18%, -29%); since the checkpoint is priced per layer and the per-call costs whole
+    (roofline.TrainHost), 54.3 and 23.4 ms (-7%, -26%). Without recompute GPT-2 stays a known miss."""
     from gpuscope.estimate.train import estimate_train
     from gpuscope.specs.hardware import load_hardware
     from gpuscope.specs.models import load_model
 
-    for name, rc, kernels in (("doctor_gpt2_full.json", "full", 1421), ("doctor_gpt2_none.json", "none", 1049)):
+    for name, rc, kernels, lo, hi in (("doctor_gpt2_full.json", "full", 1421, -0.15, 0.0),
+                                      ("doctor_gpt2_none.json", "none", 1049, -0.30, -0.20)):
         p = json.loads((HERE / name).read_text())["profile"]
         bare = p["bare_s"] / p["steps"]
         est = estimate_train(load_model("gpt2"), load_hardware("h200"), micro_batch=2, seq=128, precision="amp-bf16",
                              optimizer="adamw", recompute=rc, fused=True).time["step_s"]
         assert p["kernels_per_step"] == kernels and p["case"]["recompute"] == rc
-        assert -0.35 < (est - bare) / bare < -0.15, (name, est, bare)
+        assert lo < (est - bare) / bare < hi, (name, est, bare)

@@ -72,17 +72,19 @@ def test_the_host_moved_without_steal():
 
 def test_the_host_probe_explains_most_of_the_calibrated_misses():
     """bench all on its own calibration: 1 of 6 time rows within 15% as calibrated, 4 of 6 at the host speed each
-    run met. The four workloads after it: 0 of 10 as calibrated (against either calibration), 8 of 10 at the run's
-    host speed."""
+    run met. The four workloads after it: 0 of 10 as calibrated (against either calibration), 7 of 10 at the run's
+    host speed (8 until session 9: GPT-2 without recompute now reads +15.4% there, the per-call training costs
+    counted whole, roofline.TrainHost)."""
     own = _rows(BENCH_ALL, BENCH_ALL_CAL)
     assert len(own) == 6 and _within(own, "error") == 1 and _within(own, "error_at_run_host") == 4
     after = _rows(AFTER, BENCH_ALL_CAL) + _rows(AFTER, CAL_END)
-    assert len(after) == 10 and _within(after, "error") == 0 and _within(after, "error_at_run_host") == 8
+    assert len(after) == 10 and _within(after, "error") == 0 and _within(after, "error_at_run_host") == 7
     # the misses that remain at the run's host speed, each bounded
     left = {(n, r["metric"]): r["error_at_run_host"] for n, r in own + after if abs(r["error_at_run_host"]) > 0.15}
     assert set(left) == {("infer/tiny-llama/b2-p32-g8-fp32", "prefill_s"),
                          ("train/tiny-llama/mb2-s64-amp-bf16-rc_none", "step_s"),
                          ("train/gpt2/mb2-s128-amp-bf16-rc_full", "step_s"),
+                         ("train/gpt2/mb2-s128-amp-bf16-rc_none", "step_s"),
                          ("infer/llama-3.2-1b/b1-p128-g64-bf16", "decode_s_per_token")}
     assert all(abs(e) < 0.35 for e in left.values())
 
@@ -249,7 +251,8 @@ def test_the_training_probe_follows_the_training_step():
 
 def test_the_suite_with_both_probes():
     """Call 8: bench all with the training probe: 5 of 6 time rows within 15% as calibrated, 1 of 6 at the run's
-    host speed. The calibration (passes spread 72%) wrote a 3.12 ms probe beside a 17.6 us launch cost; the runs'
+    host speed (re-planned since session 9: 4 and 0; the tiny GPT-2 step reads +17%, the per-call training costs
+    counted whole, roofline.TrainHost). The calibration (passes spread 72%) wrote a 3.12 ms probe beside a 17.6 us launch cost; the runs'
     probes read 2.05-2.19 ms. host_costs now pairs the probe with the median launch's pass (not run on a GPU)."""
     from gpuscope.cli.bench_report import estimate_beside
 
@@ -258,7 +261,7 @@ def test_the_suite_with_both_probes():
     rows = [(r["case_id"], row) for r in recs for row in estimate_beside(r, str(cal))["rows"]
             if row["metric"] in ("prefill_s", "decode_s_per_token", "step_s")]
     assert len(recs) == 4 and len(rows) == 6
-    assert _within(rows, "error") == 5 and _within(rows, "error_at_run_host") == 1
+    assert _within(rows, "error") == 4 and _within(rows, "error_at_run_host") == 0
     train = [r["result"] for r in recs if r["case"]["kind"] == "train"]
     assert all(t["host_probe_train_s"] and "host_probe_s" not in t for t in train)
     acc = json.loads((HERE / "bench_all_4.json").read_text())["estimate_accuracy"]

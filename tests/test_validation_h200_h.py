@@ -54,16 +54,18 @@ def test_memory_is_within_5_percent_in_every_run():
 
 
 def test_decode_is_within_15_percent_in_every_run_prefill_and_training_not():
-    """Decode per token: 18 of 18 within 15%. Prefill: 11 of 18. Training step: 6 of 18, and the planner is low
-    in 15 of them: the GPT-2 fp32 full-recompute step in 8 of 9 runs (-14% to -40%)."""
+    """Decode per token: 18 of 18 within 15%. Prefill: 11 of 18. Training step: 6 of 18 as the runs planned
+    them, low in 15, the GPT-2 fp32 full-recompute step in 8 of 9 runs (-14% to -40%). Re-planned since session
+    9 (the checkpoint per layer, the per-call costs whole: roofline.TrainHost): 9 of 18, low in 14; GPT-2 -35% to
+    +10%, below -13% in 4 of 9. These calibrations predate the split, so only the per-call change moves them."""
     decode, prefill, step = _errors("decode_s_per_token"), _errors("prefill_s"), _errors("step_s")
     assert len(decode) == len(prefill) == len(step) == 18
     assert sum(abs(e) <= 0.15 for e in decode) == 18
     assert sum(abs(e) <= 0.15 for e in prefill) == 11
-    assert sum(abs(e) <= 0.15 for e in step) == 6 and sum(e < 0 for e in step) == 15
+    assert sum(abs(e) <= 0.15 for e in step) == 9 and sum(e < 0 for e in step) == 14
     gpt2 = [e for (c, r), e in zip([w for w in WORKLOADS if w[1]["case"]["kind"] == "train"], step)
             if "gpt2" in r["case_id"]]
-    assert len(gpt2) == 9 and sum(e < -0.13 for e in gpt2) == 8
+    assert len(gpt2) == 9 and sum(e < -0.13 for e in gpt2) == 4 and -0.36 < min(gpt2) and max(gpt2) < 0.11
 
 
 def test_a_time_floor_turns_a_median_of_two_into_hundreds():

@@ -74,8 +74,8 @@ def _host_keys(device: str | None, keep: dict) -> dict:
     else:
         measured.update({k: v for k, v in tr.items() if k != "host_train_detail"})
         typer.echo(f"host (training): per kernel {tr['host_train_fwd']:.2f} forward, "
-                   f"{tr['host_train_bwd']:.2f} backward, {tr['host_train_recompute']:.2f} recompute "
-                   "(x the launch cost)", err=True)
+                   f"{tr['host_train_bwd']:.2f} backward, {tr['host_train_recompute']:.2f} recomputed; "
+                   f"{tr['host_train_ckpt_layer']:.1f} per checkpointed layer (x the launch cost)", err=True)
     return measured
 
 

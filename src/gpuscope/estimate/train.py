@@ -52,13 +52,14 @@ def train_host_s(fwd_ops, m: ModelSpec, launch_s: float, full: bool, th: TrainHo
     """Host seconds of one micro-batch's forward, backward and (full) recompute, and of the optimizer step:
     roofline.TrainHost's per-kernel and per-call costs, in units of ``launch_s``. Only a small or host-bound model
     feels it: each phase takes max(GPU, host)."""
-    in_layers, rest = layer_kernels(fwd_ops, m.num_layers)
-    kernels = in_layers + rest
+    in_layers, _ = layer_kernels(fwd_ops, m.num_layers)
+    # the per-call costs were measured whole (TrainHost: a model's kernels outside its layers did not move them)
+    kernels = in_layers + th.other_kernels
     # parameter tensors: ~9 a layer (q, k, v, o, 3 MLP matrices or 2 plus biases, 2 norms) and embeddings/head
     tensors = m.num_layers * (9 if m.gated_mlp else 12) + 4
     return {"forward": launch_s * (th.fwd_fixed + th.fwd * kernels),
             "backward": launch_s * (th.bwd_fixed + th.bwd * kernels),
-            "recompute": launch_s * th.recompute * in_layers if full else 0.0,
+            "recompute": launch_s * (th.recompute * in_layers + th.ckpt_layer * m.num_layers) if full else 0.0,
             "optimizer": launch_s * (th.opt_fixed + th.opt_tensor * tensors)}
 
 

@@ -272,8 +272,9 @@ def train_host_costs(launch_s: float, device: str | None = None, steps: int = 10
     host_launch_s, which carries the real-size factor): tiny Llama models of 2/4/8 layers trained with amp-bf16,
     without and with full recompute, each phase timed between synchronizes
     (measure/host_overhead.measure_train_family). The per-layer slopes divided by the kernels the planner counts
-    in a layer of the training forward give the per-kernel costs;
-    the intercepts less the other kernels give the per-call ones. Invalid (nothing written) when a slope is not
+    in a layer of the training forward give the per-kernel costs; full recompute's extra forward slope is the
+    checkpoint's per-layer cost and its extra backward slope the re-forward's per-kernel one; the intercepts,
+    whole, give the per-call ones (roofline.TrainHost says why). Invalid (nothing written) when a slope is not
     positive: the host's noise swamped the fit.
 
     These fits run a minute after the decode passes that measured ``launch_s``, and the host's speed moves between
@@ -309,9 +310,14 @@ def train_host_costs(launch_s: float, device: str | None = None, steps: int = 10
     # measure_train_family's micro-batch 2 x seq 64, amp-bf16 (16-bit activations, fp32 residual stream)
     in_layers, k_other = layer_kernels(train_forward_ops(spec, 2, 64, 2.0, 4.0), spec.num_layers)
     k_layer = in_layers / spec.num_layers
-    slopes = {"fwd": none["forward_layer_s"], "bwd": none["backward_layer_s"],
-              "recompute": full["forward_layer_s"] + full["backward_layer_s"] - none["forward_layer_s"]
-              - none["backward_layer_s"]}
+    # full recompute: what the checkpoint adds to a layer's forward is its own bookkeeping, per layer; what it
+    # adds to the backward is the re-forward, per kernel (roofline.TrainHost). A noisy split (either part not
+    # positive) keeps the whole extra per kernel, as calibrations before session 9 did.
+    ckpt = full["forward_layer_s"] - none["forward_layer_s"]
+    refwd = full["backward_layer_s"] - none["backward_layer_s"]
+    if ckpt <= 0 or refwd <= 0:
+        ckpt, refwd = 0.0, ckpt + refwd
+    slopes = {"fwd": none["forward_layer_s"], "bwd": none["backward_layer_s"], "recompute": refwd}
     detail = {"none": none, "full": full, "kernels_per_layer": k_layer, "other_kernels": k_other,
               "host_probe_train_s": train_here, "train_probe_at_passes_s": train_probe_s, "launch_s": launch_s,
               "launch_unit_s": unit, "probe_unit_s": TRAIN_PROBE_UNIT_S if train_here else None,
@@ -322,9 +328,11 @@ def train_host_costs(launch_s: float, device: str | None = None, steps: int = 10
                 "host_train_detail": detail}
     per_kernel = {k: v / k_layer / unit for k, v in slopes.items()}
     return {"host_train_fwd": per_kernel["fwd"], "host_train_bwd": per_kernel["bwd"],
-            "host_train_recompute": per_kernel["recompute"],
-            "host_train_fwd_fixed": max(0.0, none["forward_fixed_s"] / unit - k_other * per_kernel["fwd"]),
-            "host_train_bwd_fixed": max(0.0, none["backward_fixed_s"] / unit - k_other * per_kernel["bwd"]),
+            "host_train_recompute": per_kernel["recompute"], "host_train_ckpt_layer": ckpt / unit,
+            # the intercepts whole: the planner no longer adds a model's own kernels outside its layers to them
+            "host_train_other_kernels": 0.0,
+            "host_train_fwd_fixed": max(0.0, none["forward_fixed_s"] / unit),
+            "host_train_bwd_fixed": max(0.0, none["backward_fixed_s"] / unit),
             "host_opt_fixed": max(0.0, none["optimizer_fixed_s"] / unit),
             "host_opt_tensor": none["optimizer_tensor_s"] / unit,
             "host_probe_train_s": at_passes if train_here else None, "host_train_detail": detail}
