@@ -190,12 +190,12 @@ class TrainHost:
 
     Why the checkpoint is per layer and the fixed costs per call, not per kernel (the H200, 2026-11-30 session 9,
     results/2026-11-30-h200-i, train_phases.json: every round at one training-probe speed): checkpointing added
-    0.22-0.53 ms to a layer's forward for GPT-2 (21 planner kernels a layer) and 0.32-0.63 ms for Llama (42),
-    while its backward added 35-46 us per kernel for both; the 0-layer intercepts (forward + backward) read
-    1.46-1.71 ms for GPT-2 fp32 and 1.31-1.55 ms for Llama, though the planner counts 9 kernels outside GPT-2's
-    layers and 22 outside Llama's. Priced per kernel, both planned a 2-layer GPT-2 fp32 full-recompute step 22%
-    short of the measured 6.5-6.9 ms; as here, 7-12% short. session d's GPT-2 fp32 full recompute read 2.85 ms a
-    layer, forward + backward: per kernel 2.43 ms, as here 2.87 ms."""
+    0.22-0.53 ms to a layer's forward for GPT-2 (21-25 planner kernels a layer) and 0.32-0.63 ms for Llama
+    (37-42), while its backward added 34-50 us per kernel for both; the 0-layer intercepts (forward + backward)
+    read 1.46-1.71 ms for GPT-2 fp32 and 1.31-1.55 ms for Llama, though the planner counts 9 kernels outside
+    GPT-2's layers and 22 outside Llama's. Priced per kernel (both sweeps' Llama fits), a 2-layer GPT-2 fp32
+    full-recompute step was planned 21-25% short of the measured 6.5-6.9 ms; as here, 7-10% short. Session d's
+    GPT-2 fp32 full recompute read 2.85 ms a layer, forward + backward: per kernel 2.43 ms, as here 2.87 ms."""
 
     fwd: float = 1.30
     bwd: float = 2.19
