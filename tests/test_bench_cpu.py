@@ -659,21 +659,29 @@ def _train_fit(fwd, bwd, opt=(2e-4, 8e-6)):
             "backward_layer_s": bwd[1], "optimizer_fixed_s": opt[0], "optimizer_tensor_s": opt[1]}
 
 
+def _fake_train_fits(monkeypatch, full_fwd: float, launch: float) -> dict:
+    """measure_train_family replaced by Llama fits lying exactly on lines, per kernel (42 a layer) in units of
+    ``launch``: forward 2 and backward 4 without recompute, forward ``full_fwd`` and backward 9 with it."""
+    import gpuscope.measure.host_overhead as ho
+
+    fits = {"none": _train_fit((1.5e-3, 42 * 2 * launch), (0.5e-3, 42 * 4 * launch)),
+            "full": _train_fit((1.5e-3, 42 * full_fwd * launch), (0.5e-3, 42 * 9 * launch))}
+    monkeypatch.setattr(ho, "measure_train_family", lambda fam, dev, precision, recompute, steps, **kw:
+                        fits[recompute])
+    return fits
+
+
 def test_calibrate_writes_the_training_host_costs_and_the_planner_uses_them(monkeypatch, tmp_path):
     """`hardware calibrate --host` derives roofline.TrainHost for this machine: per-layer slopes / the planner's
     kernels per layer / the launch cost; intercepts whole. The TOML carries them and a plan with
     that TOML uses them (a host twice as slow per training kernel doubles that part of a host-bound step)."""
-    import gpuscope.measure.host_overhead as ho
     from gpuscope.estimate.roofline import TRAIN_HOST, train_host_for
     from gpuscope.estimate.train import estimate_train
     from gpuscope.measure.calibrate import calibration_toml, train_host_costs
     from gpuscope.specs.models import load_model
 
     launch = 10e-6
-    fits = {"none": _train_fit((1.5e-3, 42 * 2 * launch), (0.5e-3, 42 * 4 * launch)),
-            "full": _train_fit((1.5e-3, 42 * 3 * launch), (0.5e-3, 42 * 9 * launch))}
-    monkeypatch.setattr(ho, "measure_train_family", lambda fam, dev, precision, recompute, steps, **kw:
-                        fits[recompute])
+    fits = _fake_train_fits(monkeypatch, 3.0, launch)
     c = train_host_costs(launch, "cpu")
     assert c["host_train_fwd"] == pytest.approx(2.0) and c["host_train_bwd"] == pytest.approx(4.0)
     # full recompute: the forward's extra (3 - 2 per kernel, 42 kernels) is the checkpoint's, per layer; the
@@ -702,15 +710,10 @@ def test_calibrate_writes_the_training_host_costs_and_the_planner_uses_them(monk
 def test_a_noisy_checkpoint_split_keeps_the_whole_recompute_per_kernel(monkeypatch):
     """When full recompute's forward reads no slower than without (the host's noise), the checkpoint's per-layer
     cost is not fitted: the whole extra goes per kernel, as calibrations before session 9 wrote it."""
-    import gpuscope.measure.host_overhead as ho
     from gpuscope.measure.calibrate import train_host_costs
 
-    launch = 10e-6
-    fits = {"none": _train_fit((1.5e-3, 42 * 2 * launch), (0.5e-3, 42 * 4 * launch)),
-            "full": _train_fit((1.5e-3, 42 * 1.8 * launch), (0.5e-3, 42 * 9 * launch))}
-    monkeypatch.setattr(ho, "measure_train_family", lambda fam, dev, precision, recompute, steps, **kw:
-                        fits[recompute])
-    c = train_host_costs(launch, "cpu")
+    _fake_train_fits(monkeypatch, 1.8, 10e-6)
+    c = train_host_costs(10e-6, "cpu")
     assert c["host_train_ckpt_layer"] == 0.0 and c["host_train_recompute"] == pytest.approx(4.8)  # 5 - 0.2
 
 
