@@ -805,6 +805,35 @@ def test_calibrate_host_cli_writes_decode_and_training_host_keys(monkeypatch, tm
     assert "per pass, tiny-model launch cost / host probe: 9.0 us / 2.00 ms, 13.0 us / 3.10 ms" in r.output
 
 
+def test_calibrate_says_when_the_host_reads_far_from_its_earlier_calibrations(monkeypatch, tmp_path):
+    """`hardware calibrate --host` with a results store that holds this machine's earlier calibrations: their
+    median probe beside this one is kept with the fits, and a probe 60% slower is said on stderr (one that is
+    within 25% is not)."""
+    import gpuscope.measure.calibrate as cal
+    from gpuscope.store.db import Store
+
+    _fake_train_fits(monkeypatch, 3.0, 10e-6)
+    db = str(tmp_path / "c.sqlite")
+
+    def calibrate(probe_s):
+        monkeypatch.setattr(cal, "host_costs", lambda device=None: {
+            "host_launch_s": 10e-6, "host_forward_s": 4e-4, "host_step_s": 3e-4, "host_probe_s": probe_s})
+        r = calibrate_cli("--quick", "--device", "cpu", "--dtype", "fp32", "--host", "--db", db)
+        assert r.exit_code == 0, r.output
+        return r.output
+
+    for probe in (1.0e-3, 1.1e-3, 0.9e-3):  # too little history to say anything yet
+        assert "earlier calibrations" not in calibrate(probe)
+    assert "earlier calibrations" not in calibrate(1.2e-3)  # +20% against their 1.0 ms median
+    out = calibrate(1.68e-3)  # the median of the four earlier ones is 1.05 ms
+    assert ("this calibration's probe read 1.68 ms, 60% slower than the median of this machine's 4 earlier "
+            "calibrations (1.05 ms)") in out.replace("\n", " ")
+    with Store.open(db) as st:
+        rows = st.all("host")
+    assert [("history" in r["result"]) for r in rows] == [False, False, False, True, True]
+    assert rows[-1]["result"]["history"]["ratio"] == pytest.approx(1.6)
+
+
 def test_a_burst_holds_a_quarter_second_of_work_at_most(monkeypatch):
     """Long shapes (or a slow device) get fewer burst iterations, never fewer than the five the median needs."""
     from gpuscope.measure import matmul as micro

@@ -234,3 +234,23 @@ def test_the_final_tree_by_the_calibrations_host_speed():
                 tally[0] += abs(row.error) <= 0.15
                 tally[1] += 1
     assert fast == [15, 18] and slow == [5, 17]
+
+
+def test_the_store_history_names_the_slow_calibrations():
+    """explain/host_history.py on this session's eight calibrations, in the order they ran, as if one results store
+    had kept them all: each one beside the earlier ones of the machine. It speaks for exactly the three that read
+    2.85-3.14 ms (+50%, +47%, +32% against the earlier median), the calibrations whose runs landed 5 of 17 time
+    rows; the first two have too little history to say anything."""
+    from gpuscope.explain.host_history import history_line, host_history
+
+    rows = sorted(HOST.values(), key=lambda r: r["provenance"]["timestamp_utc"])
+    store = [{"status": r["result"]["status"], "hostname": r["provenance"]["hostname"],
+              "device_name": r["provenance"]["device_name"], "result": r["result"]} for r in rows]
+    said = []
+    for i, r in enumerate(store):
+        h = host_history(store[:i], "NVIDIA H200", "vm", r["result"]["host"]["host_probe_s"])
+        assert (h is None) == (i < 3)
+        if history_line(h):
+            said.append((rows[i]["run_id"][-6:], round(h["ratio"] - 1, 2)))
+    assert said == [("7c9570", 0.5), ("a6d5ae", 0.47), ("31bf9f", 0.32)]
+    assert host_history(store, "NVIDIA H100", "vm", 3e-3) is None  # another device: no history

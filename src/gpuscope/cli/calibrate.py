@@ -16,10 +16,29 @@ def host_keys(device: str | None, session=None) -> dict:
     ``session`` (cli/bench_run.Session), both fits are also stored whole in its results store (store_host_fits)."""
     keep: dict = {}
     try:
-        return _host_keys(device, keep)
+        measured = _host_keys(device, keep)
+        if session is not None:
+            say_history(session, device, keep)
+        return measured
     finally:
         if session is not None:
             store_host_fits(session, device, keep)
+
+
+def say_history(s, device: str | None, keep: dict) -> None:
+    """This calibration's host speed beside the earlier calibrations of this machine in the results store
+    (explain/host_history.py): kept with the fits, and said when it is far from their usual speed."""
+    from gpuscope.explain.host_history import history_line, host_history
+    from gpuscope.measure.device import Device, pick_device
+
+    host = keep.get("host") or {}
+    h = host_history(s.store.all("host"), Device(pick_device(device)).device_name(), s.store.hostname,
+                     host.get("host_probe_s"))
+    if h is not None:
+        keep["history"] = h
+        line = history_line(h)
+        if line:
+            typer.echo(line, err=True)
 
 
 def _host_keys(device: str | None, keep: dict) -> dict:
