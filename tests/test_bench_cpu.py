@@ -834,6 +834,22 @@ def test_calibrate_says_when_the_host_reads_far_from_its_earlier_calibrations(mo
     assert rows[-1]["result"]["history"]["ratio"] == pytest.approx(1.6)
 
 
+def test_bench_json_carries_the_calibrations_host_history(tmp_path, capsys):
+    """bench --json: the run's calibration history (cli/calibrate.say_history sets it on the session) is a key of
+    the output, beside the calibration's path; without one, no key."""
+    import time
+
+    from gpuscope.cli.bench_run import Session, finish
+
+    s = Session(str(tmp_path / "r.sqlite"), "bench all", False, as_json=True)
+    finish(s, time.perf_counter())
+    assert "calibration_host_history" not in json.loads(capsys.readouterr().out)
+    s.host_history = {"calibrations": 4, "median_probe_s": 1.05e-3, "probe_s": 1.68e-3, "ratio": 1.6}
+    finish(s, time.perf_counter())
+    assert json.loads(capsys.readouterr().out)["calibration_host_history"]["ratio"] == 1.6
+    s.close()
+
+
 def test_a_burst_holds_a_quarter_second_of_work_at_most(monkeypatch):
     """Long shapes (or a slow device) get fewer burst iterations, never fewer than the five the median needs."""
     from gpuscope.measure import matmul as micro

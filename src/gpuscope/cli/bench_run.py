@@ -46,6 +46,7 @@ class Session:
         self.out: list[dict] = []
         self.log = _console(stderr=True)
         self.calibration: str | None = None  # bench all: the hardware TOML its workloads were planned on
+        self.host_history: dict | None = None  # its host probe beside the machine's earlier calibrations
 
     def note(self, text: str) -> None:
         if not self.as_json:
@@ -190,6 +191,8 @@ def finish(s: Session, t0: float) -> None:
                "measurements": s.out}
         if s.calibration:
             out["calibration"] = s.calibration
+        if s.host_history:
+            out["calibration_host_history"] = s.host_history
         if acc:
             out["estimate_accuracy"] = acc
         typer.echo(json.dumps(clean(out), indent=1))

@@ -27,7 +27,8 @@ def host_keys(device: str | None, session=None) -> dict:
 
 def say_history(s, device: str | None, keep: dict) -> None:
     """This calibration's host speed beside the earlier calibrations of this machine in the results store
-    (explain/host_history.py): kept with the fits, and said when it is far from their usual speed."""
+    (explain/host_history.py): kept with the fits and on the session (bench's JSON), and said when it is far
+    from their usual speed."""
     from gpuscope.explain.host_history import history_line, host_history
     from gpuscope.measure.device import Device, pick_device
 
@@ -35,7 +36,7 @@ def say_history(s, device: str | None, keep: dict) -> None:
     h = host_history(s.store.all("host"), Device(pick_device(device)).device_name(), s.store.hostname,
                      host.get("host_probe_s"))
     if h is not None:
-        keep["history"] = h
+        keep["history"] = s.host_history = h
         line = history_line(h)
         if line:
             typer.echo(line, err=True)
