@@ -744,14 +744,10 @@ def test_calibrate_host_cli_writes_decode_and_training_host_keys(monkeypatch, tm
     import tomllib
 
     import gpuscope.measure.calibrate as cal
-    import gpuscope.measure.host_overhead as ho
 
     monkeypatch.setattr(cal, "host_costs", lambda device=None: {"host_launch_s": 10e-6, "host_forward_s": 4e-4,
                                                                 "host_step_s": 3e-4})
-    fit = _train_fit((1.5e-3, 42 * 2 * 10e-6), (0.5e-3, 42 * 4 * 10e-6))
-    full = _train_fit((1.5e-3, 42 * 3 * 10e-6), (0.5e-3, 42 * 9 * 10e-6))
-    monkeypatch.setattr(ho, "measure_train_family", lambda fam, dev, precision, recompute, steps, **kw:
-                        full if recompute == "full" else fit)
+    _fake_train_fits(monkeypatch, 3.0, 10e-6)
     out = tmp_path / "cal.toml"
     r = calibrate_cli("--quick", "--device", "cpu", "--dtype", "fp32", "--host", "--db", str(tmp_path / "c.sqlite"),
                       "--out", str(out))
