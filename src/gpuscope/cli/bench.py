@@ -20,7 +20,8 @@ from typing import Optional
 
 import typer
 
-from gpuscope.cli.bench_run import Session, _on_accelerator, guarded, run_calibration, run_micro, run_workloads
+from gpuscope.cli.bench_run import (Session, _on_accelerator, fit_to_device, guarded, run_calibration, run_micro,
+                                    run_workloads)
 from gpuscope.errors import UserError
 ENGINES = ("hf-eager", "hf-graph", "gs-graph", "gs-compile")
 INFER_DTYPES = ("bf16", "fp16", "fp32")
@@ -299,9 +300,9 @@ def register(app: typer.Typer) -> None:
     @bench.command("all")
     def all_cmd(
         quick: bool = typer.Option(True, "--quick/--thorough",
-                                   help="Quick micro set + tiny smoke workloads (default), or the sweep + --cases."),
-        cases: str = typer.Option(None, "--cases", help="Workload set: smoke, h200, h200-b "
-                                  "(default: smoke with --quick, h200 with --thorough)."),
+                                   help="Quick micro set + the quick workloads (default), or the sweep + --cases."),
+        cases: str = typer.Option(None, "--cases", help="Workload set: smoke, gpu, h200, h200-b (default with "
+                                  "--quick: gpu on an accelerator, smoke on a CPU; h200 with --thorough)."),
         gpu: str = typer.Option(None, "--gpu", help=GPU_HELP + " Given, the workloads are planned on it instead of "
                                 "this run's own calibration."),
         calibrate: Optional[bool] = typer.Option(None, "--calibrate/--catalog", help="Plan the workloads on this "
@@ -323,16 +324,23 @@ def register(app: typer.Typer) -> None:
 
         require_torch()
         device = check_device(device)
-        name = cases or ("smoke" if quick else "h200")
+        accel = _on_accelerator(device)
+        name = cases or (("gpu" if accel else "smoke") if quick else "h200")
         _choice("cases", name, tuple(CASE_SETS))
+        if name == "gpu" and not accel:
+            raise UserError("--cases gpu: the GPU-sized set needs an accelerator (this run's device is the CPU); use "
+                            "--cases smoke.")
         work = [dict(c, device=device) if device else c for c in CASE_SETS[name]()]
         s = Session(db, "bench all", resume, as_json)
 
         def go():
+            nonlocal work
             results = run_micro(s, device, "quick" if quick else "sweep", None)
             target = gpu
-            if gpu is None and (calibrate or (calibrate is None and _on_accelerator(device))):
+            if gpu is None and (calibrate or (calibrate is None and accel)):
                 target = run_calibration(s, device, results, host, "quick" if quick else "sweep")
+            if name == "gpu":
+                work = fit_to_device(s, work, target, device)
             run_workloads(s, work, target, timeout)
 
         guarded(s, go)

@@ -132,6 +132,84 @@ def run_calibration(s: Session, device: str | None, results: list[dict], host: b
     return str(path)
 
 
+# bench all's quick set on a smaller device: the next smaller model of the same family once batch 1 does not fit
+SMALLER = {"llama-3.1-8b": "llama-3.2-3b", "llama-3.2-3b": "llama-3.2-1b", "llama-3.2-1b": "qwen2.5-0.5b"}
+
+
+def _fits(case: dict, hw) -> bool:
+    from gpuscope.explain.compare import estimate_for
+
+    return estimate_for(case, hw).fits
+
+
+def _fit_one(case: dict, hw) -> dict | None:
+    """The case with its batch halved (then its model made smaller) until the planner fits it on ``hw``, or None."""
+    size = "batch" if case["kind"] == "infer" else "micro_batch"
+    c = dict(case)
+    while True:
+        while c[size] > 1 and not _fits(c, hw):
+            c[size] //= 2
+        if _fits(c, hw):
+            return c
+        if c["model"] not in SMALLER:
+            return None
+        c = dict(c, model=SMALLER[c["model"]], **{size: case[size]})
+
+
+def fit_cases(cases: list[dict], hw, dev_type: str) -> tuple[list[dict], list[str]]:
+    """The accelerator quick set (measure/cases.gpu_quick_cases) for one device: a graph engine only where CUDA graphs
+    exist (else plain generate), fp16 where the device has no bf16, and each case's batch halved, then its model made
+    smaller (SMALLER), until the planner fits it on ``hw`` (whose ``device_total_bytes`` is the device's measured
+    total); a case nothing fits is left out. Returns the cases and one sentence per change. ``hw`` None (a device
+    the catalog does not know): sizes as they are."""
+    out, notes = [], []
+    for case in cases:
+        c = dict(case)
+        if c["kind"] == "infer" and c.get("engine", "hf-eager") != "hf-eager" and dev_type != "cuda":
+            c.pop("defer_stop", None)
+            c["engine"] = "hf-eager"
+            notes.append(f"{c['model']}: plain generate on {dev_type} (the graph engines need CUDA graphs)")
+        if hw is None:
+            out.append(c)
+            continue
+        if not hw.supports("bf16"):
+            key, fp16 = ("dtype", "fp16") if c["kind"] == "infer" else ("precision", "amp-fp16")
+            if c.get(key, "bf16" if c["kind"] == "infer" else "amp-bf16") != fp16:
+                notes.append(f"{c['model']} ({c['kind']}): {fp16}, {hw.name} has no bf16")
+                c[key] = fp16
+        fitted = _fit_one(c, hw)
+        gib = f"{hw.device_total_bytes / 2**30:.0f} GiB"
+        if fitted is None:
+            notes.append(f"{c['model']} ({c['kind']}) left out: planned not to fit {gib} even at batch 1 of "
+                         f"{c['model']} or a smaller model")
+            continue
+        if fitted != c:
+            size = "batch" if c["kind"] == "infer" else "micro_batch"
+            notes.append(f"{c['model']} ({c['kind']}, {size} {c[size]}) -> {fitted['model']}, {size} "
+                         f"{fitted[size]}: planned to fit {gib}")
+        out.append(fitted)
+    return out, notes
+
+
+def fit_to_device(s: Session, cases: list[dict], gpu: str | None, device: str | None) -> list[dict]:
+    """fit_cases on this run's device, planned on ``gpu`` (the run's calibration) or the device's catalog entry."""
+    from dataclasses import replace
+
+    from gpuscope.cli.bench_report import _hardware_for_estimate
+    from gpuscope.measure.device import Device, pick_device
+
+    dev = Device(pick_device(device))
+    hw, why = _hardware_for_estimate(gpu, dev.device_name())
+    if hw is None:
+        s.note(f"the quick set runs as sized for an 80 GB GPU: {why}")
+    elif dev.total_memory():
+        hw = replace(hw, device_total_bytes=dev.total_memory())
+    cases, notes = fit_cases(cases, hw, dev.type)
+    for n in notes:
+        s.note(n)
+    return cases
+
+
 def run_workloads(s: Session, cases: list[dict], gpu: str | None, timeout_s: float) -> None:
     from gpuscope.measure.cases import case_id, case_name
     from gpuscope.measure.nvml import NvmlSampler
