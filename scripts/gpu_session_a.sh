@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 3/6 acceptance checks on one GPU; usage: bash scripts/gpu_session_a.sh [infer] [validate] [doctor] [loader] [train] [accum] [profile] [fuse] [fusedoc] [loaderdoc] [mamf] [moe] [moeprefill] [moerouting] [tinytrain] [trainhost] [hosttrain] [ttft] [ttftfix] [calib] [hfgraph] [hfgraph2] [hfbench] [calsame] [hfpair] [final] [defer] [defer2] [realhost] [probe] [gc] [final2] [gpt2doc] [trainwidth] [probe2] [final3] [track] [doctor7] [track2] [final8] [final8b] [final8c] [final9] [final9b] [final9c] [final10] [final10b] [final10c] [final10d] [benchall] [ceilings]
+# Issue 3/6 acceptance checks on one GPU; usage: bash scripts/gpu_session_a.sh [infer] [validate] [doctor] [loader] [train] [accum] [profile] [fuse] [fusedoc] [loaderdoc] [mamf] [moe] [moeprefill] [moerouting] [tinytrain] [trainhost] [hosttrain] [ttft] [ttftfix] [calib] [hfgraph] [hfgraph2] [hfbench] [calsame] [hfpair] [final] [defer] [defer2] [realhost] [probe] [gc] [final2] [gpt2doc] [trainwidth] [probe2] [final3] [track] [doctor7] [track2] [final8] [final8b] [final8c] [final9] [final9b] [final9c] [final10] [final10b] [final10c] [final10d] [final10e] [benchall] [ceilings]
 # (run from the repo root on the GPU machine; writes under $OUT).
 # Each step is bounded by `timeout` so one failure never ends the batch; stderr of each goes to <step>.err.
 set -u
@@ -268,6 +268,9 @@ step bench_all_6 250 python3 -m gpuscope bench all --json
 fi
 if want final10d; then  # session 10: what generate adds to the prompt's forward before its first token
 step ttft_overhead 150 python3 scripts/gpu_ttft_overhead.py --out "$W/ttft_overhead.json"
+fi
+if want final10e; then  # session 10: the suite once on the final tree (the StaticCache's creation priced in hf-graph TTFT)
+step bench_all_7 290 python3 -m gpuscope bench all --json
 fi
 if want benchall; then
 step bench_all_quick 400 python3 -m gpuscope bench all --json

@@ -309,3 +309,28 @@ def test_a_measured_prefill_launch_cost_changes_the_eager_prefill_only():
     kernels = sum(o["kernels"] for o in a.ops if o["phase"] == "prefill")  # per op, its repeats included
     assert kernels == 32 * 39 + 17
     assert b.time["prefill_s"] - a.time["prefill_s"] == pytest.approx(kernels * 1.8e-6, rel=1e-6)
+
+
+def test_hf_static_cache_ttft_adds_the_caches_creation_per_layer_in_launch_units():
+    """HF generate over a StaticCache (hf-graph, hf-graph-defer) makes each layer's K/V tensors inside the prompt's
+    forward: its TTFT = eager's prefill + (35 + 2.8 x layers) x the eager prefill's host cost per kernel (session 10:
+    0.745 ms + 59.5 us a layer on the H200 host). The other engines, and the decode, are unchanged; a calibrated
+    slower host scales it."""
+    from dataclasses import replace
+
+    from gpuscope.estimate.roofline import ENGINES
+
+    for name, layers in (("llama-3.2-1b", 16), ("llama-3.1-8b", 32)):
+        m = load_model(name)
+        kw = dict(batch=1, prompt=2048, gen=128)
+        eager, hf, defer, graph = (estimate_infer(m, H200, engine=e, **kw)
+                                   for e in ("eager", "hf-graph", "hf-graph-defer", "graph"))
+        init = (35.0 + 2.8 * layers) * ENGINES["eager"].launch_s
+        assert hf.time["prefill_cache_init_s"] == pytest.approx(init) == defer.time["prefill_cache_init_s"]
+        assert eager.time["prefill_cache_init_s"] == 0.0 == graph.time["prefill_cache_init_s"]
+        # the same prefill GPU work; the TTFT differs by the cache's creation (and generate's step and setup, alike)
+        assert hf.time["prefill_gpu_s"] == pytest.approx(defer.time["prefill_gpu_s"])
+        assert hf.time["prefill_s"] - defer.time["prefill_s"] == pytest.approx(0.0, abs=1e-12)
+        assert 0.7e-3 < init < 2.6e-3  # 1B: 1.37 ms; 8B: 2.14 ms at the catalog's 17.2 us
+        slow = replace(H200, measured={**(H200.measured or {}), "host_launch_s": 34.4e-6})
+        assert estimate_infer(m, slow, engine="hf-graph", **kw).time["prefill_cache_init_s"] == pytest.approx(2 * init)

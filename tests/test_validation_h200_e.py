@@ -28,7 +28,9 @@ HOST_PREFILL = ("host-bound eager prefill on this VM's host: TTFT samples 22-30 
                 "52-62 ms (8B p128, planned 27.5); earlier sessions read 15-26 and 27-49 ms for the same cases")
 KNOWN_MISSES = {
     ("infer/llama-3.2-1b/b1-p512-g128-bf16-hf-graph", "prefill_s"): (0.45, HOST_PREFILL),
-    ("infer/llama-3.1-8b/b1-p128-g256-bf16-hf-graph", "prefill_s"): (0.52, HOST_PREFILL),
+    # call 3's run only (54.0 ms); call 5's run of the same case read 32.5 ms, -8.8% since the planner prices the
+    # StaticCache's creation in the TTFT (session 10; it was -15.4%)
+    ("infer/llama-3.1-8b/b1-p128-g256-bf16-hf-graph", "prefill_s", "2026-11-30T01:26"): (0.52, HOST_PREFILL),
     ("infer/llama-3.2-1b/b1-p512-g64-bf16", "prefill_s"): (0.40, HOST_PREFILL),
     ("infer/llama-3.1-8b/b1-p2048-g64-bf16", "decode_s_per_token"):
         (0.40, "E2E repeats 1.58 / 2.32 / 2.78 s (spread 52%, the headline now says noisy): the fastest gives "
@@ -116,13 +118,18 @@ def test_a_kept_static_cache_does_not_make_hf_graph_faster():
         assert med["u"] >= 0.99 * med["d"], (layers, med)
 
 
-ROWS = [pytest.param(row, id=f"{row.case}:{row.metric}") for rec in WORKLOADS
+ROWS = [pytest.param(row, rec["provenance"]["timestamp_utc"], id=f"{row.case}:{row.metric}") for rec in WORKLOADS
         for row in compare_record(rec, hardware_for(rec["result"]["device_name"]))]
 
 
-@pytest.mark.parametrize("row", ROWS)
-def test_estimate_vs_h200_fifth_session(row):
-    check_row(row, (row.case, row.metric), KNOWN_MISSES)
+@pytest.mark.parametrize("row,timestamp", ROWS)
+def test_estimate_vs_h200_fifth_session(row, timestamp):
+    """A known miss is keyed by case and metric, or (one run of a case measured twice) also by its time."""
+    one_run = (row.case, row.metric, timestamp[:16])
+    if one_run in KNOWN_MISSES:
+        check_row(row, one_run, KNOWN_MISSES)
+    else:
+        check_row(row, (row.case, row.metric), KNOWN_MISSES)
 
 
 def test_hf_graph_decode_against_the_planner():

@@ -46,7 +46,8 @@ EARLY = [r for r in RECORDS if r not in CALL3 and r not in CALL5 and r not in CA
 KNOWN_MISSES_CALL5 = {
     ("infer/llama-3.1-8b/b1-p128-g256-bf16-hf-graph", "prefill_s"): (0.50, HFG_TTFT_5),
     ("infer/llama-3.2-1b/b1-p512-g128-bf16-hf-graph-gcfreeze", "prefill_s"): (0.55, HFG_TTFT_5),
-    ("infer/llama-3.2-1b/b1-p512-g128-bf16-hf-graph", "prefill_s"): (0.25, HFG_TTFT_5),
+    # ("infer/llama-3.2-1b/b1-p512-g128-bf16-hf-graph", "prefill_s"): -17.5% before session 10, -10.2% since the
+    # planner prices the StaticCache's creation in an hf-graph TTFT
 }
 
 

@@ -157,8 +157,8 @@ def estimate_infer(m: ModelSpec, hw, *, batch: int, prompt: int, gen: int, dtype
                                  hf_cache_cat=not graph, head_w_b=act_b, static_len=static_len, gqa_fold=gqa_fold,
                                  fuse_proj=fuse_proj)
     # transformers compiles only the decode step (static cache); the prefill forward runs eagerly in both engines.
-    pre_wall, pre_gpu, pre_host, pre_times = forward_time(pre_ops, tflops, bw, engine_for("eager", hw).for_prefill(),
-                                                          sms, False, m.head_dim)
+    pre_eng = engine_for("eager", hw).for_prefill()
+    pre_wall, pre_gpu, pre_host, pre_times = forward_time(pre_ops, tflops, bw, pre_eng, sms, False, m.head_dim)
     mid_past = prompt + (gen - 1) / 2.0
     dec_ops = opsmod.forward_ops(m, batch, 1, int(round(mid_past)), act_b, w_b, act_b, head_tokens=batch,
                                  hf_cache_cat=not graph, head_w_b=act_b, static_len=static_len, gqa_fold=gqa_fold,
@@ -168,7 +168,8 @@ def estimate_infer(m: ModelSpec, hw, *, batch: int, prompt: int, gen: int, dtype
                                                                o.kernels, o.count) for o in dec_ops]
     dec_wall, dec_gpu, dec_host, dec_times = forward_time(dec_ops, tflops, bw, eng, sms, graph, m.head_dim)
     comm = _tp_comm_s(m, hw, tp, batch * prompt, act_b), _tp_comm_s(m, hw, tp, batch, act_b)
-    prefill_s = pre_wall + comm[0] + eng.step_s + eng.setup_s
+    cache_init = eng.cache_init_s(pre_eng.launch_s, m.num_layers)  # HF's StaticCache, made in the first forward
+    prefill_s = pre_wall + comm[0] + eng.step_s + eng.setup_s + cache_init
     host_step = eng.serial_host_s(m.num_layers)  # host per step outside the launches (generate; the compiled call)
     serial = 0.0 if eng.ahead else host_step  # of it, what the GPU waits for
     decode_s = eng.decode_step_s(dec_wall, m.num_layers) + comm[1]
@@ -184,6 +185,7 @@ def estimate_infer(m: ModelSpec, hw, *, batch: int, prompt: int, gen: int, dtype
         "decode_host_s": dec_host + host_step,
         "decode_serial_host_s": serial,  # of it, what the GPU waits for every step (not overlapped)
         "prefill_gpu_s": pre_gpu,
+        "prefill_cache_init_s": cache_init,
         "tp_comm_s_per_token": comm[1],
     }
     throughput = {

@@ -87,6 +87,14 @@ class EngineModel:
     # then also runs the step's own small kernels (sampling, bookkeeping, replay gaps): gpu_step_s
     ahead: bool = False
     gpu_step_s: float = 0.0
+    # HF generate over a StaticCache: the cache's tensors are made at the prompt's forward (transformers'
+    # lazy_initialization, per layer), in units of the eager prefill's host cost per kernel: fixed and per layer
+    cache_init_units: float = 0.0
+    cache_init_layer_units: float = 0.0
+
+    def cache_init_s(self, prefill_launch_s: float, layers: int) -> float:
+        """Host seconds the StaticCache's creation adds to a TTFT (0 for the other engines)."""
+        return (self.cache_init_units + self.cache_init_layer_units * layers) * prefill_launch_s
 
     def for_prefill(self) -> "EngineModel":
         """This engine as an eager prefill runs: per kernel the prefill's own host cost where one was measured."""
@@ -131,6 +139,16 @@ class EngineModel:
 #   `hardware calibrate --host` measures it as host_setup_s (TTFT less the prompt's forward less step_s).
 # A slower or faster host scales all three; `gpuscope` users on other hosts should calibrate (issue: measure).
 REAL_SIZE_LAUNCH_FACTOR = 17.2 / 15.7
+# HF generate's TTFT over a StaticCache (hf-graph, hf-graph-defer) above the same over a DynamicCache (hf-eager):
+# the StaticCache makes each layer's K and V tensors inside the prompt's forward (transformers 5.17
+# cache_utils lazy_initialization; cProfile of an 8B TTFT: 32 calls, 23 ms under the profiler, most in a blocking
+# `.to`), and the eager prefill's launches wait behind it. Measured on the lent H200, 2026-11-30 session 10
+# (results/2026-11-30-h200-j, scripts/gpu_ttft_overhead.py: one new token, so nothing compiled; medians of 7,
+# three rounds alternating with the bare forward): hf-graph minus hf-eager TTFT 0.75 ms for a 2-layer tiny Llama,
+# 1.91 ms for Llama-3.2-1B (16 layers), 2.55 ms for Llama-3.1-8B (32): least squares 0.745 ms + 59.5 us a layer,
+# at a host probe of 2.1-2.6 ms, where that host's eager prefill costs about 21 us a kernel (the calibrations of
+# the same hour: 26-28 us at a 3.0-3.2 ms probe). In those units: 35 + 2.8 per layer.
+STATIC_CACHE_INIT = {"cache_init_units": 35.0, "cache_init_layer_units": 2.8}
 ENGINES = {
     "eager": EngineModel("eager"),
     # gpuscope's gs-compile loop never waits on the GPU, so its step_s is not host time: the measured gs-compile
@@ -153,7 +171,7 @@ ENGINES = {
     # infer runs of this engine in later calls read -1% to -19% against it: the host time in series varies
     # between calls on that VM (back to back, script and bench agreed).
     "hf-graph": EngineModel("hf-graph", launch_s=0.0, forward_s=0.0, step_s=0.4e-3, fused=True,
-                            call_s=0.72e-3, call_layer_s=8.6e-6),
+                            call_s=0.72e-3, call_layer_s=8.6e-6, **STATIC_CACHE_INIT),
     # hf-graph with transformers' DeferredStopCheck switched on for CUDA (bench --defer-stop, measure/defer_stop.py):
     # the same host work per token (step_s + call_s + call_layer_s x layers), now one token ahead of the GPU. The
     # GPU's own per-step residual is the graph loop's 0.4 ms (generate's sampling kernels and the replay). Measured
@@ -162,7 +180,8 @@ ENGINES = {
     # with 1.42 ms of profiled GPU time a token, Llama-3.1-8B p128 7.76 -> 5.76 ms (gs-compile: 5.69 ms, session
     # 5), and 5.14 ms with --fuse-proj, the same as gs-compile --fuse-proj's 5.14 ms in the same session.
     "hf-graph-defer": EngineModel("hf-graph-defer", launch_s=0.0, forward_s=0.0, step_s=0.4e-3, fused=True,
-                                  call_s=0.72e-3, call_layer_s=8.6e-6, ahead=True, gpu_step_s=0.4e-3),
+                                  call_s=0.72e-3, call_layer_s=8.6e-6, ahead=True, gpu_step_s=0.4e-3,
+                                  **STATIC_CACHE_INIT),
 }
 
 
