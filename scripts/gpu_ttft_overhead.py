@@ -89,8 +89,8 @@ def main() -> None:
         r["excess_ms"] = {e: statistics.median(v) - fm for e, v in r["ttft_ms"].items()}
         print(name, "layers", r["layers"], "forward", [round(v, 2) for v in r["forward_ms"]],
               {e: [round(v, 2) for v in vs] for e, vs in r["ttft_ms"].items()},
-              "excess", {e: round(v, 2) for e, v in r["excess_ms"].items()}, "probe ms", round(r["host_probe_s"] * 1e3, 2),
-              flush=True)
+              "excess", {e: round(v, 2) for e, v in r["excess_ms"].items()},
+              "probe ms", round(r["host_probe_s"] * 1e3, 2), flush=True)
         out["models"][name] = r
         del m, fwd, ttft
         gc.collect()
