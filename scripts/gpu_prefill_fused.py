@@ -17,6 +17,15 @@ import statistics
 import time
 
 
+def wall_ms(dev, fn) -> float:
+    """Milliseconds of ``fn()`` on the host's clock, the device synchronised before and after."""
+    dev.synchronize()
+    a = time.perf_counter()
+    fn()
+    dev.synchronize()
+    return (time.perf_counter() - a) * 1e3
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
@@ -49,11 +58,7 @@ def main() -> None:
            "ttft_ms": {"plain": [], "fused": []}, "prefill_ms": {"plain": [], "fused": []}}
 
     def timed(fn) -> float:
-        dev.synchronize()
-        a = time.perf_counter()
-        fn()
-        dev.synchronize()
-        return (time.perf_counter() - a) * 1e3
+        return wall_ms(dev, fn)
 
     with torch.no_grad():
         for m in models.values():  # warm-up: allocator pools, cuBLAS/cuDNN plans

@@ -19,8 +19,9 @@ import gc
 import io
 import json
 import pstats
+import os
 import statistics
-import time
+import sys
 
 TINY = {"model_type": "llama", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2,
         "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 32000, "max_position_embeddings": 4096,
@@ -43,15 +44,14 @@ def main() -> None:
     from gpuscope.measure.host_probe import HostProbe
     from gpuscope.measure.llm_infer import _generate
 
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from gpu_prefill_fused import wall_ms  # the same clock as the fused-prefill experiment
+
     dev = Device(pick_device(None))
     out = {"prompt": args.prompt, "models": {}}
 
     def timed(fn) -> float:
-        dev.synchronize()
-        a = time.perf_counter()
-        fn()
-        dev.synchronize()
-        return (time.perf_counter() - a) * 1e3
+        return wall_ms(dev, fn)
 
     for name in args.models.split(","):
         cfg = dict(TINY) if name == "tiny" else case_config({"model": name})
@@ -92,7 +92,7 @@ def main() -> None:
               "excess", {e: round(v, 2) for e, v in r["excess_ms"].items()},
               "probe ms", round(r["host_probe_s"] * 1e3, 2), flush=True)
         out["models"][name] = r
-        del m, fwd, ttft
+        m = fwd = ttft = None  # release the model before the next one is built
         gc.collect()
         torch.cuda.empty_cache() if dev.type == "cuda" else None
     with open(args.out, "w") as f:
