@@ -132,7 +132,7 @@ def run_calibration(s: Session, device: str | None, results: list[dict], host: b
     return str(path)
 
 
-# bench all's quick set on a smaller device: the next smaller model of the same family once batch 1 does not fit
+# bench all's quick set on a smaller device: the next smaller model once batch 1 does not fit (Llama, then Qwen)
 SMALLER = {"llama-3.1-8b": "llama-3.2-3b", "llama-3.2-3b": "llama-3.2-1b", "llama-3.2-1b": "qwen2.5-0.5b"}
 
 

@@ -16,7 +16,8 @@ Memory (per GPU, bytes), each term named as in the JSON breakdown:
 - workspace: cuBLAS/cuBLASLt workspaces from the caching allocator.
 The reported peak is max(prefill peak, end-of-decode peak), comparable with torch.cuda.max_memory_allocated.
 
-Time: prefill = one forward over the prompt; decode = one forward of one token at the mean context
+Time: prefill (TTFT) = one forward over the prompt + generate's setup and first step (+ the StaticCache's creation
+under HF's static-cache engines, roofline.STATIC_CACHE_INIT); decode = one forward of one token at the mean context
 (prompt + gen/2), so the per-token average is exact for costs linear in the context. See roofline.py.
 """
 

@@ -3,8 +3,8 @@
 - ``smoke``: tiny inline configs (llama and gpt2, hidden 64, 2 layers, vocab 1000); a few seconds per case on CPU.
   `bench all --quick` runs it on a CPU.
 - ``gpu``: `bench all --quick` on an accelerator: three GPU-sized workloads (an 8B graph decode, two 1B training
-  steps) of about a minute each, sized for an 80 GB-class GPU (bench all halves a batch until the planner fits it on
-  a smaller one: cli/bench_run.fit_to_device).
+  steps), 20-70 s each on an H200, sized for an 80 GB-class GPU (on a smaller one bench all halves a batch, then
+  takes a smaller model, until the planner fits it: cli/bench_run.fit_cases).
 - ``h200``: real architectures by preset name (random weights), sized for one H200 (about 140 GiB) and a total
   runtime of about 7 minutes; big models get 1 warm-up and 3 timed steps.
 
@@ -92,8 +92,9 @@ def gpu_quick_cases() -> list[dict]:
     by 15% in half the runs). These three are bound by the GPU in every phase the planner is checked on:
     - Llama-3.1-8B, batch 1, 2048-token prompt, 128 tokens, HF generate with a static cache and CUDA graphs, the stop
       check deferred and the projections fused (`--engine hf-graph --defer-stop --fuse-proj`): a 30 TFLOP prefill
-      and a decode that reads 16 GB of weights per token (issue 3's 70%-of-copy-bandwidth case; 75% measured,
-      results/2026-11-30-h200-f);
+      and a decode that reads 16 GB of weights per token (the flags of issue 3's 70%-of-copy case, which read 75% at
+      a 128-token prompt, results/2026-11-30-h200-f; 60-65% here, where each token also reads the 2176-slot static
+      cache, results/2026-11-30-h200-j);
     - Llama-3.2-1B training, micro-batch 4 x 2048 tokens, AMP bf16 with full recompute (67 TFLOP a step);
     - the same without recompute in AMP fp16 with the dynamic loss scaler (initial scale 8192)."""
     small = {"steps": 5, "warmup": 2}
