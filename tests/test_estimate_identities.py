@@ -334,3 +334,27 @@ def test_hf_static_cache_ttft_adds_the_caches_creation_per_layer_in_launch_units
         assert 0.7e-3 < init < 2.6e-3  # 1B: 1.37 ms; 8B: 2.14 ms at the catalog's 17.2 us
         slow = replace(H200, measured={**(H200.measured or {}), "host_launch_s": 34.4e-6})
         assert estimate_infer(m, slow, engine="hf-graph", **kw).time["prefill_cache_init_s"] == pytest.approx(2 * init)
+
+
+def test_full_recompute_reruns_the_decoder_layers_not_the_head_or_loss():
+    """HF checkpoints each decoder layer: the backward re-runs the layers' forward, not the embeddings, final norm,
+    LM head or loss. For Llama-3.2-1B (128k vocabulary) at 4 x 2048 that is about a fifth of the forward; HFU
+    counts the same (2 x the layers' matmul weights, not the head's)."""
+    from gpuscope.estimate import ops as opsmod
+    from gpuscope.estimate.roofline import ENGINES, forward_time
+    from gpuscope.estimate.train import train_forward_ops
+
+    m = load_model("llama-3.2-1b")
+    kw = dict(micro_batch=4, seq=2048, precision="amp-bf16")
+    none, full = (estimate_train(m, H200, recompute=r, **kw) for r in ("none", "full"))
+    fwd = train_forward_ops(m, 4, 2048, 2.0, 4.0)
+    assert {o.name for o in fwd if not opsmod.in_layers(o)} == set(opsmod.OUTSIDE_LAYERS)
+    _, f_gpu, _, times = forward_time(fwd, H200.achievable_tflops("bf16"), H200.achievable_bw_gbs(), ENGINES["eager"],
+                                      132, False, m.head_dim)
+    layers_gpu = sum(t.gpu_s for o, t in zip(fwd, times) if opsmod.in_layers(o))
+    assert full.time["recompute_s"] == pytest.approx(layers_gpu)
+    assert 0.7 < layers_gpu / f_gpu < 0.85  # the head and the loss over 128k logits: 15-30% of this forward
+    assert full.time["step_s"] - none.time["step_s"] == pytest.approx(layers_gpu, rel=1e-6)
+    pc = count_params(m)
+    per_token = 2.0 * (pc.matmul_active - pc.lm_head_matmul) + 4.0 * m.num_layers * 2048 * m.q_dim
+    assert (full.hfu - full.mfu) == pytest.approx(per_token * 4 * 2048 / full.time["step_s"] / (H200.peak("bf16") * 1e12))

@@ -15,7 +15,7 @@ Conventions:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gpuscope.specs.model import ModelSpec
 
@@ -223,10 +223,19 @@ def forward_ops(m: ModelSpec, batch: int, new: int, past: int, act_b: float, w_b
     if n_moe:
         ops += layer_ops(m, tokens, ctx, new, act_b, w_b, stream_b, n_moe, True, hf_cache_cat, batch, static_len,
                          gqa_fold, fuse_proj, moe_batched)
-    ops.append(_norm(m, head_tokens, stream_b, act_b, 1))
+    ops.append(replace(_norm(m, head_tokens, stream_b, act_b, 1), name="final_norm"))
     hb = act_b if head_w_b is None else head_w_b
     ops.append(_mm("lm_head", head_tokens, m.vocab_size, m.hidden_size, act_b, hb, 1))
     return ops
+
+
+# forward_ops' ops outside the decoder layers (a training forward adds its loss): what activation checkpointing
+# does not run again (HF checkpoints each decoder layer, transformers' GradientCheckpointingLayer)
+OUTSIDE_LAYERS = ("embedding", "rotary_cos_sin", "final_norm", "lm_head", "loss_log_softmax")
+
+
+def in_layers(op: Op) -> bool:
+    return op.name not in OUTSIDE_LAYERS
 
 
 def total(ops: list[Op], attr: str) -> float:

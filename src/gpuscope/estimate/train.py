@@ -8,7 +8,8 @@ in backward, plus the optimizer's and autocast's passes over the parameters, all
 MFU (PaLM, Chowdhery et al. 2022, appendix B; the convention of Megatron and torchtitan):
   model FLOPs per token = 6 x (matmul weights a token touches, LM head included) + 12 x layers x s x attention width
   (non-causal attention counted in full); MFU = model FLOPs per second / dense peak of the compute dtype.
-HFU adds the recomputed forward (and counts the same attention convention).
+Full recompute runs each decoder layer's forward again (not the embeddings, head or loss); HFU adds those FLOPs
+(and counts the same attention convention).
 """
 
 from __future__ import annotations
@@ -196,10 +197,14 @@ def estimate_train(m: ModelSpec, hw, *, micro_batch: int, seq: int, precision: s
     bwd_ops = [opsmod.Op(o.name + "_bwd", o.kind, o.flops * (2.5 if o.kind == "attention" else 2.0),
                          o.bytes * 2.0, o.kernels * 2, o.count, o.matmul_shape) for o in fwd_ops]
     _, b_gpu, _, b_times = forward_time(bwd_ops, tflops, bw, train_engine, sms, False, m.head_dim)
-    micro_gpu = f_gpu + b_gpu + (f_gpu if full else 0.0)
+    # full recompute runs each decoder layer's forward again in the backward, not the embeddings, head or loss
+    # (transformers' GradientCheckpointingLayer). A 128k vocabulary's head and loss are a fifth of a 1B forward:
+    # Llama-3.2-1B, micro-batch 4 x 2048, AMP bf16, read 8-12% above the plan that re-ran them in seven H200 runs
+    # (results/2026-11-30-h200-j), where its no-recompute twin read within 2%.
+    r_gpu = sum(t.gpu_s for o, t in zip(fwd_ops, f_times) if opsmod.in_layers(o)) if full else 0.0
+    micro_gpu = f_gpu + b_gpu + r_gpu
     host = train_host_s(fwd_ops, m, train_engine.launch_s, full, train_host_for(hw))
-    f_wall, b_wall = max(f_gpu, host["forward"]), max(b_gpu + (f_gpu if full else 0.0),
-                                                      host["backward"] + host["recompute"])
+    f_wall, b_wall = max(f_gpu, host["forward"]), max(b_gpu + r_gpu, host["backward"] + host["recompute"])
     micro_s = max(micro_gpu, host["forward"] + host["backward"] + host["recompute"])
     opt_host = host["optimizer"]
     # Per optimizer step: AdamW reads p, g, m, v and writes p, m, v; autocast re-casts weights every forward
@@ -233,13 +238,14 @@ def estimate_train(m: ModelSpec, hw, *, micro_batch: int, seq: int, precision: s
     attn_width = (m.num_heads * (m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim + m.mla.v_head_dim) / 2
                   if m.mla else m.q_dim)
     model_flops_token = 6.0 * pc.matmul_active + 12.0 * m.num_layers * seq * attn_width
-    recompute_flops = 2.0 * pc.matmul_active + 4.0 * m.num_layers * seq * attn_width if full else 0.0
+    recompute_flops = (2.0 * (pc.matmul_active - pc.lm_head_matmul) + 4.0 * m.num_layers * seq * attn_width
+                       if full else 0.0)
     hw_flops_token = model_flops_token + recompute_flops
     peak_tf = hw.peak(cdt) * 1e12
     mfu = model_flops_token * tokens_per_step / step_s / peak_tf
     hfu = hw_flops_token * tokens_per_step / step_s / peak_tf
     time = {"step_s": step_s, "forward_s": f_wall * grad_accum, "backward_s": b_wall * grad_accum,
-            "recompute_s": (f_gpu if full else 0.0) * grad_accum, "optimizer_s": opt_s, "offload_s": offload_s,
+            "recompute_s": r_gpu * grad_accum, "optimizer_s": opt_s, "offload_s": offload_s,
             "exposed_comm_s": comm_s}
     throughput = {"tokens_per_s": tokens_per_step * num_gpus / step_s,
                   "tokens_per_s_per_gpu": tokens_per_step / step_s}
