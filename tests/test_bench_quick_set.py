@@ -121,8 +121,9 @@ def test_bench_all_picks_the_gpu_set_on_an_accelerator_and_smoke_on_a_cpu(monkey
     cli._register()
     for accel, expect in ((True, "gpu"), (False, "smoke")):
         monkeypatch.setattr(bench, "_on_accelerator", lambda device, a=accel: a)
-        r = CliRunner().invoke(cli.app, ["bench", "all", "--db", str(tmp_path / "r.sqlite"), "--json"])
+        r = CliRunner().invoke(cli.app, ["bench", "all", "--db", str(tmp_path / "r.sqlite")])
         assert r.exit_code == 0, r.output
+        assert f"workloads: the {expect} set, {len(CASE_SETS[expect]())} cases" in r.output
         want = CASE_SETS[expect]()
         assert [case_id({k: v for k, v in c.items() if k != "fitted"}) for c in handed["work"]] == \
             [case_id(c) for c in want]

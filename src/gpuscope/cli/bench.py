@@ -341,6 +341,8 @@ def register(app: typer.Typer) -> None:
                 target = run_calibration(s, device, results, host, "quick" if quick else "sweep")
             if name == "gpu":
                 work = fit_to_device(s, work, target, device)
+            s.note(f"workloads: the {name} set, {len(work)} cases" + (
+                " (GPU-sized; --cases smoke: the tiny host-bound models)" if name == "gpu" else ""))
             run_workloads(s, work, target, timeout)
 
         guarded(s, go)
