@@ -80,7 +80,10 @@ def _stolen(load: dict | None) -> str:
             if steal is not None and steal > STEAL_NOTE else "")
 
 
-def _hardware_for_estimate(gpu: str | None, device_name: str | None):
+def hardware_for_estimate(gpu: str | None, device_name: str | None):
+    """(hardware, None) to plan a measurement on: ``gpu`` (a catalog name or TOML) if given, else the catalog entry
+    of the device that ran it; (None, why) for a device the catalog does not know. Used by estimate_beside and by
+    bench all's fit of its GPU set (cli/bench_run.fit_to_device)."""
     from gpuscope.measure.calibrate import catalog_key_for
     from gpuscope.specs.hardware import load_hardware
 
@@ -102,7 +105,7 @@ def estimate_beside(rec: dict, gpu: str | None) -> dict:
     if res.get("status") != "ok":
         return {"unavailable": f"the measurement's status is {res.get('status')}"}
     try:
-        hw, why = _hardware_for_estimate(gpu, res.get("device_name"))
+        hw, why = hardware_for_estimate(gpu, res.get("device_name"))
         if hw is None:
             return {"unavailable": why}
         rows = compare_record(rec, hw, derived=True)

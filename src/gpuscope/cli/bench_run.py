@@ -195,11 +195,11 @@ def fit_to_device(s: Session, cases: list[dict], gpu: str | None, device: str | 
     """fit_cases on this run's device, planned on ``gpu`` (the run's calibration) or the device's catalog entry."""
     from dataclasses import replace
 
-    from gpuscope.cli.bench_report import _hardware_for_estimate
+    from gpuscope.cli.bench_report import hardware_for_estimate
     from gpuscope.measure.device import Device, pick_device
 
     dev = Device(pick_device(device))
-    hw, why = _hardware_for_estimate(gpu, dev.device_name())
+    hw, why = hardware_for_estimate(gpu, dev.device_name())
     if hw is None:
         s.note(f"the quick set runs as sized for an 80 GB GPU: {why}")
     elif dev.total_memory():
