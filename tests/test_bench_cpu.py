@@ -723,7 +723,7 @@ def test_a_calibration_from_before_the_split_plans_as_it_did():
     default's) and those 22 kernels are added back, so a Llama plan is what it was."""
     from gpuscope.estimate.roofline import train_host_for
 
-    old = Path(__file__).resolve().parents[1] / "results" / "2026-11-30-h200-h" / \
+    old = Path(__file__).resolve().parents[1] / "research" / "results" / "2026-11-30-h200-h" / \
         "call5_nvidia-h200-20261130T064124Z-3e2825.toml"
     from gpuscope.estimate.train import layer_kernels, train_forward_ops, train_host_s
     from gpuscope.specs.hf_config import spec_from_config

@@ -299,7 +299,7 @@ def test_dist_estimate_beside_a_measured_h200_case():
 
     from gpuscope.cli.bench_dist_train import dist_estimate
 
-    path = Path(__file__).resolve().parents[1] / "results" / "2026-11-29-h200-x2" / "dist_train.jsonl"
+    path = Path(__file__).resolve().parents[1] / "research" / "results" / "2026-11-29-h200-x2" / "dist_train.jsonl"
     rec = next(json.loads(x) for x in path.read_text().splitlines() if "llama-2-7b/ddp" in x)
     est = dist_estimate(rec["case"], rec["result"], None)
     rows = {r["metric"]: r for r in est["rows"]}

@@ -553,11 +553,11 @@ def test_generate_waits_finding():
 
 def test_estimate_compared_with_the_bare_run_not_the_profiled_one():
     """The doctor set the planner's step beside the profiled median, which carried the profiler's cost (GPT-2
-    training on the lent H200, results/2026-11-30-h200-f/doctor_gpt2_none.json: 52.0 ms profiled, 31.7 ms bare:
+    training on the lent H200, research/results/2026-11-30-h200-f/doctor_gpt2_none.json: 52.0 ms profiled, 31.7 ms bare:
     "2.3x slower than planned" where the bare run was 1.4x). The bare time is the one compared now."""
     from types import SimpleNamespace
 
-    doc = json.load(open("results/2026-11-30-h200-f/doctor_gpt2_none.json"))
+    doc = json.load(open("research/results/2026-11-30-h200-f/doctor_gpt2_none.json"))
     prof = doc["profile"]
     est = SimpleNamespace(kind="train", time={"step_s": 0.0226}, hardware="h200", calibrated=False,
                           peak_bytes_per_gpu=2e9, fits=True)

@@ -112,7 +112,7 @@ def test_efficiencies_from_public_ceilings():
     assert load_hardware("h100").matmul_efficiency == pytest.approx(794.5 / 989.5, abs=0.01)
     assert load_hardware("a100").matmul_efficiency == pytest.approx(271.2 / 312, abs=0.01)
     h200 = load_hardware("h200")
-    # measured on the lent H200, 2026-11-29 (results/2026-11-29-h200/gpu_facts.json): 737 TFLOP/s, 4131 GB/s
+    # measured on the lent H200, 2026-11-29 (research/results/2026-11-29-h200/gpu_facts.json): 737 TFLOP/s, 4131 GB/s
     assert h200.achievable_tflops("bf16") == pytest.approx(737, rel=0.01)
     assert h200.achievable_bw_gbs() == pytest.approx(4131, rel=0.01)
     assert h200.achievable_tflops("fp8") == pytest.approx(1453, rel=0.01)

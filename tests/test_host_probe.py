@@ -10,7 +10,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-RESULTS = Path(__file__).resolve().parents[1] / "results"
+RESULTS = Path(__file__).resolve().parents[1] / "research" / "results"
 
 
 def test_interleaved_fit_keeps_a_drifting_host_out_of_the_slope():

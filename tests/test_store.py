@@ -138,7 +138,7 @@ def test_migrations_run_in_order(tmp_path, monkeypatch):
 
 
 def test_results_compare_puts_the_planner_beside_stored_h200_runs(tmp_path):
-    """Real H200 measurements (results/2026-11-29-h200) stored, then compared with the planner through the CLI."""
+    """Real H200 measurements (research/results/2026-11-29-h200) stored, then compared with the planner through the CLI."""
     import subprocess
     import sys
     from pathlib import Path
@@ -146,7 +146,7 @@ def test_results_compare_puts_the_planner_beside_stored_h200_runs(tmp_path):
     from gpuscope.explain.compare import compare_record, hardware_for, read_records
     from gpuscope.store.db import Store
 
-    recs = read_records(Path(__file__).resolve().parents[1] / "results" / "2026-11-29-h200" / "measurements.jsonl")
+    recs = read_records(Path(__file__).resolve().parents[1] / "research" / "results" / "2026-11-29-h200" / "measurements.jsonl")
     picked = [r for r in recs if r["case"]["kind"] == "train"][:1] + [r for r in recs if r["case"]["kind"] == "infer"][:1]
     db = tmp_path / "r.sqlite"
     with Store.open(db) as st:

@@ -7,7 +7,7 @@ from gpuscope.errors import UserError
 
 
 # E2E repeats spread beyond this fraction of their median: the headline says the run is noisy (on the lent H200's
-# VM host an eager Llama-3.1-8B p2048 run read 1.58 / 2.32 / 2.78 s, results/2026-11-30-h200)
+# VM host an eager Llama-3.1-8B p2048 run read 1.58 / 2.32 / 2.78 s, research/results/2026-11-30-h200)
 NOISY_SPREAD = 0.2
 MANY_REPEATS = 20  # from this many E2E repeats the spread (max - min) is the host's tails, not the median's doubt
 
@@ -58,7 +58,7 @@ def headline(r: dict) -> str:
 
 # The host probes before and after a timed phase differ by more than this fraction of their mean: the headline says
 # the host's speed moved. Probes ~0.1 s apart on the lent H200 VM differed by 3-4% at the median and 24-33% at the
-# 90th percentile (results/2026-11-30-h200-g/probe_track*.json), so this flags the worst tenth of moments.
+# 90th percentile (research/results/2026-11-30-h200-g/probe_track*.json), so this flags the worst tenth of moments.
 HOST_MOVED = 0.25
 
 

@@ -23,7 +23,7 @@ Gradients are set to None after each step (optimizer.zero_grad's default since P
   also keeps the 16-bit weights on the host and brings two layers at a time to the GPU (the one running and the
   prefetched next).
 The peak is the maximum over the phases, not their sum. Verified against torch.cuda.max_memory_allocated on an
-H200 for every phase of 14 training cases (results/2026-11-29-h200, tests/test_validation_h200.py).
+H200 for every phase of 14 training cases (research/results/2026-11-29-h200, research/tests/test_validation_h200.py).
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ def train_memory(m: ModelSpec, pc: ParamCounts, *, micro_batch: int, seq: int, p
     emb_grad = pc.embedding * gpu_w_b
     # A tied embedding gets two gradients (the LM head's, already in grads_total, and the embedding's): the
     # embedding backward's output, and without autocast the sum as well. GPT-2 fp32 mb2 s128 on the H200
-    # (results/2026-11-29-h200-d): the backward peak sat 302 MiB above rest + gradients at the end of backward,
+    # (research/results/2026-11-29-h200-d): the backward peak sat 302 MiB above rest + gradients at the end of backward,
     # two copies of the 147 MiB V x h fp32 gradient; under amp-bf16 (GPT-2 and Llama-3.2-1B, tied too) one copy:
     # there the head's gradient arrives through autocast's cast node as a fresh tensor that is summed in place.
     # bf16 without autocast is taken to behave as fp32 (same graph, no cast node; not measured).

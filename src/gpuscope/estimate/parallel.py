@@ -55,7 +55,7 @@ FUSED_BW_FRACTION = 0.85
 ATTN_GEMM_EFFICIENCY = 0.62
 # torch._grouped_mm (transformers 5's MoE path; Megatron-Core's grouped GEMM is the same idea) ran at 88%
 # (Mixtral-8x7B prefill shapes) and 70% (DeepSeek-V2-Lite: 64 small experts) of a dense GEMM of the same rows on
-# the H200 (results/2026-11-29-h200-b/moe_attn.json): we take 0.8.
+# the H200 (research/results/2026-11-29-h200-b/moe_attn.json): we take 0.8.
 GROUPED_GEMM_EFFICIENCY = 0.8
 STATE_BYTES = {
     "megatron": {"param": 2.0, "grad": 4.0, "optimizer": 12.0},  # bf16 params, fp32 main grads, fp32 master + Adam

@@ -8,7 +8,7 @@ Per op on the GPU:  t = max(flops / F, bytes / B, kernels * t_kernel_min)
 - B: achievable device-memory bandwidth (measured copy bandwidth, or datasheet x efficiency).
 - Eager elementwise kernels (PyTorch TensorIterator: dtype casts, broadcasts, strided reads, cat) do not reach
   a plain device copy's bandwidth. On the H200 (2026-11-29 profile of a Llama-3.1-8B prefill and of a
-  Llama-3.2-1B AMP training step, results/2026-11-29-h200/profile.json) the non-GEMM kernels moved the bytes
+  Llama-3.2-1B AMP training step, research/results/2026-11-29-h200/profile.json) the non-GEMM kernels moved the bytes
   counted in ops.py at 63% and 64% of the measured copy bandwidth: ELEMENTWISE_BW_FRACTION.
 - Attention (SDPA flash kernels, cuDNN on Hopper) runs below the GEMM rate: measured causal forward 430-570
   TFLOP/s at head_dim 128 and 310 at head_dim 64, forward+backward 350-490 and 300, against 737 for GEMMs
@@ -49,7 +49,7 @@ ATTENTION_EFFICIENCY = {64: 0.42, 128: 0.62}  # fraction of the GEMM rate, by he
 
 # SDPA given an explicit boolean mask instead of is_causal=True: 114 against 335 TFLOP/s (causal FLOPs counted
 # the same way) at Phi-3-mini's shape (b4, 32 heads, s 2048, head_dim 96) on the H200
-# (results/2026-11-29-h200-b/moe_attn.json, scripts/gpu_moe_attn_check.py).
+# (research/results/2026-11-29-h200-b/moe_attn.json, research/scripts/gpu_moe_attn_check.py).
 MASKED_SDPA_FRACTION = 114.0 / 335.0
 
 
@@ -116,7 +116,7 @@ class EngineModel:
 
 
 # Host constants measured on the lent H200 machine's host (16-core Firecracker VM, torch 2.11, transformers 5.17),
-# 2026-11-29, results/2026-11-29-h200/:
+# 2026-11-29, research/results/2026-11-29-h200/:
 # - launch_s: the bare decode-step forward of llama-3.2-1b (batch 1; GPU busy ~1 ms of it) took 12.0 ms for
 #   16 layers x 41 kernels + 17 others; tiny llama models (hidden 64) of 2/4/8 layers gave 0.643 ms per layer,
 #   15.7 us per kernel (host_overhead.json): real sizes cost the host ~10% more per kernel. We use 17.2 us, the
@@ -131,7 +131,7 @@ class EngineModel:
 #   1024x4096 or 2048x2048 weight 5-6 us (decode_ceilings.json); large GEMVs stream weights at 78-100% of the
 #   copy bandwidth measured in the same session.
 # - matmul_tail_s: a memory-bound GEMV costs its bytes at the bandwidth plus a fixed part (ramp-up, tail wave,
-#   cuBLAS's split-K reduction kernel). Llama-3.1-8B decode on the H200 (results/2026-11-29-h200-c, doctor kernel
+#   cuBLAS's split-K reduction kernel). Llama-3.1-8B decode on the H200 (research/results/2026-11-29-h200-c, doctor kernel
 #   tables, gs-compile b1): a layer's 436 MB of projections took 137.6 us as 7 GEMVs (q, k, v, o, gate, up, down;
 #   5 split-K reductions) and 119.2 us as 4 (q|k|v, o, gate|up, down; `--fuse-proj`): with 4128 GB/s (105.6 us for
 #   the bytes) that is 4.6 and 3.4 us per GEMV; 4.0 us (least squares) puts both within 3%.
@@ -143,7 +143,7 @@ REAL_SIZE_LAUNCH_FACTOR = 17.2 / 15.7
 # the StaticCache makes each layer's K and V tensors inside the prompt's forward (transformers 5.17
 # cache_utils lazy_initialization; cProfile of an 8B TTFT: 32 calls, 23 ms under the profiler, most in a blocking
 # `.to`), and the eager prefill's launches wait behind it. Measured on the lent H200, 2026-11-30 session 10
-# (results/2026-11-30-h200-j, scripts/gpu_ttft_overhead.py: one new token, so nothing compiled; medians of 7,
+# (research/results/2026-11-30-h200-j, research/scripts/gpu_ttft_overhead.py: one new token, so nothing compiled; medians of 7,
 # three rounds alternating with the bare forward): hf-graph minus hf-eager TTFT 0.75 ms for a 2-layer tiny Llama,
 # 1.91 ms for Llama-3.2-1B (16 layers), 2.55 ms for Llama-3.1-8B (32): least squares 0.745 ms + 59.5 us a layer,
 # at a host probe of 2.1-2.6 ms, where that host's eager prefill costs about 21 us a kernel (the calibrations of
@@ -153,17 +153,17 @@ ENGINES = {
     "eager": EngineModel("eager"),
     # gpuscope's gs-compile loop never waits on the GPU, so its step_s is not host time: the measured gs-compile
     # TPOTs exceed the op list's GPU time by 0.17 ms (1B p512) to 0.3-0.6 ms (Llama-2-7B / Llama-3.1-8B, p128 and
-    # p2048; results/2026-11-29-h200-b..d), a per-step cost outside the layers' modelled kernels (sampling over the
+    # p2048; research/results/2026-11-29-h200-b..d), a per-step cost outside the layers' modelled kernels (sampling over the
     # vocabulary, replay gaps) that the 0.4 ms stands for. Not profiled per kernel.
     "graph": EngineModel("graph", launch_s=0.0, forward_s=0.0, step_s=0.4e-3, fused=True),
     # HF's eager kernels replayed from one CUDA graph per step (gpuscope's gs-graph loop): no host cost per kernel
     # and no generate() bookkeeping, but no fusion either. kernel_min_s from the H200 profile of
-    # llama-3.2-1b b1 (results/2026-11-29-h200-b/doctor_gs_1b.json): 836 kernels per step, GEMVs 1.02 ms of a
+    # llama-3.2-1b b1 (research/results/2026-11-29-h200-b/doctor_gs_1b.json): 836 kernels per step, GEMVs 1.02 ms of a
     # 2.57 ms step -> (2.57 - 1.02) ms / 723 small kernels = 2.1 us each, replay gaps included.
     "graph-unfused": EngineModel("graph-unfused", launch_s=0.0, forward_s=0.0, step_s=0.0, setup_s=0.0,
                                  kernel_min_s=2.1e-6),
     # HF generate over the compiled static-cache step. Measured on the lent H200 host (2026-11-30,
-    # results/2026-11-30-h200/, scripts/gpu_hf_graph.py, torch 2.11, transformers 5.17): per decode token one
+    # research/results/2026-11-30-h200/, research/scripts/gpu_hf_graph.py, torch 2.11, transformers 5.17): per decode token one
     # cudaGraphLaunch, ~30 small kernels of generate's own, and one cudaStreamSynchronize. TPOT minus the
     # profiled GPU kernel time per token, medians of 5-15 calls, on Llama models of 2, 8 and 32 layers (hidden
     # 256), Llama-3.2-1B (16) and Llama-3.1-8B (32): 0.94, 1.52, 1.42, 1.13, 1.36 ms; least squares
@@ -175,7 +175,7 @@ ENGINES = {
     # hf-graph with transformers' DeferredStopCheck switched on for CUDA (bench --defer-stop, measure/defer_stop.py):
     # the same host work per token (step_s + call_s + call_layer_s x layers), now one token ahead of the GPU. The
     # GPU's own per-step residual is the graph loop's 0.4 ms (generate's sampling kernels and the replay). Measured
-    # on the lent H200 (2026-11-30 session 6, results/2026-11-30-h200-f/): the per-token cudaStreamSynchronize is
+    # on the lent H200 (2026-11-30 session 6, research/results/2026-11-30-h200-f/): the per-token cudaStreamSynchronize is
     # gone (1 -> 0 per token; one event wait on the token before instead), Llama-3.2-1B p128 TPOT 2.57 -> 1.64 ms
     # with 1.42 ms of profiled GPU time a token, Llama-3.1-8B p128 7.76 -> 5.76 ms (gs-compile: 5.69 ms, session
     # 5), and 5.14 ms with --fuse-proj, the same as gs-compile --fuse-proj's 5.14 ms in the same session.
@@ -198,8 +198,8 @@ class TrainHost:
     state them whole); per optimizer step fused AdamW's Python and zero_grad (``opt_fixed``) plus a little per
     parameter tensor (``opt_tensor``).
 
-    Fitted on the lent H200 host (2026-11-29, results/2026-11-29-h200-d/train_host.json:
-    `scripts/gpu_train_host.py`, tiny Llama models of 2/4/8 layers, each phase timed with a synchronize around
+    Fitted on the lent H200 host (2026-11-29, research/results/2026-11-29-h200-d/train_host.json:
+    `research/scripts/gpu_train_host.py`, tiny Llama models of 2/4/8 layers, each phase timed with a synchronize around
     it, 20 steps, fits pooled over amp-bf16, bf16 and amp-fp16; the decode calibration of the same call gave
     launch_s = 13.7 us): forward 0.748 ms per layer of 42 kernels (17.8 us = 1.30 launch_s), backward 1.26 ms
     (2.19); forward intercept 1.74 ms less 22 other kernels, backward 0.93 ms less the same (98 and 20
@@ -208,7 +208,7 @@ class TrainHost:
     backward (3.42 per kernel, the re-forward).
 
     Why the checkpoint is per layer and the fixed costs per call, not per kernel (the H200, 2026-11-30 session 9,
-    results/2026-11-30-h200-i, train_phases.json: every round at one training-probe speed): checkpointing added
+    research/results/2026-11-30-h200-i, train_phases.json: every round at one training-probe speed): checkpointing added
     0.22-0.53 ms to a layer's forward for GPT-2 (21-25 planner kernels a layer) and 0.32-0.63 ms for Llama
     (37-42), while its backward added 34-50 us per kernel for both; the 0-layer intercepts (forward + backward)
     read 1.46-1.71 ms for GPT-2 fp32 and 1.31-1.55 ms for Llama, though the planner counts 9 kernels outside
@@ -256,7 +256,7 @@ def planner_engine(case: dict) -> str:
     """The planner engine that models a measured infer case: its bench engine (ENGINE_OF_MEASURED), with hf-graph
     under --defer-stop as hf-graph-defer. hf-eager under --defer-stop stays eager: a launch-bound step is host
     time whether or not the loop waits (one of eager's two syncs a token goes; Llama-3.2-1B p128 read 20.3 against
-    22.6 ms/token, inside the eager runs' own spread, results/2026-11-30-h200-f)."""
+    22.6 ms/token, inside the eager runs' own spread, research/results/2026-11-30-h200-f)."""
     engine = case.get("engine", "hf-eager")
     if engine == "hf-graph" and case.get("defer_stop"):
         return "hf-graph-defer"

@@ -77,7 +77,7 @@ STRATEGIES = ("ddp", "fsdp", "hsdp")
 DDP_BUCKET_BYTES = 25 * 2**20  # DistributedDataParallel's default bucket_cap_mb
 
 
-# Data-parallel communication on the lent two-H200 NVLink machine (results/2026-11-29-h200-x2): gradient and
+# Data-parallel communication on the lent two-H200 NVLink machine (research/results/2026-11-29-h200-x2): gradient and
 # parameter collectives were NOT free behind backward. Step time above the same job on one GPU: DDP Llama-3.2-1B
 # +15.5 ms for ~20 ms of bucketed all-reduce (AMP, fp32 grads), DDP Llama-2-7B +52.5 ms for ~110 ms, FSDP2 1B
 # +21.6 ms for ~16 ms of all-gather + reduce-scatter. NCCL's kernels take SMs and HBM bandwidth from the
@@ -200,7 +200,7 @@ def estimate_train(m: ModelSpec, hw, *, micro_batch: int, seq: int, precision: s
     # full recompute runs each decoder layer's forward again in the backward, not the embeddings, head or loss
     # (transformers' GradientCheckpointingLayer). A 128k vocabulary's head and loss are a fifth of a 1B forward:
     # Llama-3.2-1B, micro-batch 4 x 2048, AMP bf16, read 8-12% above the plan that re-ran them in seven H200 runs
-    # (results/2026-11-30-h200-j), where its no-recompute twin read within 2%.
+    # (research/results/2026-11-30-h200-j), where its no-recompute twin read within 2%.
     r_gpu = sum(t.gpu_s for o, t in zip(fwd_ops, f_times) if opsmod.in_layers(o)) if full else 0.0
     micro_gpu = f_gpu + b_gpu + r_gpu
     host = train_host_s(fwd_ops, m, train_engine.launch_s, full, train_host_for(hw))

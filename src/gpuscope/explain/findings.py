@@ -6,7 +6,7 @@ when it stays quiet or when the summary lacks what it needs (e.g. NVML on a CPU 
 
 Thresholds (``THRESHOLDS``; each rule documents why):
 - launch_bound: device idle >= 50% of the wall time, >= 100 kernels, mean kernel <= 50 us and the mean gap
-  between kernels >= the mean kernel. The H200 runs (results/2026-11-29-h200) showed eager batch-1 decode at
+  between kernels >= the mean kernel. The H200 runs (research/results/2026-11-29-h200) showed eager batch-1 decode at
   ~17 us host per kernel with kernels of a few us: the GPU idles most of the step. Only on a device timeline.
 - dataloader_stall: >= 10% of the wall time inside ``DataLoader.__next__`` in the main process.
 - host_sync: host-device synchronisations (``.item()``, ``.cpu()``, ``print(tensor)``, data-dependent shapes such

@@ -138,7 +138,7 @@ def host_costs(device: str | None = None, real_width: bool | None = None, passes
     speed. A round that met a slow second no longer moves a pass, nor a pass the median; and the probe written
     describes the same moment as the costs (a median of raw costs beside a median of probes paired numbers from
     different passes: one H200 calibration whose passes spread 72% wrote a 3.1 ms probe beside a 17.6 us launch
-    cost that faster passes read at ~2.0 ms, results/2026-11-30-h200-g). The detail keeps every pass,
+    cost that faster passes read at ~2.0 ms, research/results/2026-11-30-h200-g). The detail keeps every pass,
     ``launch_spread`` ((max - min) / median of host_launch_s over the passes, as each met its host) and
     ``launch_spread_at_probe`` (the same at the median probe), and ``train_probe_s``, the training probe's median
     over the passes' rounds (train_host_costs takes the training fits to it)."""
@@ -279,14 +279,14 @@ def train_host_costs(launch_s: float, device: str | None = None, steps: int = 10
 
     These fits run a minute after the decode passes that measured ``launch_s``, and the host's speed moves between
     minutes: dividing a slow minute's training times by a fast minute's launch cost read 5.51 launches a backward
-    kernel where a steadier calibration read 3.54 (the H200, results/2026-11-30-h200-g, section 9). So the training
+    kernel where a steadier calibration read 3.54 (the H200, research/results/2026-11-30-h200-g, section 9). So the training
     probe runs after every round of the fits (host_probe.RoundProbe) and each round is taken to a host whose
     training probe reads TRAIN_PROBE_UNIT_S (training work follows the training probe, r = 0.85, the forward probe
     at 0.44), then to ``train_probe_s``: what the training probe read while the decode passes that measured
     ``launch_s`` ran (host_costs' host_detail.train_probe_s). Only then are the fits divided by ``launch_s``, so
     both describe one host speed, written as ``host_probe_train_s``. (Going through the forward probe instead,
     the ratio of the two probes after a training round, read 2.5 in one calibration and 3.2 in the next on the
-    same host: results/2026-11-30-h200-h.) Without ``train_probe_s``, the fits' own median training probe."""
+    same host: research/results/2026-11-30-h200-h.) Without ``train_probe_s``, the fits' own median training probe."""
     from gpuscope.estimate.train import layer_kernels, train_forward_ops
     from gpuscope.measure.device import Device, pick_device
     from gpuscope.measure.host_overhead import TINY, measure_train_family

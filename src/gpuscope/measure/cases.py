@@ -69,7 +69,7 @@ def case_id(case: dict) -> str:
 
 # Each timed phase of a smoke workload lasts at least this long (measure/device.repeats): the tiny models are
 # host-bound, and a median of two or three calls sampled one moment of a host whose speed moves in episodes of
-# 0.5-2 s (the lent H200 VM: a TTFT of 7.4 ms where the same run's neighbours read 4.8, results/2026-11-30-h200-h).
+# 0.5-2 s (the lent H200 VM: a TTFT of 7.4 ms where the same run's neighbours read 4.8, research/results/2026-11-30-h200-h).
 SMOKE_MIN_TIME_S = 2.0
 
 
@@ -88,13 +88,13 @@ def gpu_quick_cases() -> list[dict]:
     """What an accelerator's quick suite measures: the device, not the host.
 
     The smoke cases on a GPU time the host's Python (a 64-wide model's kernels take microseconds); on a shared VM
-    that moved 25-50% within minutes (results/2026-11-30-h200-i: the same step timed a minute apart missed itself
+    that moved 25-50% within minutes (research/results/2026-11-30-h200-i: the same step timed a minute apart missed itself
     by 15% in half the runs). These three are bound by the GPU in every phase the planner is checked on:
     - Llama-3.1-8B, batch 1, 2048-token prompt, 128 tokens, HF generate with a static cache and CUDA graphs, the stop
       check deferred and the projections fused (`--engine hf-graph --defer-stop --fuse-proj`): a 30 TFLOP prefill
       and a decode that reads 16 GB of weights per token (the flags of issue 3's 70%-of-copy case, which read 75% at
-      a 128-token prompt, results/2026-11-30-h200-f; 60-65% here, where each token also reads the 2176-slot static
-      cache, results/2026-11-30-h200-j);
+      a 128-token prompt, research/results/2026-11-30-h200-f; 60-65% here, where each token also reads the 2176-slot static
+      cache, research/results/2026-11-30-h200-j);
     - Llama-3.2-1B training, micro-batch 4 x 2048 tokens, AMP bf16 with full recompute (67 TFLOP a step);
     - the same without recompute in AMP fp16 with the dynamic loss scaler (initial scale 8192)."""
     small = {"steps": 5, "warmup": 2}

@@ -4,7 +4,7 @@ Why: every decode token, ``generate`` reads ``unfinished_sequences.max() == 0`` 
 (``StopCheck.__call__``), a ``cudaStreamSynchronize``. The host cannot queue token t+1 while the GPU runs token t, so
 the host's work per token (generate's own bookkeeping; under ``cache_implementation="static"`` also Dynamo's guards
 and the CUDA-graph tree's checks before each replay) is added to the GPU's time instead of hidden under it. Measured
-on the lent H200 (results/2026-11-30-h200/, scripts/gpu_hf_graph.py): one sync per token, 0.94-1.52 ms of host time
+on the lent H200 (research/results/2026-11-30-h200/, research/scripts/gpu_hf_graph.py): one sync per token, 0.94-1.52 ms of host time
 in series with a compiled step.
 
 transformers (5.17 and later) already has the fix: ``DeferredStopCheck`` copies the flag to pinned memory without

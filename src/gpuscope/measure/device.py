@@ -190,7 +190,7 @@ def repeats(n: int, min_time_s: float = 0.0, cap: int = 2000):
     """Yield 0, 1, ... until at least ``n`` repeats have run and ``min_time_s`` seconds of wall time have passed
     since the first (at most ``cap``). Why a time floor: a median of a few tiny, host-bound calls samples one
     moment of the host, and the lent H200 VM's host slowed ~1.5x in episodes of 0.5-2 s, a fifth of the time
-    (results/2026-11-30-h200-h); repeats spread over a few seconds put those episodes in the tail, where the median
+    (research/results/2026-11-30-h200-h); repeats spread over a few seconds put those episodes in the tail, where the median
     does not see them."""
     t0 = time.perf_counter()
     i = 0

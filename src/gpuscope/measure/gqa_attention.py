@@ -4,7 +4,7 @@ Why: with a mask (every static KV cache has one; so do sliding windows past the 
 ``sdpa_attention_forward`` cannot let CUDA SDPA do GQA itself (``use_gqa_in_sdpa`` needs mask=None); it expands K
 and V to every query head (``repeat_kv``), or, in recent versions and only outside torch.compile, packs the query
 heads for single-token decode (``pack_gqa``). On the H200 the static-cache graph engines paid that copy every
-layer and step (results/2026-11-29-h200-b: Llama-3.1-8B gs-compile decode 6.29 ms, 62% of copy bandwidth).
+layer and step (research/results/2026-11-29-h200-b: Llama-3.1-8B gs-compile decode 6.29 ms, 62% of copy bandwidth).
 
 How: the ``rep`` query heads that share a KV head are folded into the query-length axis, which SDPA broadcasts
 against that one KV head: query (b, H, q, d) -> (b, H_kv, rep * q, d), row ``r * q + t`` = head ``j * rep + r``,
@@ -14,7 +14,7 @@ and traceable by torch.compile (no data-dependent branches). Without a mask, or 
 transformers' own ``sdpa_attention_forward``.
 
 Status: token-for-token equal to the stock path on CPU (tests/test_measure_cpu.py). Measured on the H200
-(results/2026-11-29-h200-c): SLOWER under gs-compile, Llama-3.1-8B b1 p2048 decode 6.77 ms against 6.55 ms for the
+(research/results/2026-11-29-h200-c): SLOWER under gs-compile, Llama-3.1-8B b1 p2048 decode 6.77 ms against 6.55 ms for the
 stock SDPA, because Inductor already folds repeat_kv into the attention's input kernel. Kept as an option for
 eager and gs-graph runs; not a recommendation.
 """

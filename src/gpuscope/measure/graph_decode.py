@@ -1,7 +1,7 @@
 """gpuscope's graph engine ("gs-graph"): greedy decoding over a static KV cache with the decode step captured
 once in a CUDA graph and replayed per token (the approach of gpt-fast; no torch.compile, so no compile time).
 
-Why: plain `generate` is host-bound at small batch (results/2026-11-29-h200: ~17 us of host time per kernel, a
+Why: plain `generate` is host-bound at small batch (research/results/2026-11-29-h200: ~17 us of host time per kernel, a
 Llama-3.1-8B decode step spends ~24 ms on the host against ~5 ms of GPU work). A replayed graph launches the whole
 step at once, so the step costs its GPU time.
 

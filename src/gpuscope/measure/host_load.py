@@ -2,7 +2,7 @@
 
 Why: the host-bound workloads are the noisiest ones gpuscope measures. On the lent H200 VM one calibration read the
 host 28% slower than another four minutes later while the GPU's ceilings agreed within 0.3%
-(results/2026-11-30-h200-f). A run that records what the host was doing can be told apart from a run that met a
+(research/results/2026-11-30-h200-f). A run that records what the host was doing can be told apart from a run that met a
 busy or preempted host:
 
 - ``steal_fraction``: CPU time the hypervisor gave to other guests, over all CPU time of the phase (``/proc/stat``'s

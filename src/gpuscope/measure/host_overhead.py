@@ -146,7 +146,7 @@ def measure_family(family: str, dev: Device, layers=(1, 2, 4, 8), iters: int = 6
 
     # Each round times, per depth, a few decode steps, generate of 33 and of 1 token, and the prompt's forward.
     # Derived costs are taken within a round, then the median over rounds: the lent H200 host steps between
-    # speeds that last seconds (results/2026-11-30-h200-h), and a difference of two phases timed in different
+    # speeds that last seconds (research/results/2026-11-30-h200-h), and a difference of two phases timed in different
     # rounds read generate's per-call setup at 0.8 to 4.7 ms in five passes of one calibration.
     per_depth = interleaved([round_job(m) for m in models], rounds, probe)
     del models

@@ -1,7 +1,7 @@
 """How fast the host runs eager PyTorch right now: one fixed, tiny, host-bound forward, timed.
 
 Why: on the lent H200 VM the host's speed moved by up to 2x between minutes while /proc/stat's steal stayed at 0
-(2026-11-30, results/2026-11-30-h200-g): a tiny-Llama training forward read 17.8 ms at 8 layers where the same host
+(2026-11-30, research/results/2026-11-30-h200-g): a tiny-Llama training forward read 17.8 ms at 8 layers where the same host
 had read 7.9 ms the day before, and two calibrations four minutes apart read 22.4 and 17.5 us a kernel. A host-bound
 estimate is only as good as the host speed it was calibrated at. The probe is the yardstick: `hardware calibrate
 --host` records it beside the host costs it writes (``host_probe_s``), the workloads record it before and after
@@ -16,7 +16,7 @@ host, so ~40 ms a probe.
 
 Training has its own probe (``kind="train"``: the same model's forward with a loss and its backward, 8 tokens,
 median of 15; ~10 ms each on that host). Round after round beside a GPT-2 training step on the H200
-(results/2026-11-30-h200-g/probe_track_phases.json), the step followed the training probe at r = 0.85 (its spread
+(research/results/2026-11-30-h200-g/probe_track_phases.json), the step followed the training probe at r = 0.85 (its spread
 46% -> 23% divided by it) and the forward-only probe at r = 0.44 (dividing widened it). Backward runs on autograd's
 own device thread, which a forward-only probe never exercises; tiny GPT-2 generate followed the forward probe at
 r = 0.87 and the training probe at 0.54.
@@ -66,7 +66,7 @@ def host_probe(dev: Device, iters: int = 30) -> float:
 def host_probe_train(dev: Device, iters: int = 15, model=None) -> float:
     """Median seconds of the training probe: the probe model's forward with a loss over 8 tokens and its backward
     (gradients dropped after), synchronised; after 3 untimed ones. ``model``: another model to run it on
-    (scripts/gpu_probe_track.py's fp32 copy)."""
+    (research/scripts/gpu_probe_track.py's fp32 copy)."""
     model = (model if model is not None else _model(dev)).train()
     ids = torch.ones((1, 8), dtype=torch.long, device=dev.torch_device)
     times = []
@@ -88,14 +88,14 @@ PROBES = {"infer": (host_probe, "host_probe"), "train": (host_probe_train, "host
 class RoundProbe:
     """A probe taken between the rounds of a fit (``host_overhead.interleaved(..., between=probe)``), so that the
     host speed it records is that of the whole fit and not of its two ends: a calibration pass takes ~10 s and the
-    lent H200 host's speed decorrelated within ~8 s (results/2026-11-30-h200-g/probe_track.json), so a probe
+    lent H200 host's speed decorrelated within ~8 s (research/results/2026-11-30-h200-g/probe_track.json), so a probe
     before and after a pass sampled two moments of it. Each call appends one probe (the same median as HostProbe's,
     so the speeds compare: ~70 ms forward / ~0.1 s training on that host); ``median()`` is the fit's host speed.
 
     ``to`` (seconds): each call returns ``to / probe``, the factor that takes the round just timed to a host whose
     probe reads ``to``, and ``interleaved`` applies it to that round's samples. Why per round: the lent H200 host
     slowed ~1.5x in episodes of 0.5-2 s, and a pass's four rounds of Llama-3.2-1B-wide decode that fell in one read
-    25 us a kernel where the pass's other fits and the next passes read 16-17 (results/2026-11-30-h200-h); a probe
+    25 us a kernel where the pass's other fits and the next passes read 16-17 (research/results/2026-11-30-h200-h); a probe
     per pass cannot correct a part of the pass. Without ``to`` a call returns None (nothing is scaled).
     The probe's model stays cached until ``release()``: for calibrations, not for workloads whose memory is read."""
 

@@ -291,7 +291,7 @@ def _run_infer(case: dict, dev: Device, state: dict) -> dict:
     # (d) bare decode-step forward with the past cache (the cache grows by one token per step), twice over the same
     # KV lengths from a fresh prefill: the first pass visits each length for the first time in eager mode (the
     # static-cache engines never ran them: cuDNN's SDPA builds a plan per new shape, 54 vs 12 ms a step for
-    # Llama-3.2-1B on an H200, results/2026-11-30-h200-f/probes_1b.json); the second is the steady state timed.
+    # Llama-3.2-1B on an H200, research/results/2026-11-30-h200-f/probes_1b.json); the second is the steady state timed.
     state["phase"] = "decode_forward"
     del o, pkv
     warm = 2

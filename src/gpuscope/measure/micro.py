@@ -2,8 +2,8 @@
 The timing helpers are measure/micro_timing.py, the matmul bench measure/matmul.py; this module holds the memory and
 transfer benches, the run configurations, the runner and the calibration ceilings.
 
-Method (shared/DESIGN.md "Measuring right"; the ad-hoc versions are scripts/gpu_facts.py and
-scripts/gpu_decode_ceilings.py):
+Method (shared/DESIGN.md "Measuring right"; the ad-hoc versions are research/scripts/gpu_facts.py and
+research/scripts/gpu_decode_ceilings.py):
 - inputs are random (``randn`` / ``randint``), never zeros, made once per shape; matmuls rotate between two input
   sets and the L2 cache is flushed (a buffer of max(4 x L2, 64 MiB) is overwritten) before every timed iteration,
   outside the timed region, so no iteration reads its operands from cache;

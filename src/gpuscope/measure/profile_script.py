@@ -12,7 +12,7 @@ processes (torchrun, DataLoader workers) are profiled in the main process only.
 Steps: every ``torch.optim`` optimizer step marks a step (a global post-step hook, synchronised), so a training
 script gets step times with no change to its code. ``--bare`` runs the script once without the profiler and writes
 only those marks: ``doctor --bare-run`` does that first, so the profiler's own host cost (which varied 5.6-15.5 us
-per CPU event between two H200 runs of the same script, results/2026-11-29-h200-c) is measured per step instead of
+per CPU event between two H200 runs of the same script, research/results/2026-11-29-h200-c) is measured per step instead of
 estimated per event.
 """
 
