@@ -1,0 +1,156 @@
+"""The axes a workload is chosen on, each defined once: its values, which of them the planner models and which the
+measurement runs, and the one sentence a bad value gets. CLI choices, validation messages and JSON values all
+derive from these classes (a value is its string: ``Precision.AMP_BF16 == "amp-bf16"`` and it serialises as such).
+
+- ``Precision``: training precision. ``amp-*``: fp32 parameters, gradients and optimizer states with autocast
+  compute in the half dtype (PyTorch AMP); ``bf16``: parameters, gradients and states all bf16; ``fp8``: planner
+  only (Transformer Engine-style fp8 GEMMs over amp-bf16 states).
+- ``Optimizer``, ``Recompute``: the optimizer's states and activation recompute (``selective``: Korthikanti et al.
+  2022's attention-core recompute, planner only; ``full``: every decoder layer re-run in the backward).
+- ``InferDtype``: weights and activations of a measured inference run (the planner takes more: estimate/dtypes).
+- ``Engine``: how a measured inference run decodes; ``PlannerEngine``: the planner's models of them
+  (``Engine.planner``: which one models which).
+- ``WorkloadKind``: the kinds of measurement (workloads/ holds one module each).
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from gpuscope.errors import UserError
+
+
+class Axis(str, Enum):
+    """A str-valued enum: ``parse`` checks a user's value (one sentence naming the flag and what is allowed)."""
+
+    def __str__(self) -> str:
+        return self.value
+
+    @classmethod
+    def values(cls, among=None) -> tuple[str, ...]:
+        return tuple(m.value for m in (among if among is not None else cls))
+
+    @classmethod
+    def parse(cls, value, flag: str | None = None, among=None):
+        """The member named ``value``; ``among`` narrows what is allowed (e.g. what a measurement runs)."""
+        allowed = tuple(among) if among is not None else tuple(cls)
+        for m in allowed:
+            if value == m.value or value is m:
+                return m
+        name = flag or cls.__name__.lower()
+        raise UserError(f"--{name} '{value}' is not one of {', '.join(m.value for m in allowed)}.")
+
+
+class Precision(Axis):
+    AMP_BF16 = "amp-bf16"
+    AMP_FP16 = "amp-fp16"
+    BF16 = "bf16"
+    FP32 = "fp32"
+    FP8 = "fp8"
+
+    @property
+    def measured(self) -> bool:
+        return self in MEASURED_PRECISIONS
+
+    @property
+    def amp(self) -> bool:
+        return self.value.startswith("amp-")
+
+    @property
+    def compute_dtype(self) -> str:
+        """The dtype the GEMMs run in (MFU is against this dtype's dense peak)."""
+        return {"amp-bf16": "bf16", "amp-fp16": "fp16", "bf16": "bf16", "fp32": "fp32", "fp8": "fp8"}[self.value]
+
+    @property
+    def weight_bytes(self) -> float:
+        """Bytes of one parameter (and of its gradient) as stored."""
+        return 2.0 if self is Precision.BF16 else 4.0
+
+    @property
+    def activation_bytes(self) -> float:
+        return 4.0 if self is Precision.FP32 else 2.0
+
+
+MEASURED_PRECISIONS = (Precision.AMP_BF16, Precision.AMP_FP16, Precision.BF16, Precision.FP32)
+
+
+class Optimizer(Axis):
+    ADAMW = "adamw"
+    ADAM = "adam"
+    SGD = "sgd"
+    ADAMW_8BIT = "adamw-8bit"
+
+
+class Recompute(Axis):
+    NONE = "none"
+    SELECTIVE = "selective"
+    FULL = "full"
+
+
+MEASURED_RECOMPUTE = (Recompute.NONE, Recompute.FULL)
+
+
+class Offload(Axis):
+    NONE = "none"
+    OPTIMIZER = "optimizer"
+    PARAMS = "params"
+
+
+class InferDtype(Axis):
+    BF16 = "bf16"
+    FP16 = "fp16"
+    FP32 = "fp32"
+
+
+class PlannerEngine(Axis):
+    EAGER = "eager"  # plain HF generate: every kernel launched from Python
+    GRAPH = "graph"  # gpuscope's compiled static-cache step replayed as one CUDA graph (gs-compile)
+    GRAPH_UNFUSED = "graph-unfused"  # HF's eager kernels replayed from one CUDA graph (gs-graph)
+    HF_GRAPH = "hf-graph"  # HF generate over its compiled static-cache step, waiting on the GPU every token
+    HF_GRAPH_DEFER = "hf-graph-defer"  # the same with the stop check read one token late
+
+    @property
+    def static_cache(self) -> bool:
+        return self is not PlannerEngine.EAGER
+
+    @property
+    def hf_generate(self) -> bool:
+        """HF ``generate`` drives the loop (its decode switches MoE experts from grouped_mm to batched_mm)."""
+        return self in (PlannerEngine.EAGER, PlannerEngine.HF_GRAPH, PlannerEngine.HF_GRAPH_DEFER)
+
+
+class Engine(Axis):
+    """How `bench infer` decodes."""
+
+    HF_EAGER = "hf-eager"  # HF generate, DynamicCache
+    HF_GRAPH = "hf-graph"  # HF generate, StaticCache, compiled step
+    GS_GRAPH = "gs-graph"  # gpuscope's loop: static cache, one CUDA graph per step
+    GS_COMPILE = "gs-compile"  # gs-graph with the step compiled by torch.compile first
+
+    @property
+    def hf_generate(self) -> bool:
+        return self in (Engine.HF_EAGER, Engine.HF_GRAPH)
+
+    def planner(self, defer_stop: bool = False) -> PlannerEngine:
+        """The planner engine that models this one. hf-eager under --defer-stop stays eager: a launch-bound step is
+        host time whether or not the loop waits."""
+        if self is Engine.HF_GRAPH and defer_stop:
+            return PlannerEngine.HF_GRAPH_DEFER
+        return {Engine.HF_EAGER: PlannerEngine.EAGER, Engine.HF_GRAPH: PlannerEngine.HF_GRAPH,
+                Engine.GS_COMPILE: PlannerEngine.GRAPH, Engine.GS_GRAPH: PlannerEngine.GRAPH_UNFUSED}[self]
+
+
+class Attention(Axis):
+    SDPA = "sdpa"
+    EAGER = "eager"
+    GS_GQA = "gs-gqa"
+
+
+class WorkloadKind(Axis):
+    MICRO = "micro"
+    INFER = "infer"
+    TRAIN = "train"
+    TRAIN_DIST = "train-dist"
+    COLLECTIVE = "collective"  # the store's kind for a collective point (`bench collectives`)
+    COMPRESSION = "compression"
+    HOST = "host"  # a calibration's host-cost fits (`hardware calibrate --host`)
