@@ -29,14 +29,15 @@ from gpuscope.estimate.comm import collective_time, topology_for
 from gpuscope.estimate.dtypes import check_dtype, compute_dtype, nbytes, quantized_weight_bytes_per_param
 from gpuscope.estimate.params import count_params
 from gpuscope.estimate.result import Estimate
-from gpuscope.estimate.roofline import ENGINES, STATIC_CACHE_ENGINES, engine_for, forward_time, sm_count
+from gpuscope.estimate.roofline import STATIC_CACHE_ENGINES, engine_for, forward_time, sm_count
 from gpuscope.estimate.runtime import CUBLAS_WORKSPACE_BYTES, runtime_overheads
+from gpuscope.specs.axes import PlannerEngine
 from gpuscope.specs.model import ModelSpec
 
 # The planner engines of HF `generate` (plain, and over the compiled static-cache step): on a GPU their decode
 # steps switch MoE experts from grouped_mm to batched_mm (ops._moe_ops). gpuscope's own graph loops (graph,
 # graph-unfused: gs-compile, gs-graph) keep grouped_mm.
-GENERATE_ENGINES = ("eager", "hf-graph", "hf-graph-defer")
+GENERATE_ENGINES = tuple(e.value for e in PlannerEngine if e.hf_generate)
 
 
 def alt_key(engine: str) -> str:
@@ -115,8 +116,7 @@ def estimate_infer(m: ModelSpec, hw, *, batch: int, prompt: int, gen: int, dtype
     _positive("gen", gen)
     dtype = check_dtype(dtype, "--dtype")
     kv_dtype = check_dtype(kv_dtype or compute_dtype(dtype), "--kv-dtype", ("bf16", "fp16", "fp32", "fp8", "int8"))
-    if engine not in ENGINES:
-        raise UserError(f"--engine must be one of {', '.join(ENGINES)}, got '{engine}'.")
+    engine = PlannerEngine.parse(engine, "engine").value
     check_tp(m, tp, num_gpus)
     if mla_cache not in ("full", "latent"):
         raise UserError(f"--mla-cache must be full or latent, got '{mla_cache}'.")

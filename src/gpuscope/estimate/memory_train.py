@@ -30,27 +30,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuscope.errors import UserError
 from gpuscope.estimate.activations import hf_layer_saved_bytes
 from gpuscope.estimate.params import ParamCounts, layer_params
 from gpuscope.estimate.runtime import TRAIN_WORKSPACE_BYTES
+from gpuscope.specs.axes import Precision
 from gpuscope.specs.model import ModelSpec
 
-PRECISIONS = ("amp-bf16", "amp-fp16", "bf16", "fp32", "fp8")
-OPTIMIZERS = ("adamw", "adam", "sgd", "adamw-8bit")
-RECOMPUTE = ("none", "selective", "full")
-OFFLOAD = ("none", "optimizer", "params")
-
-
 def precision_bytes(precision: str) -> tuple[float, float, str]:
-    """(weight/grad bytes, activation bytes, compute dtype)."""
-    try:
-        return {
-            "amp-bf16": (4.0, 2.0, "bf16"), "amp-fp16": (4.0, 2.0, "fp16"), "bf16": (2.0, 2.0, "bf16"),
-            "fp32": (4.0, 4.0, "fp32"), "fp8": (4.0, 2.0, "fp8"),
-        }[precision]
-    except KeyError:
-        raise UserError(f"--precision must be one of {', '.join(PRECISIONS)}, got '{precision}'.") from None
+    """(weight/grad bytes, activation bytes, compute dtype): specs/axes.Precision's."""
+    p = Precision.parse(precision, "precision")
+    return p.weight_bytes, p.activation_bytes, p.compute_dtype
 
 
 def optimizer_state_bytes(params: float, optimizer: str, weight_b: float) -> float:

@@ -45,6 +45,7 @@ from gpuscope.estimate.params import count_params
 from gpuscope.estimate.roofline import sm_count, wave_efficiency
 from gpuscope.estimate.result import Estimate
 from gpuscope.estimate.runtime import runtime_overheads
+from gpuscope.specs.axes import Recompute
 from gpuscope.specs.model import ModelSpec
 
 # Megatron's fused kernels (fused LayerNorm, bias-GeLU, bias-dropout-add, scaled masked softmax) move their bytes
@@ -109,8 +110,7 @@ def check_layout(m: ModelSpec, lay: Layout) -> None:
                             f"{m.moe.num_experts} experts.")
     if lay.zero not in (0, 1, 2, 3):
         raise UserError(f"--zero must be 0, 1, 2 or 3, got {lay.zero}.")
-    if lay.recompute not in ("none", "selective", "full"):
-        raise UserError(f"--recompute must be none, selective or full, got '{lay.recompute}'.")
+    Recompute.parse(lay.recompute, "recompute")
 
 
 @dataclass(frozen=True)

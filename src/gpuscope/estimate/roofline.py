@@ -35,6 +35,7 @@ import math
 from dataclasses import dataclass
 
 from gpuscope.estimate.ops import Op
+from gpuscope.specs.axes import Engine, PlannerEngine
 
 # Streaming multiprocessors (or compute units) per device, for wave quantization; vendor architecture documents.
 SM_COUNT = {
@@ -149,18 +150,20 @@ REAL_SIZE_LAUNCH_FACTOR = 17.2 / 15.7
 # at a host probe of 2.1-2.6 ms, where that host's eager prefill costs about 21 us a kernel (the calibrations of
 # the same hour: 26-28 us at a 3.0-3.2 ms probe). In those units: 35 + 2.8 per layer.
 STATIC_CACHE_INIT = {"cache_init_units": 35.0, "cache_init_layer_units": 2.8}
-ENGINES = {
-    "eager": EngineModel("eager"),
+# The planner's engine models, one per specs/axes.PlannerEngine (keyed by its value; PlannerEngine(name) rejects any
+# other name).
+ENGINES = {PlannerEngine(e.name).value: e for e in (
+    EngineModel("eager"),
     # gpuscope's gs-compile loop never waits on the GPU, so its step_s is not host time: the measured gs-compile
     # TPOTs exceed the op list's GPU time by 0.17 ms (1B p512) to 0.3-0.6 ms (Llama-2-7B / Llama-3.1-8B, p128 and
     # p2048; research/results/2026-11-29-h200-b..d), a per-step cost outside the layers' modelled kernels (sampling over the
     # vocabulary, replay gaps) that the 0.4 ms stands for. Not profiled per kernel.
-    "graph": EngineModel("graph", launch_s=0.0, forward_s=0.0, step_s=0.4e-3, fused=True),
+    EngineModel("graph", launch_s=0.0, forward_s=0.0, step_s=0.4e-3, fused=True),
     # HF's eager kernels replayed from one CUDA graph per step (gpuscope's gs-graph loop): no host cost per kernel
     # and no generate() bookkeeping, but no fusion either. kernel_min_s from the H200 profile of
     # llama-3.2-1b b1 (research/results/2026-11-29-h200-b/doctor_gs_1b.json): 836 kernels per step, GEMVs 1.02 ms of a
     # 2.57 ms step -> (2.57 - 1.02) ms / 723 small kernels = 2.1 us each, replay gaps included.
-    "graph-unfused": EngineModel("graph-unfused", launch_s=0.0, forward_s=0.0, step_s=0.0, setup_s=0.0,
+    EngineModel("graph-unfused", launch_s=0.0, forward_s=0.0, step_s=0.0, setup_s=0.0,
                                  kernel_min_s=2.1e-6),
     # HF generate over the compiled static-cache step. Measured on the lent H200 host (2026-11-30,
     # research/results/2026-11-30-h200/, research/scripts/gpu_hf_graph.py, torch 2.11, transformers 5.17): per decode token one
@@ -170,7 +173,7 @@ ENGINES = {
     # 1.12 ms + 8.6 us per layer (residuals within 0.33 ms). Less t_step (0.4 ms): call_s 0.72 ms. Six bench
     # infer runs of this engine in later calls read -1% to -19% against it: the host time in series varies
     # between calls on that VM (back to back, script and bench agreed).
-    "hf-graph": EngineModel("hf-graph", launch_s=0.0, forward_s=0.0, step_s=0.4e-3, fused=True,
+    EngineModel("hf-graph", launch_s=0.0, forward_s=0.0, step_s=0.4e-3, fused=True,
                             call_s=0.72e-3, call_layer_s=8.6e-6, **STATIC_CACHE_INIT),
     # hf-graph with transformers' DeferredStopCheck switched on for CUDA (bench --defer-stop, measure/defer_stop.py):
     # the same host work per token (step_s + call_s + call_layer_s x layers), now one token ahead of the GPU. The
@@ -179,10 +182,10 @@ ENGINES = {
     # gone (1 -> 0 per token; one event wait on the token before instead), Llama-3.2-1B p128 TPOT 2.57 -> 1.64 ms
     # with 1.42 ms of profiled GPU time a token, Llama-3.1-8B p128 7.76 -> 5.76 ms (gs-compile: 5.69 ms, session
     # 5), and 5.14 ms with --fuse-proj, the same as gs-compile --fuse-proj's 5.14 ms in the same session.
-    "hf-graph-defer": EngineModel("hf-graph-defer", launch_s=0.0, forward_s=0.0, step_s=0.4e-3, fused=True,
+    EngineModel("hf-graph-defer", launch_s=0.0, forward_s=0.0, step_s=0.4e-3, fused=True,
                                   call_s=0.72e-3, call_layer_s=8.6e-6, ahead=True, gpu_step_s=0.4e-3,
                                   **STATIC_CACHE_INIT),
-}
+)}
 
 
 @dataclass(frozen=True)
@@ -246,21 +249,19 @@ def train_host_for(hw) -> TrainHost:
         over["ckpt_layer"] = 0.0
     return replace(TRAIN_HOST, **over) if over else TRAIN_HOST
 
-# Which planner engine models each measured engine (measure/llm_infer.ENGINES).
-ENGINE_OF_MEASURED = {"hf-eager": "eager", "hf-graph": "hf-graph", "gs-compile": "graph",
-                      "gs-graph": "graph-unfused"}
-STATIC_CACHE_ENGINES = ("graph", "graph-unfused", "hf-graph", "hf-graph-defer")
+
+STATIC_CACHE_ENGINES = tuple(e.value for e in PlannerEngine if e.static_cache)
 
 
 def planner_engine(case: dict) -> str:
-    """The planner engine that models a measured infer case: its bench engine (ENGINE_OF_MEASURED), with hf-graph
+    """The planner engine that models a measured infer case: its bench engine (Engine.planner), with hf-graph
     under --defer-stop as hf-graph-defer. hf-eager under --defer-stop stays eager: a launch-bound step is host
     time whether or not the loop waits (one of eager's two syncs a token goes; Llama-3.2-1B p128 read 20.3 against
     22.6 ms/token, inside the eager runs' own spread, research/results/2026-11-30-h200-f)."""
-    engine = case.get("engine", "hf-eager")
-    if engine == "hf-graph" and case.get("defer_stop"):
-        return "hf-graph-defer"
-    return ENGINE_OF_MEASURED.get(engine, "eager")
+    engine = case.get("engine", Engine.HF_EAGER.value)
+    if engine not in Engine.values():
+        return PlannerEngine.EAGER.value
+    return Engine(engine).planner(defer_stop=bool(case.get("defer_stop"))).value
 
 
 def engine_for(name: str, hw) -> EngineModel:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from gpuscope.errors import UserError
 from gpuscope.estimate.parallel import Layout, ParallelEstimate, Planner
+from gpuscope.specs.axes import Recompute
 from gpuscope.specs.model import ModelSpec
 
 
@@ -28,7 +29,7 @@ def _divisors(n: int) -> list[int]:
 
 
 def candidate_layouts(m: ModelSpec, num_gpus: int, global_batch: int, gpus_per_node: int = 8,
-                      micro_batches=(1, 2, 4, 8), recomputes=("none", "selective", "full"),
+                      micro_batches=(1, 2, 4, 8), recomputes=Recompute.values(),
                       zeros=(0, 1, 2, 3), virtuals=(1, 2, 4)):
     """Yield the layouts worth estimating (TP within a node and dividing the heads; PP at most the layers)."""
     for tp in _divisors(num_gpus):

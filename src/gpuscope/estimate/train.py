@@ -20,12 +20,12 @@ from dataclasses import replace
 from gpuscope.errors import UserError
 from gpuscope.estimate import ops as opsmod
 from gpuscope.estimate.comm import collective_time, topology_for
-from gpuscope.estimate.memory_train import (OFFLOAD, OPTIMIZERS, PRECISIONS, RECOMPUTE, ddp_bucket_bytes,
-                                            fsdp_train_memory, precision_bytes, train_memory)
+from gpuscope.estimate.memory_train import ddp_bucket_bytes, fsdp_train_memory, precision_bytes, train_memory
 from gpuscope.estimate.params import count_params
 from gpuscope.estimate.result import Estimate
 from gpuscope.estimate.roofline import TrainHost, engine_for, forward_time, sm_count, train_host_for
 from gpuscope.estimate.runtime import runtime_overheads
+from gpuscope.specs.axes import Offload, Optimizer, Precision, Recompute, Strategy
 from gpuscope.specs.hardware_template import typical_h2d_gbs
 from gpuscope.specs.model import ModelSpec
 
@@ -73,7 +73,6 @@ def host_link_gbs(hw) -> float:
     return typical_h2d_gbs(getattr(hw, "host_interface", "") or "")
 
 
-STRATEGIES = ("ddp", "fsdp", "hsdp")
 DDP_BUCKET_BYTES = 25 * 2**20  # DistributedDataParallel's default bucket_cap_mb
 
 
@@ -127,12 +126,6 @@ def _shard_group(n: int, topo) -> int:
     return g
 
 
-def _check(name: str, value, allowed) -> str:
-    if value not in allowed:
-        raise UserError(f"--{name} must be one of {', '.join(allowed)}, got '{value}'.")
-    return value
-
-
 def estimate_train(m: ModelSpec, hw, *, micro_batch: int, seq: int, precision: str = "amp-bf16",
                    optimizer: str = "adamw", recompute: str = "none", grad_accum: int = 1, offload: str = "none",
                    fused: bool = True, num_gpus: int = 1, strategy: str = "ddp", with_ops: bool = False,
@@ -144,11 +137,11 @@ def estimate_train(m: ModelSpec, hw, *, micro_batch: int, seq: int, precision: s
     for name, v in (("micro-batch", micro_batch), ("seq", seq), ("grad-accum", grad_accum), ("num-gpus", num_gpus)):
         if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
             raise UserError(f"--{name} must be a positive integer, got {v!r}.")
-    _check("precision", precision, PRECISIONS)
-    _check("optimizer", optimizer, OPTIMIZERS)
-    _check("recompute", recompute, RECOMPUTE)
-    _check("offload", offload, OFFLOAD)
-    _check("strategy", strategy, STRATEGIES)
+    precision = Precision.parse(precision, "precision").value
+    optimizer = Optimizer.parse(optimizer, "optimizer").value
+    recompute = Recompute.parse(recompute, "recompute").value
+    offload = Offload.parse(offload, "offload").value
+    strategy = Strategy.parse(strategy, "strategy").value
     fsdp = strategy in ("fsdp", "hsdp") and num_gpus > 1
     if fsdp and (precision not in ("amp-bf16", "bf16") or offload != "none" or grad_accum != 1):
         raise UserError(f"--strategy {strategy} is planned for --precision amp-bf16 (FSDP2 with a bf16 "

@@ -16,6 +16,7 @@ from gpuscope.errors import UserError
 from gpuscope.estimate.infer import estimate_infer
 from gpuscope.estimate.roofline import planner_engine
 from gpuscope.estimate.train import estimate_train
+from gpuscope.specs.axes import Engine
 from gpuscope.specs.hardware import HardwareSpec, load_hardware
 from gpuscope.specs.hf_config import spec_from_config
 from gpuscope.specs.models import load_model
@@ -95,6 +96,9 @@ def at_host_speed(hw: HardwareSpec, scale: float) -> HardwareSpec:
     return replace(hw, measured=measured)
 
 
+HF_GENERATE = Engine.values(e for e in Engine if e.hf_generate)  # bench engines that decode with HF generate
+
+
 def _model(case: dict):
     if isinstance(case.get("config"), dict):
         return spec_from_config(case["config"], name=case.get("model", "inline"))
@@ -110,7 +114,7 @@ def estimate_for(case: dict, hw: HardwareSpec):
                               dtype=case.get("dtype", "bf16"), engine=engine, gqa_fold=case.get("attn") == "gs-gqa",
                               fuse_proj=bool(case.get("fuse_proj")),
                               # generate's decode on a GPU switches MoE experts to batched_mm (estimate/ops.py)
-                              moe_batched=case.get("engine", "hf-eager") in ("hf-eager", "hf-graph")
+                              moe_batched=case.get("engine", Engine.HF_EAGER.value) in HF_GENERATE
                               and case.get("device", "cuda") != "cpu")
     dist = {}
     if case["kind"] == "train-dist":

@@ -14,10 +14,13 @@ from dataclasses import dataclass
 
 from gpuscope.errors import UserError
 from gpuscope.estimate.train import estimate_train
+from gpuscope.specs.axes import MEASURED_RECOMPUTE, Optimizer, Precision, Recompute
 
-PRECISIONS = ("amp-bf16", "bf16")
-OPTIMIZERS = ("adamw", "adamw-8bit")
-RECOMPUTE = ("none", "full")
+# what HF eager training runs without code changes (specs/axes): precisions with bf16 compute, torch's fused AdamW
+# or bitsandbytes' 8-bit one, and the recompute modes a measurement runs
+PRECISIONS = Precision.values((Precision.AMP_BF16, Precision.BF16))
+OPTIMIZERS = Optimizer.values((Optimizer.ADAMW, Optimizer.ADAMW_8BIT))
+RECOMPUTE = Recompute.values(MEASURED_RECOMPUTE)
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ derive from these classes (a value is its string: ``Precision.AMP_BF16 == "amp-b
   only (Transformer Engine-style fp8 GEMMs over amp-bf16 states).
 - ``Optimizer``, ``Recompute``: the optimizer's states and activation recompute (``selective``: Korthikanti et al.
   2022's attention-core recompute, planner only; ``full``: every decoder layer re-run in the backward).
+- ``Strategy``: data-parallel training's sharding (``hsdp``: planner only).
 - ``InferDtype``: weights and activations of a measured inference run (the planner takes more: estimate/dtypes).
 - ``Engine``: how a measured inference run decodes; ``PlannerEngine``: the planner's models of them
   (``Engine.planner``: which one models which).
@@ -94,6 +95,17 @@ class Offload(Axis):
     NONE = "none"
     OPTIMIZER = "optimizer"
     PARAMS = "params"
+
+
+class Strategy(Axis):
+    """How data-parallel training shards its states (estimate/train.py: ddp, FSDP2 full shard, FSDP2 hybrid)."""
+
+    DDP = "ddp"
+    FSDP = "fsdp"
+    HSDP = "hsdp"
+
+
+MEASURED_STRATEGIES = (Strategy.DDP, Strategy.FSDP)
 
 
 class InferDtype(Axis):
