@@ -1,0 +1,87 @@
+"""The ``train`` kind: one LLM training step on one device (random weights, AdamW by default), timed per step with
+its memory per phase (measure/llm_train.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpuscope.specs.axes import MEASURED_PRECISIONS, MEASURED_RECOMPUTE, Optimizer, Precision, Recompute, WorkloadKind
+from gpuscope.workloads.case import Case, model_name, model_spec
+from gpuscope.workloads.infer import check_min_time
+from gpuscope.workloads.notes import host_moved, joules, not_ok, stolen
+
+PHASES = (("forward", "peak_forward_bytes"), ("backward", "peak_backward_bytes"),
+          ("optimizer", "peak_optimizer_bytes"))
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainCase(Case):
+    KIND = WorkloadKind.TRAIN
+    ALWAYS = ("model", "micro_batch", "seq", "precision", "optimizer", "fused", "recompute", "steps", "warmup")
+    FLAGS = {"min_time_s": "min-time"}
+
+    model: str
+    micro_batch: int
+    seq: int
+    precision: Precision = Precision.AMP_BF16
+    optimizer: Optimizer = Optimizer.ADAMW
+    fused: bool = True
+    recompute: Recompute = Recompute.NONE
+    steps: int = 6
+    warmup: int = 2
+    config: dict | None = None
+    grad_accum: int = 1
+    device: str | None = None
+    min_time_s: float = 0.0
+
+    def __post_init__(self):
+        self.positive("micro_batch", "seq", "steps", "grad_accum")
+        self.non_negative("warmup")
+        self.axis("precision", Precision, among=MEASURED_PRECISIONS)
+        self.axis("recompute", Recompute, among=MEASURED_RECOMPUTE)
+        self.axis("optimizer", Optimizer)
+        check_min_time(self.min_time_s)
+
+    @property
+    def name(self) -> str:
+        ga = f"-ga{self.grad_accum}" if int(self.grad_accum) > 1 else ""
+        return (f"train/{model_name(self)}/mb{self.micro_batch}{ga}-s{self.seq}-{self.precision}"
+                f"-rc_{self.recompute}")
+
+    @property
+    def size_field(self) -> str:
+        return "micro_batch"
+
+
+CASE = TrainCase
+
+
+def estimate(case: TrainCase, hw, **dist):
+    from gpuscope.estimate.train import estimate_train
+
+    return estimate_train(model_spec(case), hw, micro_batch=case.micro_batch, seq=case.seq,
+                          precision=case.precision.value, optimizer=case.optimizer.value,
+                          recompute=case.recompute.value, fused=case.fused, grad_accum=int(case.grad_accum), **dist)
+
+
+def run(case: TrainCase) -> dict:
+    from gpuscope.measure.llm.train import run_train
+
+    return run_train(case.to_dict())
+
+
+def headline(r: dict) -> str:
+    bad = not_ok(r)
+    if bad is not None:
+        return bad
+    return (f"step {r['step_s'] * 1e3:.2f} ms, {r['tokens_per_s']:.0f} tok/s{joules(r)}"
+            f"{stolen(r.get('host_load_steps'))}{host_moved(r, 'host_probe_train')}")
+
+
+def rows(case, est, res: dict) -> list[tuple[str, float, float]]:
+    """(metric, estimated, measured): peak memory of the timed steps, the step, and the peak of each phase."""
+    out = [("peak_bytes", est.peak_bytes_per_gpu, res["peak_bytes"]), ("step_s", est.time["step_s"], res["step_s"])]
+    for phase, key in PHASES:
+        if res.get(key):
+            out.append((f"{phase}_peak_bytes", est.phases_bytes[phase], res[key]))
+    return out
