@@ -27,11 +27,11 @@ def test_copy_and_bench_all():
     assert min(h2d) >= 50
     steps = (nov29_d.HERE / "steps.txt").read_text()
     (line,) = [x for x in steps.splitlines() if x.startswith("bench_all_quick")]
-    assert float(line.split()[-1].rstrip("s")) < 300  # issue 3: bench all on one H200 under 5 minutes
+    assert float(line.split()[-1].rstrip("s")) < 300  # bench all on one H200 under 5 minutes
 
 
 def test_bench_all_17_measurements_under_5_minutes():
-    """Issue 3: `gpuscope bench all` (quick) on one H200 in under 5 minutes: 123 s, all 17 measurements ok."""
+    """`gpuscope bench all` (quick) on one H200 in under 5 minutes: 123 s, all 17 measurements ok."""
     steps = (nov30.HERE / "steps.txt").read_text().splitlines()
     (line,) = [x for x in steps if x.startswith("bench_all_final")]
     assert " rc=0 " in f" {line} " and float(line.split()[-1].rstrip("s")) < 300
@@ -45,10 +45,10 @@ def test_bench_all_17_measurements_under_5_minutes():
 
 
 def test_bench_all_plans_on_its_own_calibration():
-    """Issue 3, on the final tree: `gpuscope bench all --json` (quick; now calibrating by default on a GPU) ran in
+    """On the final tree: `gpuscope bench all --json` (quick; now calibrating by default on a GPU) ran in
     111 s on one H200, 17 of 17 ok, and planned its four workloads on the TOML it wrote from its own micro ceilings
     and host passes (12.9 us per decode kernel, spread 8%): memory within 3.3%, prefill/step within 14%, decode
-    -9.8% and -19.7% (tiny GPT-2: inside the validation's 20% for decode, outside the issue's 15%). The catalog on
+    -9.8% and -19.7% (tiny GPT-2: inside the validation's 20% for decode, outside the 15% target). The catalog on
     the same records: within 18.7%."""
     steps = (nov30_f.HERE / "steps.txt").read_text().splitlines()
     (line,) = [x for x in steps if x.startswith("bench_all_cal")]
@@ -87,7 +87,7 @@ def test_the_final_suite_twice_on_a_steady_host():
 
 def test_the_suite_with_both_probes():
     """Call 8: bench all with the training probe: 5 of 6 time rows within 15% as calibrated, 1 of 6 at the run's
-    host speed (re-planned since session 9: 4 and 0; the tiny GPT-2 step reads +17%, the per-call training costs
+    host speed (re-planned with the per-layer checkpoint: 4 and 0; the tiny GPT-2 step reads +17%, the per-call training costs
     counted whole, roofline.TrainHost). The calibration (passes spread 72%) wrote a 3.12 ms probe beside a 17.6 us launch cost; the runs'
     probes read 2.05-2.19 ms. host_costs now pairs the probe with the median launch's pass (not run on a GPU)."""
     from gpuscope.cli.bench_report import estimate_beside
@@ -111,8 +111,8 @@ def test_nine_runs_memory_within_5_percent():
 
 def test_decode_is_within_15_percent_in_every_run_prefill_and_training_not():
     """Decode per token: 18 of 18 within 15%. Prefill: 11 of 18. Training step: 6 of 18 as the runs planned
-    them, low in 15, the GPT-2 fp32 full-recompute step in 8 of 9 runs (-14% to -40%). Re-planned since session
-    9 (the checkpoint per layer, the per-call costs whole: roofline.TrainHost): 9 of 18, low in 14; GPT-2 -35% to
+    them, low in 15, the GPT-2 fp32 full-recompute step in 8 of 9 runs (-14% to -40%). Re-planned with the
+    per-layer checkpoint (the checkpoint per layer, the per-call costs whole: roofline.TrainHost): 9 of 18, low in 14; GPT-2 -35% to
     +10%, below -13% in 4 of 9. These calibrations predate the split, so only the per-call change moves them."""
     decode, prefill, step = nov30_h._errors("decode_s_per_token"), nov30_h._errors("prefill_s"), nov30_h._errors("step_s")
     assert len(decode) == len(prefill) == len(step) == 18

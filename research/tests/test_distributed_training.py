@@ -56,7 +56,7 @@ def test_collectives_correct_and_large_messages_near_the_link():
 
 
 def test_compression_on_two_h200s():
-    """Issue 4: every DDP hook measured on the same run (step time, bytes, loss deviation); the 1-bit hook now sends
+    """Every DDP hook measured on the same run (step time, bytes, loss deviation); the 1-bit hook now sends
     one bit per element (32x fewer bytes than fp32), and every byte count matches its formula."""
     (rec,) = nov29_c._by(lambda c: c["kind"] == "compression")
     r = rec["result"]

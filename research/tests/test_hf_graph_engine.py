@@ -121,7 +121,7 @@ def test_deferred_stop_removes_the_per_token_sync_and_keeps_the_tokens():
 
 def test_hf_graph_defer_decode_against_the_planner():
     """The planner's hf-graph-defer (max(GPU + 0.4 ms, host per step)): 8B -4.6%, 8B fused -0.6%, 1B p512 +6.1%;
-    the same session's plain hf-graph 8B read -16% against hf-graph's serial model (host in series)."""
+    the same folder's plain hf-graph 8B read -16% against hf-graph's serial model (host in series)."""
     err = {p.values[0].case: p.values[0].error
            for p in row_params(nov30_f.EARLY)
            if p.values[0].metric == "decode_s_per_token"}

@@ -32,7 +32,7 @@ def test_calibrated_in_the_same_run():
 
 def test_calibrated_with_the_real_size_factor():
     """`hardware calibrate --host` now writes the tiny models' launch cost x REAL_SIZE_LAUNCH_FACTOR (17.2 / 15.7,
-    the first session's real/tiny ratio the catalog already used; not fitted to these runs). Call 4's TOML as it
+    2026-11-29-h200's real/tiny ratio the catalog already used; not fitted to these runs). Call 4's TOML as it
     would now be written: host-bound training 1B s128 +0.9% and GPT-2 full recompute -10% (were -6.6% / -18%),
     eager 1B decode -19% (was -25%); the GPU-bound step and hf-graph decode unchanged."""
     from dataclasses import replace
@@ -88,7 +88,7 @@ def test_the_host_itself_moved_between_two_calibrations():
 
 
 def test_the_host_moved_without_steal():
-    """16.9 us a kernel in call 1, 29.3 and 32.8 us in call 2 (session 6: 12.9-22.4); /proc/stat's steal 0 in
+    """16.9 us a kernel in call 1, 29.3 and 32.8 us in call 2 (2026-11-30-h200-f: 12.9-22.4); /proc/stat's steal 0 in
     every workload, while the process used a whole CPU (host-bound)."""
     from gpuscope.specs.hardware import load_hardware
 
@@ -165,7 +165,7 @@ def test_a_stored_calibration_refits_to_its_own_toml(key, monkeypatch):
 
 
 def test_the_store_history_names_the_slow_calibrations():
-    """explain/host_history.py on this session's eight calibrations, in the order they ran, as if one results store
+    """explain/host_history.py on this folder's eight calibrations, in the order they ran, as if one results store
     had kept them all: each one beside the earlier ones of the machine. It speaks for exactly the three that read
     2.85-3.14 ms (+50%, +47%, +32% against the earlier median), the calibrations whose runs landed 5 of 17 time
     rows; the first two have too little history to say anything."""

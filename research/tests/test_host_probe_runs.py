@@ -18,7 +18,7 @@ from results_data import nov30_g, nov30_h, nov30_i
 def test_the_host_probe_explains_most_of_the_calibrated_misses():
     """bench all on its own calibration: 1 of 6 time rows within 15% as calibrated, 4 of 6 at the host speed each
     run met. The four workloads after it: 0 of 10 as calibrated (against either calibration), 7 of 10 at the run's
-    host speed (8 until session 9: GPT-2 without recompute now reads +15.4% there, the per-call training costs
+    host speed (8 before the per-layer checkpoint: GPT-2 without recompute now reads +15.4% there, the per-call training costs
     counted whole, roofline.TrainHost)."""
     own = nov30_g._rows(nov30_g.BENCH_ALL, nov30_g.BENCH_ALL_CAL)
     assert len(own) == 6 and nov30_g._within(own, "error") == 1 and nov30_g._within(own, "error_at_run_host") == 4
@@ -119,7 +119,7 @@ def test_the_final_tree_by_the_calibrations_host_speed():
 
 def test_the_run_host_speed_did_not_add_rows():
     """bench's second error ("host xN": the estimate at the host speed the run's probes met) on the final tree:
-    20 of 35 time rows within 15%, the same count as the plain estimate. Session h's nine runs: 35 and 35 of 54.
+    20 of 35 time rows within 15%, the same count as the plain estimate. 2026-11-30-h200-h's nine runs: 35 and 35 of 54.
     The probes say how the host moved; they do not carry a tiny workload's time to 15%."""
     from gpuscope.cli.bench_report import estimate_beside
 

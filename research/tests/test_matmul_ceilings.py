@@ -12,7 +12,7 @@ from results_data import nov29_d
 
 
 def test_bf16_matmul_reaches_760_sustained_and_achievable():
-    """Issue 3: bf16 >= 760 TFLOP/s at the best shape (public mamf-finder: 794 on H100). Queued iterations at this
+    """bf16 >= 760 TFLOP/s at the best shape (public mamf-finder: 794 on H100). Queued iterations at this
     GPU's one-wave shape sustain 807-811; mamf-finder v4's MAMF (bursts after an idle gap, median of the 5 fastest)
     reads 825-827 at the boost clock."""
     for argv in ("--shapes", "--thorough"):

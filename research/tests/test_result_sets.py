@@ -67,7 +67,7 @@ def test_h200_g_set_40_records():
 
 
 def test_h200_h_nine_suite_runs():
-    """Nine suite runs of 17 measurements each, all ok, each under issue 3's five minutes."""
+    """Nine suite runs of 17 measurements each, all ok, each under the five-minute target."""
     runs = sorted(nov30_h.HERE.glob("call*_bench_all_*.json"))
     assert len(runs) == 9 and len(nov30_h.WORKLOADS) == 36 and len(nov30_h.HOST) == 7  # call 1 predates the stored host fits
     for p in runs:
@@ -79,7 +79,7 @@ def test_h200_h_nine_suite_runs():
 def test_h200_i_eight_suite_runs():
     """Eight `bench all` runs: call 1 two (the tree before the training change), call 2 two, call 3 three, call 4
     one. Call 3's first was stopped by the script's own 185 s step limit after three workloads (its JSON never
-    written; its store kept them). The seven complete ones: all ok, 153-194 s (issue 3: under five minutes)."""
+    written; its store kept them). The seven complete ones: all ok, 153-194 s (target: under five minutes)."""
     runs = sorted(nov30_i.HERE.glob("call*_bench_all_*.json"))
     assert len(runs) == 7
     walls = []

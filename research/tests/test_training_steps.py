@@ -20,7 +20,7 @@ from results_data import nov29_b, nov29_d, nov30_f, nov30_g, nov30_i, nov30_j
 
 
 def test_recommended_7b_training_reaches_45_percent_mfu():
-    """Issue 6: llama-2-7b, pure bf16, fused AdamW, no recompute, micro-batch 4 x 8 accumulated, on one H200.
+    """llama-2-7b, pure bf16, fused AdamW, no recompute, micro-batch 4 x 8 accumulated, on one H200.
     MFU = the planner's model FLOPs per token (6 x matmul params + attention) x measured tokens/s / 989.5 TFLOP/s."""
     from gpuscope.explain.compare import estimate_for
 
@@ -57,7 +57,7 @@ def test_training_host_fit_is_the_planners():
     assert ckpt / launch == pytest.approx(TRAIN_HOST.ckpt_layer, rel=0.02)
     assert refwd / 42 / launch == pytest.approx(TRAIN_HOST.recompute, rel=0.02)
     # GPT-2 fp32 with full recompute, forward + backward a layer: 2.85 ms measured; priced as roofline.TrainHost
-    # says (21 planner kernels a layer), 2.87 ms; the whole extra per kernel (before session 9), 2.43 ms
+    # says (21 planner kernels a layer), 2.87 ms; the whole extra per kernel (before the per-layer checkpoint), 2.43 ms
     g = by[("gpt2", "fp32", "full")]
     measured = g["forward_layer_s"] + g["backward_layer_s"]
     th = TRAIN_HOST
@@ -69,8 +69,8 @@ def test_training_host_fit_is_the_planners():
 
 def test_gpt2_training_with_recompute_is_planned_within_15_percent_without_it_short():
     """Call 7 (doctor train, GPT-2 mb2 s128 amp-bf16, 5 steps, the bare run timed first): 58.7 ms a step with full
-    recompute, 31.7 ms without; 1421 and 1049 kernels a step. Planned on the catalog H200 48.2 and 22.6 ms until
-    session 9 (-18%, -29%); since the checkpoint is priced per layer and the per-call costs whole
+    recompute, 31.7 ms without; 1421 and 1049 kernels a step. Planned on the catalog H200 48.2 and 22.6 ms before the
+    per-layer checkpoint (-18%, -29%); since the checkpoint is priced per layer and the per-call costs whole
     (roofline.TrainHost), 54.3 and 23.4 ms (-7%, -26%). Without recompute GPT-2 stays a known miss."""
     from gpuscope.estimate.train import estimate_train
     from gpuscope.specs.hardware import load_hardware
