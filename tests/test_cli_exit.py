@@ -1,0 +1,116 @@
+"""The entry point's exit codes and signals (shared/CONTRACT.md "Exit codes"), and its lazy command table.
+
+Each case runs ``gpuscope.cli.main`` in a fresh process, as ``python -m gpuscope`` does; a probe command registered
+through the same table stands in for a command that fails some cases or is interrupted.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+PROBE = textwrap.dedent("""
+    import sys, time, types
+    import typer
+    import gpuscope.cli as cli
+
+    def register(app):
+        @app.command("probe")
+        def probe(code: int = typer.Option(0, "--code"), wait: bool = typer.Option(False, "--wait"),
+                  keep: bool = typer.Option(False, "--keep")):
+            if wait:
+                print("ready", flush=True)
+                try:
+                    time.sleep(30)
+                except KeyboardInterrupt:
+                    if not keep:
+                        raise
+                    print("interrupted: 3 finished measurements are kept", file=sys.stderr)
+                    raise typer.Exit(130)
+            raise typer.Exit(code)
+
+    mod = types.ModuleType("gpuscope.cli._probe")
+    mod.register = register
+    sys.modules["gpuscope.cli._probe"] = mod
+    cli.COMMANDS["probe"] = ("_probe", "A probe.")
+    cli.main(sys.argv[1:])
+""")
+
+
+def probe(*args: str, **kw) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", PROBE, "probe", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, **kw)
+
+
+@pytest.mark.parametrize("code", [0, 1, 2, 130])
+def test_exit_code_of_a_command_is_the_process_exit_code(code):
+    p = probe("--code", str(code))
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == code, err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("keep", [False, True])
+def test_sigint_and_sigterm_exit_130(sig, keep):
+    p = probe("--wait", *(["--keep"] if keep else []))
+    assert p.stdout.readline().strip() == "ready"
+    time.sleep(0.2)
+    p.send_signal(sig)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 130, err
+    assert "Traceback" not in err
+    if keep:
+        assert "kept" in err
+
+
+def test_real_entry_point_bad_input_exits_2_and_success_0():
+    run = lambda *a: subprocess.run([sys.executable, "-m", "gpuscope", *a], capture_output=True, text=True,
+                                    timeout=60)
+    r = run("plan", "infer", "--model", "llama-3.2-1b", "--gpu", "h100", "--json")
+    assert r.returncode == 0, r.stderr
+    r = run("plan", "infer", "--model", "llama-3.2-1b", "--gpu", "h999")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    r = run("no-such-command")
+    assert r.returncode == 2 and "No such command" in r.stderr
+
+
+def test_help_lists_every_command_from_the_static_table():
+    r = subprocess.run([sys.executable, "-m", "gpuscope", "--help"], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "COLUMNS": "200"})
+    assert r.returncode == 0, r.stderr
+    from gpuscope.cli import COMMANDS
+
+    for name in COMMANDS:
+        assert f" {name} " in r.stdout
+
+
+def test_static_helps_match_the_commands_own():
+    """`gpuscope --help` is answered without importing the commands: each one-line help in the table is the start
+    of the help the command itself declares."""
+    import typer.main
+
+    import gpuscope.cli as cli
+
+    cli._register()
+    group = typer.main.get_command(cli.app)
+    norm = lambda s: " ".join((s or "").split())
+    for name, (_module, short) in cli.COMMANDS.items():
+        declared = norm(group.commands[name].help)
+        assert declared.startswith(norm(short).rstrip(".")), (name, declared)
+
+
+def test_help_imports_no_command_module():
+    code = ("import sys, io, contextlib, gpuscope.cli as c\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            "    try: c.main(['--help'])\n"
+            "    except SystemExit: pass\n"
+            "print(sorted(m for m in sys.modules if m.startswith('gpuscope.cli.')))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.stdout.strip() == "[]", r.stderr
