@@ -91,7 +91,7 @@ def test_calibrate_writes_a_toml_the_planner_uses(calibrated):
 
 
 def test_calibration_toml_for_a_catalog_device(tmp_path):
-    from gpuscope.measure.calibrate import calibration_toml, catalog_key_for
+    from gpuscope.measure.micro.calibrate import calibration_toml, catalog_key_for
 
     assert catalog_key_for("NVIDIA H200") == "nvidia_h200_sxm"
     assert catalog_key_for("NVIDIA H100 80GB HBM3") == "nvidia_h100_sxm"
@@ -187,8 +187,8 @@ def test_bench_infer_loads_a_local_checkpoint_with_from_pretrained(tmp_path):
     accelerate (--device-map auto, --max-memory caps): the article's CPU-offload inference path."""
     import torch
 
-    from gpuscope.measure.device import Device
-    from gpuscope.measure.hf_model import build_model, load_pretrained
+    from gpuscope.measure.device.device import Device
+    from gpuscope.measure.models.hf_model import build_model, load_pretrained
 
     ckpt = tmp_path / "ckpt"
     model, _ = build_model(dict(TINY_LLAMA), Device("cpu"), torch.float32)
@@ -242,7 +242,7 @@ def test_micro_at_given_shapes_with_mamf_iterations(tmp_path):
 def test_thorough_sweep_holds_the_published_best_shapes():
     from types import SimpleNamespace
 
-    from gpuscope.measure.matmul import PUBLISHED_BEST, matmul_shapes
+    from gpuscope.measure.micro.matmul import PUBLISHED_BEST, matmul_shapes
 
     sweep = matmul_shapes("sweep", SimpleNamespace(type="cuda"))
     assert set(PUBLISHED_BEST) <= set(sweep) and len(sweep) == len(set(sweep))
@@ -274,7 +274,7 @@ def test_no_torch_is_one_sentence(monkeypatch):
 
 def test_cli_modules_do_not_import_torch():
     code = ("import sys, gpuscope.cli as c; c._register(); import gpuscope.cli.calibrate, gpuscope.store.db, "
-            "gpuscope.measure.nvml, gpuscope.measure.calibrate; print('torch' in sys.modules)")
+            "gpuscope.measure.device.nvml, gpuscope.measure.micro.calibrate; print('torch' in sys.modules)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.stdout.strip() == "False", r.stderr
 
@@ -321,7 +321,7 @@ class _FakeNvml:
 
 
 def test_nvml_sampler_with_a_fake_nvml(monkeypatch):
-    from gpuscope.measure.nvml import NvmlSampler
+    from gpuscope.measure.device.nvml import NvmlSampler
 
     monkeypatch.setitem(sys.modules, "pynvml", _FakeNvml())
     with NvmlSampler(interval_s=0.01) as s:
@@ -336,7 +336,7 @@ def test_nvml_sampler_with_a_fake_nvml(monkeypatch):
 
 
 def test_nvml_sampler_without_nvml(monkeypatch):
-    from gpuscope.measure.nvml import NvmlSampler
+    from gpuscope.measure.device.nvml import NvmlSampler
 
     monkeypatch.setitem(sys.modules, "pynvml", None)  # import fails
     with NvmlSampler() as s:
@@ -346,7 +346,7 @@ def test_nvml_sampler_without_nvml(monkeypatch):
 
 
 def test_host_costs_on_this_machine():
-    from gpuscope.measure.calibrate import host_costs
+    from gpuscope.measure.micro.calibrate import host_costs
 
     c = host_costs("cpu")
     assert 0 < c["host_launch_s"] < 1e-3 and c["host_forward_s"] >= 0 and c["host_step_s"] >= 0
@@ -364,10 +364,10 @@ def test_host_costs_on_this_machine():
 def test_host_costs_carry_the_catalogs_real_size_factor(monkeypatch):
     """host_launch_s = the tiny models' per-kernel slope x REAL_SIZE_LAUNCH_FACTOR (the catalog's 17.2 us is the
     first session's tiny 15.7 us x that factor); the forward intercept and the detail keep the tiny figure."""
-    import gpuscope.measure.host_overhead as ho
+    import gpuscope.measure.host.overhead as ho
     from gpuscope.estimate import ops as opsmod
     from gpuscope.estimate.roofline import ENGINES, REAL_SIZE_LAUNCH_FACTOR
-    from gpuscope.measure.calibrate import host_costs
+    from gpuscope.measure.micro.calibrate import host_costs
     from gpuscope.specs.hf_config import spec_from_config
 
     def kernels(n):
@@ -390,7 +390,7 @@ def test_host_costs_carry_the_catalogs_real_size_factor(monkeypatch):
 def _real_width_kernels(new: int, past: int) -> int:
     """Kernels the planner counts in one Llama-3.2-1B-wide layer of a forward over ``new`` tokens."""
     from gpuscope.estimate import ops as opsmod
-    from gpuscope.measure.host_overhead import REAL_WIDTH
+    from gpuscope.measure.host.overhead import REAL_WIDTH
     from gpuscope.specs.hf_config import spec_from_config
 
     k = [sum(o.kernels * o.count for o in opsmod.forward_ops(spec_from_config(dict(REAL_WIDTH, num_hidden_layers=n)),
@@ -403,8 +403,8 @@ def test_host_costs_from_real_widths(monkeypatch):
     """Where the device runs apart from the host, host_launch_s and host_prefill_launch_s are the per-layer slopes
     of Llama-3.2-1B-wide decode and prefill forwards over the kernels the planner counts in such a layer (41 for
     a decode layer); the tiny models keep the forward intercept, and the detail the measured real/tiny ratio."""
-    import gpuscope.measure.host_overhead as ho
-    from gpuscope.measure.calibrate import host_costs
+    import gpuscope.measure.host.overhead as ho
+    from gpuscope.measure.micro.calibrate import host_costs
 
     assert _real_width_kernels(1, 128) == 41
     k_dec, k_pre = _real_width_kernels(1, 128), _real_width_kernels(128, 0)
@@ -433,9 +433,9 @@ def test_host_costs_from_real_widths(monkeypatch):
 def test_host_costs_take_the_median_of_their_passes(monkeypatch):
     """Three passes of the tiny fit, one of them invalid (no growth with depth): each cost is the median of the
     valid ones, and launch_spread says how far apart they were."""
-    import gpuscope.measure.host_overhead as ho
+    import gpuscope.measure.host.overhead as ho
     from gpuscope.estimate.roofline import REAL_SIZE_LAUNCH_FACTOR
-    from gpuscope.measure.calibrate import host_costs
+    from gpuscope.measure.micro.calibrate import host_costs
 
     k = _tiny_layer_kernels()
     slopes = iter([15e-6 * k, -1e-5, 21e-6 * k])
@@ -450,7 +450,7 @@ def test_host_costs_take_the_median_of_their_passes(monkeypatch):
 
 
 def _tiny_layer_kernels() -> int:
-    import gpuscope.measure.host_overhead as ho
+    import gpuscope.measure.host.overhead as ho
     from gpuscope.estimate import ops as opsmod
     from gpuscope.specs.hf_config import spec_from_config
 
@@ -463,8 +463,8 @@ def _tiny_layer_kernels() -> int:
 def test_measure_real_width_runs_and_grows_with_depth(monkeypatch):
     """The real-width fit itself on CPU, at narrower widths so it takes a second: one decode and one prefill time
     per depth, each growing with the layer count (on CPU the device's own work grows too)."""
-    import gpuscope.measure.host_overhead as ho
-    from gpuscope.measure.device import Device
+    import gpuscope.measure.host.overhead as ho
+    from gpuscope.measure.device.device import Device
 
     monkeypatch.setattr(ho, "REAL_WIDTH", dict(ho.REAL_WIDTH, hidden_size=128, intermediate_size=256,
                                               num_attention_heads=4, num_key_value_heads=2, head_dim=32))
@@ -475,8 +475,8 @@ def test_measure_real_width_runs_and_grows_with_depth(monkeypatch):
 
 def test_host_costs_refuse_a_fit_that_does_not_grow_with_depth(monkeypatch):
     """A flat fit (as one H200 calibrate run gave: 42 ms intercept, slope <= 0) must not become host costs."""
-    import gpuscope.measure.host_overhead as ho
-    from gpuscope.measure.calibrate import host_costs
+    import gpuscope.measure.host.overhead as ho
+    from gpuscope.measure.micro.calibrate import host_costs
 
     monkeypatch.setattr(ho, "measure_family", lambda *a, **k: {
         "family": "llama", "layers": [2, 4, 8], "decode_forward_s": [0.043, 0.041, 0.042], "forward_s": 0.0419,
@@ -489,7 +489,9 @@ def test_energy_per_token_and_per_step_with_a_fake_nvml(monkeypatch):
     """J/token of the generate phase and J per training step come from NVML's energy counter read around exactly
     those repeats/steps (the fake counter advances 50 J per read: 50 J per phase); decode_weights_gbs is the issue's
     achieved bandwidth, weights bytes x decode steps per second."""
-    from gpuscope.measure import llm_infer, llm_train, nvml
+    from gpuscope.measure.llm import infer as llm_infer
+    from gpuscope.measure.llm import train as llm_train
+    from gpuscope.measure.device import nvml
 
     monkeypatch.setitem(sys.modules, "pynvml", _FakeNvml())
     monkeypatch.setattr(nvml, "device_sampler", lambda dev, interval_s=0.05: nvml.NvmlSampler(interval_s, index=0))
@@ -542,7 +544,7 @@ def test_matmul_iterations_are_queued_without_a_synchronize_between_them():
     """On devices with events the timed iterations run back to back (a synchronize before each would start every
     one on an idle GPU and count the launch and the clock ramp): one synchronize per batch, each iteration's own
     event pair, the warm-up dropped."""
-    from gpuscope.measure.micro_timing import Settings, time_queued
+    from gpuscope.measure.micro.timing import Settings, time_queued
 
     dev = _FakeEventDevice([1e-3, 2e-3, 3e-3])
     flushed = []
@@ -560,7 +562,7 @@ def test_matmul_iterations_are_queued_without_a_synchronize_between_them():
 
 
 def test_achievable_rate_is_the_median_of_the_five_fastest_burst_iterations(monkeypatch):
-    from gpuscope.measure import micro_timing as micro
+    from gpuscope.measure.micro import timing as micro
 
     dev = _FakeEventDevice([5e-3, 1e-3, 4e-3, 2e-3, 9e-3, 3e-3, 8e-3])
     monkeypatch.setattr(micro.time, "sleep", lambda s: dev.log.append(f"idle {s}"))
@@ -573,7 +575,7 @@ def test_achievable_rate_is_the_median_of_the_five_fastest_burst_iterations(monk
 
 
 def test_wave_quantised_shapes_fill_whole_waves():
-    from gpuscope.measure.matmul import matmul_shapes, wave_shapes
+    from gpuscope.measure.micro.matmul import matmul_shapes, wave_shapes
 
     shapes = wave_shapes(132)
     assert (1536, 2816, 6144) in shapes and (2816, 1536, 6144) in shapes  # H200: one wave of 128x256 tiles
@@ -632,7 +634,7 @@ def test_tpot_below_the_noise_is_unresolved_not_negative():
     it negative, and the headline crashed on the missing rate): no TPOT, a reason, and a headline that says so."""
     from gpuscope.cli.bench_report import headline
     from gpuscope.explain.compare import compare_record
-    from gpuscope.measure.llm_infer import tpot_fields
+    from gpuscope.measure.llm.infer import tpot_fields
 
     ok = tpot_fields(0.010, 0.016, 4, 2, 3_000_000_000)
     assert ok["tpot_s"] == pytest.approx(0.002) and ok["decode_tokens_per_s"] == pytest.approx(1000)
@@ -662,7 +664,7 @@ def _train_fit(fwd, bwd, opt=(2e-4, 8e-6)):
 def _fake_train_fits(monkeypatch, full_fwd: float, launch: float) -> dict:
     """measure_train_family replaced by Llama fits lying exactly on lines, per kernel (42 a layer) in units of
     ``launch``: forward 2 and backward 4 without recompute, forward ``full_fwd`` and backward 9 with it."""
-    import gpuscope.measure.host_overhead as ho
+    import gpuscope.measure.host.overhead as ho
 
     fits = {"none": _train_fit((1.5e-3, 42 * 2 * launch), (0.5e-3, 42 * 4 * launch)),
             "full": _train_fit((1.5e-3, 42 * full_fwd * launch), (0.5e-3, 42 * 9 * launch))}
@@ -677,7 +679,7 @@ def test_calibrate_writes_the_training_host_costs_and_the_planner_uses_them(monk
     that TOML uses them (a host twice as slow per training kernel doubles that part of a host-bound step)."""
     from gpuscope.estimate.roofline import TRAIN_HOST, train_host_for
     from gpuscope.estimate.train import estimate_train
-    from gpuscope.measure.calibrate import calibration_toml, train_host_costs
+    from gpuscope.measure.micro.calibrate import calibration_toml, train_host_costs
     from gpuscope.specs.models import load_model
 
     launch = 10e-6
@@ -710,7 +712,7 @@ def test_calibrate_writes_the_training_host_costs_and_the_planner_uses_them(monk
 def test_a_noisy_checkpoint_split_keeps_the_whole_recompute_per_kernel(monkeypatch):
     """When full recompute's forward reads no slower than without (the host's noise), the checkpoint's per-layer
     cost is not fitted: the whole extra goes per kernel, as calibrations before session 9 wrote it."""
-    from gpuscope.measure.calibrate import train_host_costs
+    from gpuscope.measure.micro.calibrate import train_host_costs
 
     _fake_train_fits(monkeypatch, 1.8, 10e-6)
     c = train_host_costs(10e-6, "cpu")
@@ -743,7 +745,7 @@ def test_calibrate_host_cli_writes_decode_and_training_host_keys(monkeypatch, tm
     (measurements faked: this test is about the wiring, the fits have their own tests)."""
     import tomllib
 
-    import gpuscope.measure.calibrate as cal
+    import gpuscope.measure.micro.calibrate as cal
 
     monkeypatch.setattr(cal, "host_costs", lambda device=None: {"host_launch_s": 10e-6, "host_forward_s": 4e-4,
                                                                 "host_step_s": 3e-4})
@@ -805,7 +807,7 @@ def test_calibrate_says_when_the_host_reads_far_from_its_earlier_calibrations(mo
     """`hardware calibrate --host` with a results store that holds this machine's earlier calibrations: their
     median probe beside this one is kept with the fits, and a probe 60% slower is said on stderr (one that is
     within 25% is not)."""
-    import gpuscope.measure.calibrate as cal
+    import gpuscope.measure.micro.calibrate as cal
     from gpuscope.store.db import Store
 
     _fake_train_fits(monkeypatch, 3.0, 10e-6)
@@ -848,8 +850,8 @@ def test_bench_json_carries_the_calibrations_host_history(tmp_path, capsys):
 
 def test_a_burst_holds_a_quarter_second_of_work_at_most(monkeypatch):
     """Long shapes (or a slow device) get fewer burst iterations, never fewer than the five the median needs."""
-    from gpuscope.measure import matmul as micro
-    from gpuscope.measure.device import Device
+    from gpuscope.measure.micro import matmul as micro
+    from gpuscope.measure.device.device import Device
 
     seen = []
 

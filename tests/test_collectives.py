@@ -15,8 +15,8 @@ if not torch.distributed.is_available() or not torch.distributed.is_gloo_availab
     pytest.skip("torch.distributed with gloo is needed", allow_module_level=True)
 
 from gpuscope.estimate.comm import bus_factor  # noqa: E402
-from gpuscope.measure import collectives as coll  # noqa: E402
-from gpuscope.measure.launch import DistributedRunError, run_torchrun, torchrun_command  # noqa: E402
+from gpuscope.measure.collectives import worker as coll  # noqa: E402
+from gpuscope.measure.distributed.launch import DistributedRunError, run_torchrun, torchrun_command  # noqa: E402
 from gpuscope.store.db import Store  # noqa: E402
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")
@@ -74,7 +74,7 @@ def test_stored_in_results_db_with_provenance(bench_run):
 def test_hung_collective_ends_with_clear_message_within_timeout(tmp_path):
     t0 = time.perf_counter()
     with pytest.raises(DistributedRunError) as ei:
-        run_torchrun("gpuscope.measure.collectives",
+        run_torchrun("gpuscope.measure.collectives.worker",
                      ["--backend", "gloo", "--ops", "all_reduce", "--max-bytes", "16", "--timeout", "3",
                       "--simulate-hang-rank", "1"], nproc=2, timeout_s=60)
     wall = time.perf_counter() - t0
@@ -87,7 +87,7 @@ def test_hung_collective_ends_with_clear_message_within_timeout(tmp_path):
 def test_wall_clock_timeout_kills_the_job():
     t0 = time.perf_counter()
     with pytest.raises(DistributedRunError, match="did not finish within 2 s and was killed"):
-        run_torchrun("gpuscope.measure.collectives", ["--backend", "gloo", "--ops", "all_reduce", "--timeout", "60",
+        run_torchrun("gpuscope.measure.collectives.worker", ["--backend", "gloo", "--ops", "all_reduce", "--timeout", "60",
                                                       "--simulate-hang-rank", "1"], nproc=2, timeout_s=2)
     assert time.perf_counter() - t0 < 15
 
@@ -158,7 +158,7 @@ def test_slurm_script(tmp_path):
     assert ('srun --ntasks-per-node=1 --kill-on-bad-exit=1 python -m torch.distributed.run --nnodes "$SLURM_NNODES" '
             '--nproc-per-node 8 --rdzv-backend c10d --rdzv-endpoint "$MASTER_ADDR:$MASTER_PORT" '
             '--rdzv-id "$SLURM_JOB_ID"') in flat
-    assert "-m gpuscope.measure.collectives --ops all_reduce --dtype bf16" in flat
+    assert "-m gpuscope.measure.collectives.worker --ops all_reduce --dtype bf16" in flat
     assert "MASTER_PORT=29500" in text and "# NVLink SHARP" in text
     assert subprocess.run(["bash", "-n", str(out)]).returncode == 0  # valid shell
 

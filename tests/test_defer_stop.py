@@ -1,4 +1,4 @@
-"""--defer-stop: transformers' DeferredStopCheck switched on for CUDA/XPU (measure/defer_stop.py), its checks on the
+"""--defer-stop: transformers' DeferredStopCheck switched on for CUDA/XPU (measure/llm/defer_stop.py), its checks on the
 command line, and the planner engine that models it (estimate/roofline.ENGINES["hf-graph-defer"])."""
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ pytest.importorskip("transformers")
 
 
 def test_deferred_stop_allows_cuda_and_keeps_transformers_other_conditions():
-    from gpuscope.measure.defer_stop import deferred_stop, stop_check_class
+    from gpuscope.measure.llm.defer_stop import deferred_stop, stop_check_class
 
     cls = stop_check_class()
     before = cls.__dict__["is_supported"]
@@ -77,7 +77,7 @@ def test_deferred_stop_allows_cuda_and_keeps_transformers_other_conditions():
 
 
 def test_deferred_stop_is_restored_after_an_error():
-    from gpuscope.measure.defer_stop import deferred_stop, stop_check_class
+    from gpuscope.measure.llm.defer_stop import deferred_stop, stop_check_class
 
     cls = stop_check_class()
     before = cls.__dict__["is_supported"]

@@ -169,7 +169,7 @@ def test_doctor_errors_are_one_sentence(tmp_path):
 
 def test_host_syncs_gpu_idle_after_each_sync():
     """Pure: after a sync returns the GPU waits for the next kernel; the rule needs >= 2 syncs and >= 5% idle."""
-    from gpuscope.measure.profile import host_syncs
+    from gpuscope.measure.profile.profiler import host_syncs
 
     kernels = [0.0, 0.010, 0.020, 0.0305, 0.050]
     syncs = [(0.001, 0.008, "aten::_local_scalar_dense"), (0.021, 0.030, "aten::_local_scalar_dense"),
@@ -188,7 +188,7 @@ def test_host_syncs_gpu_idle_after_each_sync():
 
 def test_host_syncs_in_a_row_share_one_gap():
     """Five blocking syncs (pageable copies, then .item()) before the same kernel: one idle gap, counted once."""
-    from gpuscope.measure.profile import host_syncs
+    from gpuscope.measure.profile.profiler import host_syncs
 
     kernels = [0.0, 0.100]
     syncs = [(0.010 + 0.01 * i, 0.015 + 0.01 * i, "aten::copy_") for i in range(4)]
@@ -203,7 +203,7 @@ def test_host_syncs_on_a_drained_gpu_cost_nothing():
     """A slow host (launch-bound, or in Python between steps) leaves the GPU idle with or without syncs: a sync that
     returns at once (the queue was already empty) gives nothing back, however long the idle after it. The H200
     slow-loader run: 4.9 s of idle after 171 syncs, 19 ms of waits inside them; the finding read 5.25x."""
-    from gpuscope.measure.profile import host_syncs
+    from gpuscope.measure.profile.profiler import host_syncs
 
     kernels = [0.0, 0.050, 0.100, 0.150]
     syncs = [(0.040 + 0.05 * i, 0.04001 + 0.05 * i, "aten::copy_") for i in range(3)]  # 10 us waits, 10 ms gaps
@@ -218,7 +218,7 @@ def test_host_syncs_on_a_drained_gpu_cost_nothing():
 
 def test_host_syncs_leave_out_data_loader_waits():
     """The host's wait in DataLoader.__next__ inside a sync's gap is the data loader's cost, not the sync's."""
-    from gpuscope.measure.profile import host_syncs
+    from gpuscope.measure.profile.profiler import host_syncs
 
     kernels = [0.0, 0.100, 0.300]
     syncs = [(0.005, 0.010, "aten::_local_scalar_dense"), (0.200, 0.250, "aten::_local_scalar_dense")]
@@ -260,8 +260,8 @@ def test_summarize_profile_passes_data_loader_waits_to_host_syncs():
 
     from torch.autograd import DeviceType
 
-    from gpuscope.measure.device import Device
-    from gpuscope.measure.profile import summarize_profile
+    from gpuscope.measure.device.device import Device
+    from gpuscope.measure.profile.profiler import summarize_profile
 
     def ev(name, a, b, dev=DeviceType.CPU, parent=None):
         return NS(name=name, device_type=dev, time_range=NS(start=a, end=b), cpu_parent=parent,
@@ -282,7 +282,7 @@ def test_summarize_profile_passes_data_loader_waits_to_host_syncs():
 def test_profile_run_in_code_counts_steps_and_matmuls():
     import torch
 
-    from gpuscope.measure.profile import profile_run
+    from gpuscope.measure.profile.profiler import profile_run
 
     lin = torch.nn.Linear(64, 48)
     x = torch.randn(16, 64)
@@ -303,7 +303,7 @@ def test_profiler_overhead_measured_from_a_bare_run_and_bounded():
     and the calibration works under no_grad (inference workloads enter the profiler there)."""
     import torch
 
-    from gpuscope.measure.profile import profile_run
+    from gpuscope.measure.profile.profiler import profile_run
 
     lin = torch.nn.Linear(256, 256)
     x = torch.randn(64, 256)
@@ -331,7 +331,7 @@ def _fake_oom_above(n):
 
 
 def test_search_batch_max_and_knee_pure():
-    from gpuscope.measure import tune
+    from gpuscope.measure.tune import batch as tune
 
     guard = _fake_oom_above(40)
 
@@ -354,9 +354,9 @@ def test_search_batch_max_and_knee_pure():
 
 
 def test_tune_batch_on_tiny_model_with_fake_oom(monkeypatch):
-    from gpuscope.measure import tune
+    from gpuscope.measure.tune import batch as tune
     from gpuscope.measure.cases import TINY_LLAMA
-    from gpuscope.measure.device import Device
+    from gpuscope.measure.device.device import Device
 
     monkeypatch.setattr(tune, "_guard", _fake_oom_above(5))
     r = tune.tune_batch("train", TINY_LLAMA, Device("cpu"), max_batch=64, seq=16, precision="fp32", steps=1)
@@ -372,8 +372,8 @@ def test_tune_batch_on_tiny_model_with_fake_oom(monkeypatch):
 
 def test_precision_sweep_bf16_deviation_on_cpu():
     from gpuscope.measure.cases import TINY_LLAMA
-    from gpuscope.measure.device import Device
-    from gpuscope.measure.tune_precision import precision_sweep
+    from gpuscope.measure.device.device import Device
+    from gpuscope.measure.tune.precision import precision_sweep
     from gpuscope.report.doctor_view import precision_markdown
 
     r = precision_sweep("infer", TINY_LLAMA, Device("cpu"), batch=2, seq=16, modes=("fp32", "bf16", "fp8"))
@@ -460,9 +460,9 @@ def test_routing_counter_counts_each_layers_rows_per_expert():
     """Every routed row counted once per selected expert, per layer, per call, without a host sync in the hook."""
     import torch
 
-    from gpuscope.measure.device import Device
-    from gpuscope.measure.hf_model import build_model
-    from gpuscope.measure.moe_routing import RoutingCounter, experts_modules
+    from gpuscope.measure.device.device import Device
+    from gpuscope.measure.models.hf_model import build_model
+    from gpuscope.measure.llm.moe_routing import RoutingCounter, experts_modules
 
     model, cfg = build_model(dict(TINY_MIXTRAL), Device("cpu"), torch.float32)
     assert len(experts_modules(model)) == 2
@@ -499,7 +499,7 @@ def test_moe_imbalance_finding():
 
 def test_doctor_infer_on_a_tiny_moe_records_its_routing(tmp_path):
     """doctor infer counts the routing in its untimed warm-up (the profiled run sees the same inputs and weights)."""
-    from gpuscope.measure.profile_workload import profile_workload
+    from gpuscope.measure.profile.workload import profile_workload
 
     s = profile_workload({"kind": "infer", "model": "tiny-mixtral", "config": dict(TINY_MIXTRAL), "batch": 1,
                           "prompt": 16, "gen": 3, "dtype": "fp32", "device": "cpu"})
@@ -511,7 +511,7 @@ def test_bench_infer_records_an_moe_models_routing():
     """bench infer counts an MoE model's rows per expert in its untimed warm-up and keeps the summary (not the
     per-layer lists) beside the timings; a dense model has none."""
     from gpuscope.cli.bench_report import headline
-    from gpuscope.measure.llm_infer import run_infer
+    from gpuscope.measure.llm.infer import run_infer
 
     r = run_infer({"kind": "infer", "model": "tiny-mixtral", "config": dict(TINY_MIXTRAL), "batch": 1, "prompt": 16,
                    "gen": 12, "dtype": "fp32", "repeats": 2, "decode_iters": 2, "device": "cpu"})

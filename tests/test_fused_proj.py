@@ -14,10 +14,10 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from gpuscope.measure.cases import TINY_GPT2, TINY_LLAMA  # noqa: E402
-from gpuscope.measure.device import Device  # noqa: E402
-from gpuscope.measure.fused_proj import fuse_projections  # noqa: E402
-from gpuscope.measure.graph_decode import static_greedy  # noqa: E402
-from gpuscope.measure.hf_model import build_model, silence_generation  # noqa: E402
+from gpuscope.measure.device.device import Device  # noqa: E402
+from gpuscope.measure.llm.fused_proj import fuse_projections  # noqa: E402
+from gpuscope.measure.llm.graph_decode import static_greedy  # noqa: E402
+from gpuscope.measure.models.hf_model import build_model, silence_generation  # noqa: E402
 
 MISTRAL = dict(TINY_LLAMA, model_type="mistral", sliding_window=6)  # shorter than the sequences below
 QWEN2 = dict(TINY_LLAMA, model_type="qwen2")  # biases on q, k, v
@@ -99,7 +99,7 @@ def test_each_old_weight_is_freed_as_it_is_replaced(monkeypatch):
     weights of layers < i are gone (a list of modules held them all until the end: 7.5 GB for an 8B model)."""
     import weakref
 
-    from gpuscope.measure import fused_proj
+    from gpuscope.measure.llm import fused_proj
 
     model, _ = build_model(dict(TINY_LLAMA, num_hidden_layers=4), Device("cpu"), torch.float32)
     old = [(weakref.ref(layer.self_attn.q_proj.weight), weakref.ref(layer.mlp.up_proj.weight))

@@ -1,4 +1,4 @@
-"""Python's garbage collector in timed phases (measure/gc_pauses.py), bench infer --gc-freeze, and the doctor's
+"""Python's garbage collector in timed phases (measure/host/gc_pauses.py), bench infer --gc-freeze, and the doctor's
 gc_pauses finding."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from gpuscope.explain import findings as F
-from gpuscope.measure.gc_pauses import GCPauses, freeze
+from gpuscope.measure.host.gc_pauses import GCPauses, freeze
 
 
 def test_gc_pauses_counts_collections_by_generation_and_their_time():

@@ -1,4 +1,4 @@
-"""The host's load during a timed phase (measure/host_load.py) and the bench headline that reports steal."""
+"""The host's load during a timed phase (measure/host/load.py) and the bench headline that reports steal."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import time
 import pytest
 
 from gpuscope.cli.bench_report import headline
-from gpuscope.measure import host_load
-from gpuscope.measure.host_load import HostLoad
+from gpuscope.measure.host import load as host_load
+from gpuscope.measure.host.load import HostLoad
 
 
 def test_host_load_counts_this_process_and_the_cpus():

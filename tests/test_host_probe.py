@@ -1,4 +1,4 @@
-"""The host probe (measure/host_probe.py), interleaved host fits (measure/host_overhead.interleaved) and the
+"""The host probe (measure/host/probe.py), interleaved host fits (measure/host/overhead.interleaved) and the
 estimate at the host speed a run met (explain/compare.host_scale / at_host_speed, cli/bench_report)."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ RESULTS = Path(__file__).resolve().parents[1] / "research" / "results"
 def test_interleaved_fit_keeps_a_drifting_host_out_of_the_slope():
     """A host that slows down while the depths are timed: one depth after the other, the drift lands in the
     per-layer slope; round-robin, every depth sees the same drift and the slope stays that of the depths."""
-    from gpuscope.measure.host_overhead import _fit, interleaved
+    from gpuscope.measure.host.overhead import _fit, interleaved
 
     layers, per_layer, fixed = [2, 4, 8], 1e-3, 2e-3
     clock = {"calls": 0}
@@ -43,8 +43,8 @@ def test_interleaved_fit_keeps_a_drifting_host_out_of_the_slope():
 
 
 def test_host_probe_brackets_a_phase_and_frees_its_model():
-    from gpuscope.measure import host_probe as hp
-    from gpuscope.measure.device import Device, pick_device
+    from gpuscope.measure.host import probe as hp
+    from gpuscope.measure.device.device import Device, pick_device
 
     dev = Device(pick_device("cpu"))
     for kind, key in (("infer", "host_probe"), ("train", "host_probe_train")):
@@ -63,9 +63,9 @@ def test_training_host_fit_is_expressed_at_the_decode_passes_host_speed(monkeypa
     probe runs after every round of both: each training round is taken to a fixed training-probe speed, then to
     what the training probe read while the decode passes ran, and only then divided by the launch cost; the
     training probe is written at that speed."""
-    import gpuscope.measure.host_overhead as ho
-    import gpuscope.measure.host_probe as hp
-    from gpuscope.measure.calibrate import train_host_costs
+    import gpuscope.measure.host.overhead as ho
+    import gpuscope.measure.host.probe as hp
+    from gpuscope.measure.micro.calibrate import train_host_costs
 
     launch = 10e-6
 
@@ -133,7 +133,7 @@ def test_calibration_toml_keeps_measured_zeros_and_the_probe(tmp_path):
     """A fit's intercept floored at 0 was dropped from the TOML, so the planner fell back on the catalog's value
     (98 launches for host_train_fwd_fixed where this host had measured none). A 0 is written and loaded now."""
     from gpuscope.estimate.roofline import engine_for, train_host_for
-    from gpuscope.measure.calibrate import calibration_toml
+    from gpuscope.measure.micro.calibrate import calibration_toml
     from gpuscope.specs.hardware import load_hardware
 
     text = calibration_toml("NVIDIA H200", "cuda", {"memory_bw_gbs": 4100.0, "host_launch_s": 17e-6,
@@ -150,8 +150,8 @@ def test_calibration_toml_keeps_measured_zeros_and_the_probe(tmp_path):
 
 def test_workload_results_record_the_host_probe():
     """bench infer and bench train results carry the probe around their timed phase (CPU, tiny models)."""
-    from gpuscope.measure.llm_infer import run_infer
-    from gpuscope.measure.llm_train import run_train
+    from gpuscope.measure.llm.infer import run_infer
+    from gpuscope.measure.llm.train import run_train
 
     cfg = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
            "num_key_value_heads": 2, "vocab_size": 256, "num_hidden_layers": 2, "max_position_embeddings": 512}
@@ -213,7 +213,7 @@ def test_calibration_costs_are_taken_to_the_passes_median_probe(monkeypatch):
     minute (30 us at a 3.5 ms probe) agrees with a fast one (17 us at 2.0 ms) once each is set against its probe;
     the one that does not (16 us at 3.1 ms) no longer decides the median. A median of the raw costs (17 us)
     beside the median probe (3.1 ms) would pair numbers from different passes."""
-    import gpuscope.measure.calibrate as cal
+    import gpuscope.measure.micro.calibrate as cal
 
     passes = iter([{"host_launch_s": 30e-6, "host_probe_s": 3.5e-3, "host_detail": {"launch_tiny_s": 27e-6}},
                    {"host_launch_s": 16e-6, "host_probe_s": 3.1e-3, "host_detail": {"launch_tiny_s": 14e-6}},
@@ -242,12 +242,12 @@ def test_headline_says_when_the_host_moved_during_a_run():
 
 
 def test_timed_repeats_run_the_count_and_the_time_floor():
-    """measure/device.repeats: at least n, and on until min_time_s has passed (at most cap); the smoke suite's
+    """measure/device/device.repeats: at least n, and on until min_time_s has passed (at most cap); the smoke suite's
     workloads carry the floor, and a run records how many repeats it took."""
     import time
 
     from gpuscope.measure.cases import SMOKE_MIN_TIME_S, smoke_cases
-    from gpuscope.measure.device import repeats
+    from gpuscope.measure.device.device import repeats
 
     assert list(repeats(3)) == [0, 1, 2]
     n = 0
@@ -262,8 +262,8 @@ def test_timed_repeats_run_the_count_and_the_time_floor():
 
 def test_workloads_record_the_repeats_a_time_floor_took():
     from gpuscope.measure.cases import TINY_GPT2, infer_case, train_case
-    from gpuscope.measure.llm_infer import run_infer
-    from gpuscope.measure.llm_train import run_train
+    from gpuscope.measure.llm.infer import run_infer
+    from gpuscope.measure.llm.train import run_train
 
     r = run_infer(infer_case("tiny-gpt2", 1, 8, 3, dtype="fp32", repeats=2, config=TINY_GPT2, decode_iters=2,
                              device="cpu", min_time_s=0.3))
@@ -279,9 +279,9 @@ def test_rounds_are_taken_to_the_probes_reference_speed(monkeypatch):
     to / probe after each round, interleaved scales that round's samples (numbers, tuples, dicts) by it, and the
     fit reads the same at every depth as a host that never slowed; host_costs then takes each pass from that unit
     to the passes' median probe."""
-    import gpuscope.measure.calibrate as cal
-    import gpuscope.measure.host_probe as hp
-    from gpuscope.measure.host_overhead import _fit, interleaved
+    import gpuscope.measure.micro.calibrate as cal
+    import gpuscope.measure.host.probe as hp
+    from gpuscope.measure.host.overhead import _fit, interleaved
 
     speed = {"x": 1.0}
     rnd = {"n": 0}

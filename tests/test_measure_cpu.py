@@ -12,7 +12,9 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from gpuscope.measure import hf_model, llm_infer, llm_train  # noqa: E402
+from gpuscope.measure.models import hf_model  # noqa: E402
+from gpuscope.measure.llm import infer as llm_infer
+from gpuscope.measure.llm import train as llm_train
 from gpuscope.measure.cases import TINY_GPT2, TINY_LLAMA, case_id, h200_cases, smoke_cases  # noqa: E402
 from gpuscope.measure.run_case import measure  # noqa: E402
 from gpuscope.measure.suite import read_results, run_one, run_suite  # noqa: E402
@@ -100,7 +102,7 @@ def test_infer_spread_and_the_eager_only_overhead():
 
 
 def test_infer_random_weights_and_tied_embeddings():
-    from gpuscope.measure.device import Device
+    from gpuscope.measure.device.device import Device
 
     model, _ = hf_model.build_model(TINY_GPT2, Device("cpu"), torch.float32)
     assert model.get_output_embeddings().weight is model.get_input_embeddings().weight
@@ -240,9 +242,9 @@ def test_gs_graph_decode_matches_generate_token_for_token():
     """gpuscope's static-cache greedy loop (graph capture on CUDA, eager on CPU) produces generate's tokens."""
     import torch
 
-    from gpuscope.measure.device import Device
-    from gpuscope.measure.graph_decode import static_greedy
-    from gpuscope.measure.hf_model import build_model, silence_generation
+    from gpuscope.measure.device.device import Device
+    from gpuscope.measure.llm.graph_decode import static_greedy
+    from gpuscope.measure.models.hf_model import build_model, silence_generation
 
     torch.manual_seed(0)
     model, cfg = build_model(dict(TINY_LLAMA), Device("cpu"), torch.float32)
@@ -279,9 +281,9 @@ def test_gqa_fold_attention_equals_the_stock_path():
     import torch
     from transformers import StaticCache
 
-    from gpuscope.measure.device import Device
-    from gpuscope.measure.graph_decode import static_greedy
-    from gpuscope.measure.hf_model import build_model, silence_generation
+    from gpuscope.measure.device.device import Device
+    from gpuscope.measure.llm.graph_decode import static_greedy
+    from gpuscope.measure.models.hf_model import build_model, silence_generation
 
     torch.manual_seed(0)
     ref_m, cfg = build_model(dict(TINY_LLAMA), Device("cpu"), torch.float32)

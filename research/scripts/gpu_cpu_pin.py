@@ -1,4 +1,4 @@
-"""Is the lent VM's host speed a property of the CPU the process runs on? The host probe (measure/host_probe.py)
+"""Is the lent VM's host speed a property of the CPU the process runs on? The host probe (measure/host/probe.py)
 pinned to each allowed CPU in turn, several sweeps, then a run of probes pinned to one CPU against the same number
 unpinned. Usage: PYTHONPATH=src python3 research/scripts/gpu_cpu_pin.py --out pin.json [--sweeps 4] [--run 40]
 
@@ -17,8 +17,8 @@ import statistics
 import subprocess
 import time
 
-from gpuscope.measure.device import Device, pick_device
-from gpuscope.measure.host_probe import host_probe
+from gpuscope.measure.device.device import Device, pick_device
+from gpuscope.measure.host.probe import host_probe
 
 
 def _topology() -> str:

@@ -9,7 +9,7 @@ Per variant of `model.generate(..., cache_implementation="static")` (random weig
 - a torch.profiler trace of one generate of --prof-gen tokens: counts of cudaGraphLaunch and kernel launches per
   decoded token, GPU kernel time and host time per token.
 Variants: default (what bench runs), defer / eager_defer (static-cache / plain generate with transformers'
-DeferredStopCheck switched on for CUDA, measure/defer_stop.py; checks the tokens equal the reference's), eager, user_cache (one StaticCache passed in and reset between calls, so its tensors
+DeferredStopCheck switched on for CUDA, measure/llm/defer_stop.py; checks the tokens equal the reference's), eager, user_cache (one StaticCache passed in and reset between calls, so its tensors
 keep their addresses), fullgraph (CompileConfig(fullgraph=True)), no_compile (disable_compile=True: the static cache
 eager, the baseline that tells whether compile ran at all).
 """
@@ -23,8 +23,8 @@ import time
 
 import torch
 
-from gpuscope.measure.device import Device
-from gpuscope.measure.hf_model import build_model, case_config, silence_generation
+from gpuscope.measure.device.device import Device
+from gpuscope.measure.models.hf_model import build_model, case_config, silence_generation
 
 
 def _capture_logs():
@@ -55,8 +55,8 @@ def _counters() -> dict:
 
 def _gen(model, ids, mask, n, variant, cache):
     kw = dict(input_ids=ids, attention_mask=mask, max_new_tokens=n, min_new_tokens=n, do_sample=False)
-    if variant in ("defer", "eager_defer"):  # generate reads its stop flag one token late (measure/defer_stop.py)
-        from gpuscope.measure.defer_stop import deferred_stop
+    if variant in ("defer", "eager_defer"):  # generate reads its stop flag one token late (measure/llm/defer_stop.py)
+        from gpuscope.measure.llm.defer_stop import deferred_stop
 
         with deferred_stop(_USED):
             return model.generate(**kw) if variant == "eager_defer" else model.generate(
@@ -108,8 +108,8 @@ def _profile(fn, n_tokens, dev):
 
 def _bare_forwards(model, ids, dev, n: int = 20) -> dict:
     """Eager prefill and decode-step forwards over a DynamicCache (what bench infer's decode_forward_s times)."""
-    from gpuscope.measure.hf_model import cache_kwarg, out_cache
-    from gpuscope.measure.host_overhead import _decode_steps
+    from gpuscope.measure.models.hf_model import cache_kwarg, out_cache
+    from gpuscope.measure.host.overhead import _decode_steps
 
     kw = cache_kwarg(model)
     pre = []

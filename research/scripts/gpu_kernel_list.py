@@ -13,10 +13,10 @@ import json
 import torch
 from torch.profiler import DeviceType, ProfilerActivity, profile
 
-from gpuscope.measure.device import Device, pick_device
-from gpuscope.measure.hf_model import build_model
-from gpuscope.measure.host_overhead import TINY, _layers_key
-from gpuscope.measure.llm_train import PRECISIONS, step_functions
+from gpuscope.measure.device.device import Device, pick_device
+from gpuscope.measure.models.hf_model import build_model
+from gpuscope.measure.host.overhead import TINY, _layers_key
+from gpuscope.measure.llm.train import PRECISIONS, step_functions
 
 
 def kernels(dev: Device, family: str, n: int) -> dict[str, collections.Counter]:

@@ -4,7 +4,7 @@ torch._grouped_mm reached ~657 TFLOP/s in isolation with every expert given the 
 grouped GEMM over uneven groups is slower for the same FLOPs.
 
 Builds the random-weight model the benchmarks build (gpuscope's build_model), runs one prefill forward of `--prompt`
-random tokens, records every MoE layer's routed rows per expert (measure/moe_routing.RoutingCounter), then times
+random tokens, records every MoE layer's routed rows per expert (measure/llm/moe_routing.RoutingCounter), then times
 torch._grouped_mm for the gate_up and down shapes with (a) equal groups and (b) each layer's measured groups.
 Usage (GPU machine): PYTHONPATH=src python3 research/scripts/gpu_moe_routing.py --out $OUT/moe_routing.json
 """
@@ -17,10 +17,10 @@ import statistics
 
 import torch
 
-from gpuscope.measure.device import Device
-from gpuscope.measure.hf_model import build_model, case_config
-from gpuscope.measure.micro_timing import Settings, time_queued
-from gpuscope.measure.moe_routing import RoutingCounter
+from gpuscope.measure.device.device import Device
+from gpuscope.measure.models.hf_model import build_model, case_config
+from gpuscope.measure.micro.timing import Settings, time_queued
+from gpuscope.measure.llm.moe_routing import RoutingCounter
 
 
 def _time(dev: Device, fn, rep: int = 20) -> float:

@@ -2,7 +2,7 @@
 `bench all` measured 76-77 ms for Llama-3.1-8B, batch 1, a 2048-token prompt, with `--fuse-proj --defer-stop`,
 against 67.7 ms planned; session 5 measured 67.2 ms for the same case without fused projections.
 
-Two copies of the model on one GPU, one with fused q|k|v and gate|up (measure/fused_proj.py), timed alternately:
+Two copies of the model on one GPU, one with fused q|k|v and gate|up (measure/llm/fused_proj.py), timed alternately:
 - ttft: HF generate, one new token, static cache (what bench's TTFT times for hf-graph);
 - prefill: the bare forward over the prompt (logits of the last position only, as generate asks), no cache;
 - a torch.profiler kernel table of one ttft of each.
@@ -37,10 +37,10 @@ def main() -> None:
 
     import torch
 
-    from gpuscope.measure.device import Device, pick_device
-    from gpuscope.measure.fused_proj import fuse_projections
-    from gpuscope.measure.hf_model import build_model, case_config, silence_generation
-    from gpuscope.measure.llm_infer import _generate
+    from gpuscope.measure.device.device import Device, pick_device
+    from gpuscope.measure.llm.fused_proj import fuse_projections
+    from gpuscope.measure.models.hf_model import build_model, case_config, silence_generation
+    from gpuscope.measure.llm.infer import _generate
 
     dev = Device(pick_device(None))
     t0 = time.perf_counter()

@@ -1,4 +1,4 @@
-"""Does the host probe (measure/host_probe.py) follow the host's speed at the timescale of a workload?
+"""Does the host probe (measure/host/probe.py) follow the host's speed at the timescale of a workload?
 
 Round after round: the probe, a host-bound inference workload (tiny GPT-2 generate of 8 tokens, median of 5), the
 probe again, a host-bound training step (GPT-2 at its real widths, mb 2, s128, amp-bf16, median of 3). The series
@@ -15,11 +15,11 @@ import time
 
 import torch
 
-from gpuscope.measure.device import Device, pick_device
-from gpuscope.measure.hf_model import build_model
-from gpuscope.measure.host_overhead import TINY, timed_phases
-from gpuscope.measure.host_probe import host_probe, host_probe_train
-from gpuscope.measure.llm_train import PRECISIONS, step_functions
+from gpuscope.measure.device.device import Device, pick_device
+from gpuscope.measure.models.hf_model import build_model
+from gpuscope.measure.host.overhead import TINY, timed_phases
+from gpuscope.measure.host.probe import host_probe, host_probe_train
+from gpuscope.measure.llm.train import PRECISIONS, step_functions
 from gpuscope.specs.models import preset_config
 
 

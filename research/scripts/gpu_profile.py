@@ -99,8 +99,8 @@ def profile(out, name, run):
 
 
 def workloads(out):
-    from gpuscope.measure.device import Device
-    from gpuscope.measure.hf_model import build_model
+    from gpuscope.measure.device.device import Device
+    from gpuscope.measure.models.hf_model import build_model
     from gpuscope.specs.models import preset_config
 
     dev = Device("cuda")

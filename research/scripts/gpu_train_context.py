@@ -16,11 +16,11 @@ import sys
 
 
 def fits(device: str | None, steps: int) -> dict:
-    from gpuscope.measure.calibrate import TRAIN_PROBE_UNIT_S
-    from gpuscope.measure.device import Device, pick_device
-    from gpuscope.measure.gc_pauses import GCPauses
-    from gpuscope.measure.host_overhead import measure_train_family
-    from gpuscope.measure.host_probe import RoundProbe, release
+    from gpuscope.measure.micro.calibrate import TRAIN_PROBE_UNIT_S
+    from gpuscope.measure.device.device import Device, pick_device
+    from gpuscope.measure.host.gc_pauses import GCPauses
+    from gpuscope.measure.host.overhead import measure_train_family
+    from gpuscope.measure.host.probe import RoundProbe, release
 
     dev = Device(pick_device(device))
     probe = RoundProbe(dev, "train", to=TRAIN_PROBE_UNIT_S)
@@ -62,8 +62,8 @@ def main() -> None:
         json.dump(out, open(args.out, "w"), indent=1)
 
     keep("fresh_1", fresh(args.device, args.steps))
-    from gpuscope.measure.calibrate import host_costs
-    from gpuscope.measure.gc_pauses import freeze
+    from gpuscope.measure.micro.calibrate import host_costs
+    from gpuscope.measure.host.gc_pauses import freeze
 
     host_costs(args.device)
     keep("after_decode_passes", fits(args.device, args.steps))

@@ -1,4 +1,4 @@
-"""Host time of each training-step phase on tiny models (measure/host_overhead.measure_train_family), for the
+"""Host time of each training-step phase on tiny models (measure/host/overhead.measure_train_family), for the
 planner's training host model, plus the eager decode host costs (`hardware calibrate --host`'s fit).
 Usage (GPU machine): PYTHONPATH=src python3 research/scripts/gpu_train_host.py --out $OUT/train_host.json
 """
@@ -8,8 +8,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from gpuscope.measure.device import Device, pick_device
-from gpuscope.measure.host_overhead import measure_train_family
+from gpuscope.measure.device.device import Device, pick_device
+from gpuscope.measure.host.overhead import measure_train_family
 
 CASES = [("llama", "amp-bf16", "none"), ("llama", "amp-bf16", "full"), ("llama", "fp32", "none"),
          ("llama", "bf16", "none"), ("llama", "amp-fp16", "none"), ("gpt2", "fp32", "full"),
@@ -29,7 +29,7 @@ def main() -> None:
         out["train"].append(r)
         print(fam, prec, rc, {k: round(v * 1e6, 1) for k, v in r.items() if k.endswith(("fixed_s", "layer_s",
                                                                                           "tensor_s"))}, flush=True)
-    from gpuscope.measure.calibrate import host_costs
+    from gpuscope.measure.micro.calibrate import host_costs
 
     out["decode_host"] = host_costs(args.device)
     # TrainHost's units are per tiny-model launch (host_launch_s carries the real-size factor on top)

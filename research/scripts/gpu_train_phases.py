@@ -1,5 +1,5 @@
 """Host time of each training-step phase, per family and precision, every round taken to one training-probe speed
-(measure/host_probe.RoundProbe, calibrate.TRAIN_PROBE_UNIT_S), so cases timed at different moments compare: what
+(measure/host/probe.RoundProbe, calibrate.TRAIN_PROBE_UNIT_S), so cases timed at different moments compare: what
 the calibration's Llama amp-bf16 fits predict for other families and precisions (GPT-2 fp32 full recompute, the
 `bench all` case the planner reads low). Kernels per phase counted with the profiler at each depth.
 Usage (GPU machine): PYTHONPATH=src python3 research/scripts/gpu_train_phases.py --out $OUT/train_phases.json --sweeps 2
@@ -10,10 +10,10 @@ from __future__ import annotations
 import argparse
 import json
 
-from gpuscope.measure.calibrate import TRAIN_PROBE_UNIT_S
-from gpuscope.measure.device import Device, pick_device
-from gpuscope.measure.host_overhead import measure_train_family
-from gpuscope.measure.host_probe import RoundProbe, release
+from gpuscope.measure.micro.calibrate import TRAIN_PROBE_UNIT_S
+from gpuscope.measure.device.device import Device, pick_device
+from gpuscope.measure.host.overhead import measure_train_family
+from gpuscope.measure.host.probe import RoundProbe, release
 
 CASES = [("llama", "amp-bf16", "none"), ("llama", "amp-bf16", "full"), ("gpt2", "fp32", "full"),
          ("gpt2", "fp32", "none"), ("llama", "fp32", "none"), ("llama", "fp32", "full"),

@@ -9,8 +9,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from gpuscope.measure.device import Device, pick_device
-from gpuscope.measure.host_overhead import TINY, measure_train_family
+from gpuscope.measure.device.device import Device, pick_device
+from gpuscope.measure.host.overhead import TINY, measure_train_family
 from gpuscope.specs.models import preset_config
 
 # (name, family, config, seq, layers)

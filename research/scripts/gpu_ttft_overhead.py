@@ -39,10 +39,10 @@ def main() -> None:
 
     import torch
 
-    from gpuscope.measure.device import Device, pick_device
-    from gpuscope.measure.hf_model import build_model, case_config, silence_generation
-    from gpuscope.measure.host_probe import HostProbe
-    from gpuscope.measure.llm_infer import _generate
+    from gpuscope.measure.device.device import Device, pick_device
+    from gpuscope.measure.models.hf_model import build_model, case_config, silence_generation
+    from gpuscope.measure.host.probe import HostProbe
+    from gpuscope.measure.llm.infer import _generate
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from gpu_prefill_fused import wall_ms  # the same clock as the fused-prefill experiment

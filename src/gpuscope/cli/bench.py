@@ -55,9 +55,9 @@ def check_device(device: str | None) -> str | None:
 
 def _defer_stop_ok(engine: str, device: str | None) -> bool:
     """--defer-stop's checks (one sentence, exit 2): an HF generate engine on a device with events
-    (measure/defer_stop.problem, which the workload applies again to a case from any source)."""
-    from gpuscope.measure.defer_stop import problem
-    from gpuscope.measure.device import pick_device
+    (measure/llm/defer_stop.problem, which the workload applies again to a case from any source)."""
+    from gpuscope.measure.llm.defer_stop import problem
+    from gpuscope.measure.device.device import pick_device
 
     try:
         kind = pick_device(device).split(":")[0]
@@ -100,7 +100,7 @@ def _checkpoint_options(model: str, weights: bool, device_map: str | None, max_m
         raise UserError(f"--weights: '{model}' holds no *.safetensors or *.bin weights.")
     out: dict = {"weights": True}
     if device_map:
-        from gpuscope.measure.hf_model import DEVICE_MAPS
+        from gpuscope.measure.models.hf_model import DEVICE_MAPS
 
         _choice("device-map", device_map, DEVICE_MAPS)
         out["device_map"] = device_map
@@ -124,7 +124,7 @@ def _choice(name: str, value: str, allowed) -> None:
 
 
 def _dtypes(dtype: list[str] | None):
-    from gpuscope.measure.matmul import MATMUL_DTYPES
+    from gpuscope.measure.micro.matmul import MATMUL_DTYPES
 
     if not dtype:
         return None
@@ -164,7 +164,7 @@ def register(app: typer.Typer) -> None:
         device: str = typer.Option(None, "--device", help=DEVICE_HELP),
     ) -> None:
         """Matmul per dtype, device memory copy/read/write, host<->device copies (pinned and pageable)."""
-        from gpuscope.measure.matmul import parse_shapes
+        from gpuscope.measure.micro.matmul import parse_shapes
 
         require_torch()
         device = check_device(device)

@@ -1,7 +1,7 @@
 """Distributed benchmarks of `gpuscope bench`: collectives (here), DDP/FSDP training and compression (to come).
 
-`gpuscope bench collectives` starts ``gpuscope.measure.collectives`` under torchrun
-(``gpuscope.measure.launch.run_torchrun``), stores each (op, size) in the results database (kind "collective")
+`gpuscope bench collectives` starts ``gpuscope.measure.collectives.worker`` under torchrun
+(``gpuscope.measure.distributed.launch.run_torchrun``), stores each (op, size) in the results database (kind "collective")
 as soon as rank 0 writes it, and prints op, size, time, algbw, busbw, the planner's predicted busbw and the error.
 A hung collective ends the job with "collective X of N bytes did not finish within T s" and exit code 1.
 """
@@ -22,7 +22,7 @@ from gpuscope.errors import UserError
 COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")
 COLLECTIVE_DTYPES = ("fp32", "bf16", "fp16")
 BACKENDS = ("auto", "nccl", "gloo")
-WORKER = "gpuscope.measure.collectives"
+WORKER = "gpuscope.measure.collectives.worker"
 
 
 def register_distributed(bench: typer.Typer) -> None:
@@ -51,7 +51,7 @@ def _ops(values: list[str] | None) -> list[str]:
 
 
 def _size(name: str, text: str) -> int:
-    from gpuscope.measure.collectives import parse_size
+    from gpuscope.measure.collectives.worker import parse_size
 
     try:
         v = parse_size(text)
@@ -204,7 +204,7 @@ def _register_collectives(bench: typer.Typer) -> None:
 
 
 def _run(s: Session, args, nproc, nnodes, node_rank, rdzv_endpoint, rdzv_id, wall_timeout, on_record, rows) -> None:
-    from gpuscope.measure.launch import DistributedRunError, run_torchrun
+    from gpuscope.measure.distributed.launch import DistributedRunError, run_torchrun
     from gpuscope.measure.run_case import clean
 
     t0 = time.perf_counter()

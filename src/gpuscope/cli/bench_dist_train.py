@@ -1,9 +1,9 @@
 """`gpuscope bench train-dist` and `gpuscope bench compression`: DDP / FSDP2 training and DDP gradient-compression
-hooks, each run as one torchrun job (``gpuscope.measure.launch.run_torchrun``), stored like every bench result.
+hooks, each run as one torchrun job (``gpuscope.measure.distributed.launch.run_torchrun``), stored like every bench result.
 
-- train-dist: ``gpuscope.measure.dist_train`` on ``--nproc`` processes (one per GPU; gloo on CPU). With
+- train-dist: ``gpuscope.measure.distributed.train`` on ``--nproc`` processes (one per GPU; gloo on CPU). With
   ``--baseline`` the same case also runs on one GPU alone inside the same job, giving ``scaling_efficiency``.
-- compression: ``gpuscope.measure.compression``: a reference run then one run per hook, same seed and data.
+- compression: ``gpuscope.measure.distributed.compression``: a reference run then one run per hook, same seed and data.
 - Rows: kind ``train-dist`` / ``compression``; key = readable name + hash of the whole case. An OOM on any rank is
   stored as status ``oom``; a failed job as ``error`` (exit code 1). Bad input exits 2 before anything starts.
 """
@@ -64,7 +64,7 @@ def _key(name: str, case: dict) -> str:
 def _launch(module: str, case: dict, nproc: int, nnodes: int, node_rank: int, rdzv: str | None,
             timeout: float) -> tuple[dict, dict, float]:
     """(result, provenance, wall_s) of one torchrun job; failures become results (oom, error)."""
-    from gpuscope.measure.launch import DistributedRunError, run_torchrun
+    from gpuscope.measure.distributed.launch import DistributedRunError, run_torchrun
 
     t0 = time.perf_counter()
     try:
@@ -96,7 +96,7 @@ def _launch(module: str, case: dict, nproc: int, nnodes: int, node_rank: int, rd
         res.setdefault("job_error", str(err)[:500])
         res["job_returncode"] = err.returncode
         res["stderr_tail"] = (err.stderr_tail or "")[-1500:]
-    from gpuscope.measure.provenance import provenance
+    from gpuscope.measure.device.provenance import provenance
 
     if not prov:
         prov = provenance(None, with_torch=False)
@@ -253,7 +253,7 @@ def register_dist_train(bench: typer.Typer) -> None:
             case.update(bucket_cap_mb=bucket_cap_mb, gradient_as_bucket_view=grad_bucket_view)
         m = model or case["config"]["model_type"]
         name = f"train-dist/{m}/{strategy}-{nnodes * nproc}p-mb{micro_batch}-s{seq}-{precision}-rc_{recompute}"
-        _run_job("train-dist", "gpuscope.measure.dist_train", case, name, device, (nproc, nnodes, node_rank, rdzv,
+        _run_job("train-dist", "gpuscope.measure.distributed.train", case, name, device, (nproc, nnodes, node_rank, rdzv,
                  timeout), db, as_json, train_table, lambda res: dist_estimate(case, res, gpu))
 
     @bench.command("compression")
@@ -282,7 +282,7 @@ def register_dist_train(bench: typer.Typer) -> None:
         """DDP gradient compression: step time, bytes sent per step and loss deviation from the uncompressed run,
         per communication hook (same seed, same data, same steps)."""
         require_torch()
-        from gpuscope.measure.compression import parse_hooks
+        from gpuscope.measure.distributed.compression import parse_hooks
 
         _positive(nproc=nproc, micro_batch=micro_batch, seq=seq, steps=steps, nnodes=nnodes, timeout=timeout)
         _choice("precision", precision, PRECISIONS)
@@ -302,5 +302,5 @@ def register_dist_train(bench: typer.Typer) -> None:
                 "start_powersgd_iter": start_powersgd_iter, "nproc": nproc, "nnodes": nnodes, "timeout_s": timeout}
         m = model or case["config"]["model_type"]
         name = f"compression/{m}/{nnodes * nproc}p-mb{micro_batch}-s{seq}-{precision}-{'+'.join(hook_list)}"
-        _run_job("compression", "gpuscope.measure.compression", case, name, device, (nproc, nnodes, node_rank,
+        _run_job("compression", "gpuscope.measure.distributed.compression", case, name, device, (nproc, nnodes, node_rank,
                  rdzv, timeout), db, as_json, compression_table)

@@ -60,9 +60,9 @@ class Session:
 def run_micro(s: Session, device: str | None, mode: str, dtypes, benches=("matmul", "memory", "transfer"),
               **matmul) -> list[dict]:
     """Run (or, with resume, reuse) every micro item; returns the result dicts (stored ones included)."""
-    from gpuscope.measure.device import Device, pick_device
-    from gpuscope.measure.micro import Runner, item_key, item_name, micro_configs
-    from gpuscope.measure.provenance import provenance
+    from gpuscope.measure.device.device import Device, pick_device
+    from gpuscope.measure.micro.bench import Runner, item_key, item_name, micro_configs
+    from gpuscope.measure.device.provenance import provenance
 
     try:
         dev = Device(pick_device(device))
@@ -96,7 +96,7 @@ def run_micro(s: Session, device: str | None, mode: str, dtypes, benches=("matmu
 
 # --- workloads ---------------------------------------------------------------------------------------------------
 def _on_accelerator(device: str | None) -> bool:
-    from gpuscope.measure.device import pick_device
+    from gpuscope.measure.device.device import pick_device
 
     return pick_device(device).split(":")[0] != "cpu"
 
@@ -106,9 +106,9 @@ def run_calibration(s: Session, device: str | None, results: list[dict], host: b
     ``calibrations/<device>-<run id>.toml`` beside the results database; its path, or None (said) where none can be
     made."""
     from gpuscope.cli.calibrate import host_keys
-    from gpuscope.measure.calibrate import calibration_toml
-    from gpuscope.measure.device import Device, pick_device
-    from gpuscope.measure.micro import ceilings
+    from gpuscope.measure.micro.calibrate import calibration_toml
+    from gpuscope.measure.device.device import Device, pick_device
+    from gpuscope.measure.micro.bench import ceilings
 
     dev = Device(pick_device(device))
     measured = ceilings(results)
@@ -196,7 +196,7 @@ def fit_to_device(s: Session, cases: list[dict], gpu: str | None, device: str | 
     from dataclasses import replace
 
     from gpuscope.cli.bench_report import hardware_for_estimate
-    from gpuscope.measure.device import Device, pick_device
+    from gpuscope.measure.device.device import Device, pick_device
 
     dev = Device(pick_device(device))
     hw, why = hardware_for_estimate(gpu, dev.device_name())
@@ -212,7 +212,7 @@ def fit_to_device(s: Session, cases: list[dict], gpu: str | None, device: str | 
 
 def run_workloads(s: Session, cases: list[dict], gpu: str | None, timeout_s: float) -> None:
     from gpuscope.measure.cases import case_id, case_name
-    from gpuscope.measure.nvml import NvmlSampler
+    from gpuscope.measure.device.nvml import NvmlSampler
     from gpuscope.measure.suite import run_one
 
     with _progress() as prog:

@@ -11,7 +11,7 @@ HOST_SPREAD_WARN = 0.15  # passes of the host fit further apart than this are re
 
 
 def host_keys(device: str | None, session=None) -> dict:
-    """This host's costs as [measured] keys of a hardware TOML (measure/calibrate.host_costs and
+    """This host's costs as [measured] keys of a hardware TOML (measure/micro/calibrate.host_costs and
     train_host_costs), each fit reported on stderr; a fit that is not valid is said and left out. With
     ``session`` (cli/bench_run.Session), both fits are also stored whole in its results store (store_host_fits)."""
     keep: dict = {}
@@ -30,7 +30,7 @@ def say_history(s, device: str | None, keep: dict) -> None:
     (explain/host_history.py): kept with the fits and on the session (bench's JSON), and said when it is far
     from their usual speed."""
     from gpuscope.explain.host_history import history_line, host_history
-    from gpuscope.measure.device import Device, pick_device
+    from gpuscope.measure.device.device import Device, pick_device
 
     host = keep.get("host") or {}
     h = host_history(s.store.all("host"), Device(pick_device(device)).device_name(), s.store.hostname,
@@ -43,7 +43,7 @@ def say_history(s, device: str | None, keep: dict) -> None:
 
 
 def _host_keys(device: str | None, keep: dict) -> dict:
-    from gpuscope.measure.calibrate import host_costs, train_host_costs
+    from gpuscope.measure.micro.calibrate import host_costs, train_host_costs
 
     costs = keep["host"] = host_costs(device)
     if costs.get("host_invalid"):
@@ -75,7 +75,7 @@ def _host_keys(device: str | None, keep: dict) -> dict:
         typer.echo("host: the passes disagree: this host's speed moves between minutes, and host-bound "
                    "estimates carry that spread; calibrate again when it is idle"
                    + (f" (hypervisor steal per pass: {said})" if steal else ""), err=True)
-        # what each pass met: its tiny-model launch cost beside its host probe (measure/host_probe.py)
+        # what each pass met: its tiny-model launch cost beside its host probe (measure/host/probe.py)
         met = [f"{p['launch_tiny_s'] * p['host_probe_s'] / (p.get('probe_unit_s') or p['host_probe_s']) * 1e6:.1f}"
                f" us / {p['host_probe_s'] * 1e3:.2f} ms" for p in passes
                if p.get("launch_tiny_s") and p.get("host_probe_s")]
@@ -102,8 +102,8 @@ def _host_keys(device: str | None, keep: dict) -> dict:
 def store_host_fits(s, device: str | None, keep: dict) -> None:
     """The host fits of a calibration (``host_keys``' ``keep``) as one measurement of kind ``host`` in the
     results store: every pass with its probes, so a calibration's host figures can be traced after the run."""
-    from gpuscope.measure.device import Device, pick_device
-    from gpuscope.measure.provenance import provenance
+    from gpuscope.measure.device.device import Device, pick_device
+    from gpuscope.measure.device.provenance import provenance
 
     if not keep:
         return
@@ -148,9 +148,9 @@ def register_calibrate(hw: typer.Typer) -> None:
                 holder["host"] = host_keys(device, s)
 
         guarded(s, go)
-        from gpuscope.measure.calibrate import calibration_toml
-        from gpuscope.measure.device import Device, pick_device
-        from gpuscope.measure.micro import ceilings
+        from gpuscope.measure.micro.calibrate import calibration_toml
+        from gpuscope.measure.device.device import Device, pick_device
+        from gpuscope.measure.micro.bench import ceilings
 
         dev = Device(pick_device(device))
         measured = ceilings(holder["results"])

@@ -4,8 +4,8 @@
     gpuscope doctor train --model M --micro-batch 4 --seq 2048 --precision amp-bf16 [--plan-only --gpu h100]
     gpuscope doctor [--json|--markdown] -- python train.py --lr 3e-4
 
-A workload runs in this process under torch.profiler (gpuscope.measure.profile_workload); a script runs
-in a child Python under it (measure/profile_script.py). Training that runs out of memory (or that the planner says
+A workload runs in this process under torch.profiler (gpuscope.measure.profile.workload); a script runs
+in a child Python under it (measure/profile/script.py). Training that runs out of memory (or that the planner says
 cannot fit, or with --plan-only) gets the article's OOM tiers computed by the planner for the same configuration.
 """
 
@@ -33,7 +33,7 @@ def _hardware(gpu: str | None, device_name: str | None):
         return load_hardware(gpu), None
     if not device_name:
         return None, "pass --gpu NAME for the planner's estimate"
-    from gpuscope.measure.calibrate import catalog_key_for
+    from gpuscope.measure.micro.calibrate import catalog_key_for
 
     key = catalog_key_for(device_name)
     if key is None:
@@ -188,7 +188,7 @@ def register(app: typer.Typer) -> None:
 
                 require_torch()
                 check_device(device)
-                from gpuscope.measure.profile_workload import profile_workload
+                from gpuscope.measure.profile.workload import profile_workload
 
                 try:
                     summary = profile_workload(case, device)
@@ -202,7 +202,7 @@ def register(app: typer.Typer) -> None:
 
             require_torch()
             check_device(device)
-            from gpuscope.measure.profile_script import profile_script
+            from gpuscope.measure.profile.script import profile_script
 
             try:
                 summary = profile_script(args, device, timeout, bare_run=bare_run)

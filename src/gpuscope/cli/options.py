@@ -170,7 +170,7 @@ def pick_device(device: str | None) -> str:
     first accelerator, else cpu)."""
     require_torch()
     device = check_device(device)
-    from gpuscope.measure.device import pick_device as _pick
+    from gpuscope.measure.device.device import pick_device as _pick
 
     try:
         return _pick(device)
@@ -179,8 +179,8 @@ def pick_device(device: str | None) -> str:
 
 
 def open_device(device: str | None):
-    """A ``measure.device.Device`` for --device (torch needed)."""
-    from gpuscope.measure.device import Device
+    """A ``measure.device.device.Device`` for --device (torch needed)."""
+    from gpuscope.measure.device.device import Device
 
     return Device(pick_device(device))
 
@@ -215,7 +215,7 @@ def resolve_config(model: str | None, config: str | None) -> tuple[dict, str]:
     from gpuscope.specs.models import load_model
 
     load_model(model)  # a missing file or unknown preset is a UserError here
-    from gpuscope.measure.hf_model import case_config
+    from gpuscope.measure.models.hf_model import case_config
 
     return case_config({"model": model}), model
 

@@ -16,7 +16,7 @@ import typer
 
 from gpuscope.errors import UserError
 
-DEFAULT_MODULE = "gpuscope.measure.collectives"
+DEFAULT_MODULE = "gpuscope.measure.collectives.worker"
 _TIME_RE = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$")  # Slurm: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S
 _WORD_RE = re.compile(r"^[A-Za-z0-9_.,+@%=-]+$")
 _MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")

@@ -45,7 +45,7 @@ def resolve_config(model: str | None, config: str | None) -> tuple[dict, str]:
     from gpuscope.specs.models import load_model
 
     load_model(model)  # a missing file or unknown preset is a UserError here
-    from gpuscope.measure.hf_model import case_config
+    from gpuscope.measure.models.hf_model import case_config
 
     return case_config({"model": model}), model
 
@@ -71,7 +71,7 @@ def _device(device: str | None):
 
     require_torch()
     device = check_device(device)
-    from gpuscope.measure.device import Device, pick_device
+    from gpuscope.measure.device.device import Device, pick_device
 
     try:
         return Device(pick_device(device))
@@ -136,7 +136,7 @@ def register(app: typer.Typer) -> None:
             raise UserError(f"--precision '{precision}' is not one of amp-bf16, amp-fp16, bf16, fp32.")
         cfg, name = resolve_config(model, config)
         dev = _device(device)
-        from gpuscope.measure.tune import tune_batch
+        from gpuscope.measure.tune.batch import tune_batch
 
         kw = dict(prompt=prompt, gen=gen, dtype=dtype) if kind == "infer" else dict(seq=seq, precision=precision)
         res = tune_batch(kind, cfg, dev, start=start, max_batch=max_batch, knee_gain=knee, fixed=fixed,
@@ -159,7 +159,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
     ) -> None:
         """Speed, memory and deviation from fp32 per precision, and a recommendation with its trade-off."""
-        from gpuscope.measure.tune_precision import PRECISION_MODES, precision_sweep
+        from gpuscope.measure.tune.precision import PRECISION_MODES, precision_sweep
         from gpuscope.report.doctor_view import precision_markdown, render_precision
 
         _kind(kind)

@@ -56,8 +56,8 @@ def layer_ops(m: ModelSpec, tokens: int, ctx: int, new: int, act_b: float, w_b: 
     """Ops of ``count`` identical decoder layers processing ``tokens`` = batch * new tokens whose queries see
     ``ctx`` keys in the end (ctx = past + new). ``static_len``: the length of a static KV cache (transformers'
     StaticCache, as the graph engines use), whose every slot attention reads under an explicit mask. ``gqa_fold``:
-    gpuscope's GQA-folding SDPA (measure/gqa_attention.py, `--attn gs-gqa`) instead of transformers' repeat_kv.
-    ``fuse_proj``: q|k|v and gate|up as one GEMM each (measure/fused_proj.py, `--fuse-proj`). ``moe_batched``:
+    gpuscope's GQA-folding SDPA (measure/models/gqa_attention.py, `--attn gs-gqa`) instead of transformers' repeat_kv.
+    ``fuse_proj``: q|k|v and gate|up as one GEMM each (measure/llm/fused_proj.py, `--fuse-proj`). ``moe_batched``:
     routed experts as transformers' batched_mm (generate's decode steps on a GPU, see _moe_ops)."""
     h = m.hidden_size
     ops = [_norm(m, tokens, stream_b, act_b, count)]

@@ -1,4 +1,4 @@
-"""The doctor's rules: pure functions from a profile summary (``gpuscope.measure.profile``, schema
+"""The doctor's rules: pure functions from a profile summary (``gpuscope.measure.profile.profiler``, schema
 ``gpuscope.profile/1``) to findings, each with the numbers that triggered it, a fix and its estimated effect.
 
 No torch here: every rule reads plain dict keys, so it is tested on synthetic summaries. A rule returns ``None``
@@ -30,7 +30,7 @@ Thresholds (``THRESHOLDS``; each rule documents why):
   (H200: 1.4 ms of a 6.5-7.1 ms Llama-3.1-8B step). The speed-up is the planner's, against the same step in a loop
   that never waits (gs-compile).
 - moe_imbalance: an MoE router sends the experts uneven rows (median over layers of max/mean rows per expert
-  >= 1.2 and above what a uniform router's sampling noise gives, measure/moe_routing.py): the grouped expert
+  >= 1.2 and above what a uniform router's sampling noise gives, measure/llm/moe_routing.py): the grouped expert
   GEMMs slow down (H200, Mixtral-8x7B prefill: 1.5x at a
   median of 1.25), and the planner, which assumes balanced routing, will be optimistic. No speed-up is claimed.
 """
@@ -375,7 +375,7 @@ def generate_waits(s: dict, t: dict = THRESHOLDS) -> Finding | None:
                         "host_share_of_step": serial / step},
         "Let generate read its stop flag one token late, so the next step is queued while the GPU runs: "
         "transformers (5.17+) has DeferredStopCheck for this but enables it on MPS only; bench --defer-stop, or "
-        "`with gpuscope.measure.defer_stop.deferred_stop(): model.generate(...)` in your own code, enables it on "
+        "`with gpuscope.measure.llm.defer_stop.deferred_stop(): model.generate(...)` in your own code, enables it on "
         "CUDA/XPU with transformers' other conditions kept (Llama-3.1-8B at p128 on an H200: 7.76 -> 5.76 ms/token, "
         "5.14 with --fuse-proj, the same tokens). Or decode in a loop that never waits (gpuscope's --engine "
         "gs-compile: 5.7 ms/token) or a serving engine (vLLM, SGLang) that schedules ahead.",
@@ -384,7 +384,7 @@ def generate_waits(s: dict, t: dict = THRESHOLDS) -> Finding | None:
 
 
 def gc_pauses(s: dict, t: dict = THRESHOLDS) -> Finding | None:
-    """Python's collector paused the host for a share of the bare run (measure/gc_pauses.GCPauses)."""
+    """Python's collector paused the host for a share of the bare run (measure/host/gc_pauses.GCPauses)."""
     pause, bare = _num(s, "gc", "gc_pause_s"), _num(s, "gc", "bare_s")
     if pause is None or not bare or pause / bare < t["gc_share"]:
         return None
@@ -403,7 +403,7 @@ def gc_pauses(s: dict, t: dict = THRESHOLDS) -> Finding | None:
 
 
 def host_steal(s: dict, t: dict = THRESHOLDS) -> Finding | None:
-    """The hypervisor gave a share of the CPUs to other guests during the run (measure/host_load.HostLoad)."""
+    """The hypervisor gave a share of the CPUs to other guests during the run (measure/host/load.HostLoad)."""
     steal = _num(s, "host_load", "steal_fraction")
     if steal is None or steal < t["steal_share"]:
         return None

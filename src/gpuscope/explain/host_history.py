@@ -17,7 +17,7 @@ MIN_HISTORY = 3  # fewer earlier calibrations than this say nothing about the us
 
 
 def host_history(rows: list[dict], device_name: str | None, hostname: str | None, probe_s: float | None) -> dict | None:
-    """This calibration's forward host probe (measure/host_probe.host_probe) beside the median of the earlier ok
+    """This calibration's forward host probe (measure/host/probe.host_probe) beside the median of the earlier ok
     calibrations of the same host and device in ``rows`` (the store's ``host`` rows); None without a probe or with
     fewer than MIN_HISTORY earlier ones."""
     earlier = [float(r["result"]["host"]["host_probe_s"]) for r in rows

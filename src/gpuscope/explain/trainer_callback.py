@@ -1,5 +1,5 @@
 """`gpuscope doctor` inside a Hugging Face Trainer: a TrainerCallback that profiles a window of training steps
-(torch.profiler + NVML, measure/profile.py) and, when the window closes, runs the doctor's rules on it.
+(torch.profiler + NVML, measure/profile/profiler.py) and, when the window closes, runs the doctor's rules on it.
 
     from gpuscope.explain.trainer_callback import DoctorCallback
     cb = DoctorCallback(start_step=10, steps=20, report="doctor.json")
@@ -37,7 +37,7 @@ class DoctorCallback(_Base):
     # --- TrainerCallback hooks (args, state, control, **kwargs) ---------------------------------------------
     def on_step_begin(self, args=None, state=None, control=None, **kwargs):
         if self._ctx is None and self.summary is None and self._seen == self.start_step:
-            from gpuscope.measure.profile import profile_run
+            from gpuscope.measure.profile.profiler import profile_run
 
             self._ctx = profile_run(self.device)
             self._session = self._ctx.__enter__()

@@ -67,7 +67,7 @@ def case_id(case: dict) -> str:
     return f"{case_name(case)}#{digest}"
 
 
-# Each timed phase of a smoke workload lasts at least this long (measure/device.repeats): the tiny models are
+# Each timed phase of a smoke workload lasts at least this long (measure/device/device.repeats): the tiny models are
 # host-bound, and a median of two or three calls sampled one moment of a host whose speed moves in episodes of
 # 0.5-2 s (the lent H200 VM: a TTFT of 7.4 ms where the same run's neighbours read 4.8, research/results/2026-11-30-h200-h).
 SMOKE_MIN_TIME_S = 2.0

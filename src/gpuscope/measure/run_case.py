@@ -22,11 +22,11 @@ SCHEMA = "gpuscope.measurement/1"
 def run_case(case: dict) -> dict:
     kind = case.get("kind")
     if kind == "infer":
-        from gpuscope.measure.llm_infer import run_infer
+        from gpuscope.measure.llm.infer import run_infer
 
         return run_infer(case)
     if kind == "train":
-        from gpuscope.measure.llm_train import run_train
+        from gpuscope.measure.llm.train import run_train
 
         return run_train(case)
     raise ValueError(f"kind: '{kind}' is not one of infer, train")
@@ -52,7 +52,7 @@ def error_result(exc: BaseException) -> dict:
 def measure(case: dict) -> dict:
     """Run a case and return the full line (case, result, provenance) as a dict."""
     from gpuscope.measure.cases import case_id
-    from gpuscope.measure.provenance import nvml_sample, provenance
+    from gpuscope.measure.device.provenance import nvml_sample, provenance
 
     t0 = time.perf_counter()
     nvml_before = nvml_sample()
@@ -62,7 +62,7 @@ def measure(case: dict) -> dict:
         result = error_result(e)
     dev = None
     try:
-        from gpuscope.measure.device import Device, pick_device
+        from gpuscope.measure.device.device import Device, pick_device
 
         dev = Device(pick_device(case.get("device")))
         prov = provenance(dev)

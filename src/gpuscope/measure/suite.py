@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from gpuscope.measure.cases import case_id, case_name
-from gpuscope.measure.launch import json_dict_lines
+from gpuscope.measure.distributed.launch import json_dict_lines
 
 SCHEMA = "gpuscope.measurement/1"
 _SRC = str(Path(__file__).resolve().parents[2])  # the directory that holds the gpuscope package
@@ -66,7 +66,7 @@ def _last_json(stdout: str) -> dict | None:
 
 
 def _light_provenance() -> dict:
-    from gpuscope.measure.provenance import provenance
+    from gpuscope.measure.device.provenance import provenance
 
     return provenance(None, with_torch=False)
 

@@ -19,7 +19,7 @@ _KNOWN_KEYS = {
     "memory_type", "memory_bw_gbs", "interconnect_name", "interconnect_gbs_bidir", "host_interface", "tdp_w",
     "tdp_range_w", "launch_price_usd", "not_supported", "halved_from_sparse", "unconfirmed", "source", "notes",
     "aliases", "matmul_efficiency", "memory_bw_efficiency", "matmul_efficiency_by_dtype", "efficiency_source",
-    "device_total_bytes", "measured", "peak_tflops",
+    "device_total_bytes", "measured", "peak_tflops", "sm_count",
 }
 _PEAK_KEY = re.compile(r"^[a-z0-9]+(_[a-z0-9]+)*_(tflops|tops)(_dense)?$")
 _MEASURED_NUMBERS = (
@@ -29,9 +29,9 @@ _MEASURED_NUMBERS = (
     # eager training host costs in units of host_launch_s (roofline.TrainHost)
     "host_train_fwd", "host_train_bwd", "host_train_recompute", "host_train_ckpt_layer", "host_train_fwd_fixed",
     "host_train_bwd_fixed", "host_train_other_kernels", "host_opt_fixed", "host_opt_tensor",
-    "host_probe_s", "host_probe_train_s",  # the host's speed when its costs were measured (measure/host_probe.py)
+    "host_probe_s", "host_probe_train_s",  # the host's speed when its costs were measured (measure/host/probe.py)
 )
-# values a calibration may write as 0 (measure/calibrate.py: intercepts floored at 0, the checkpoint split a noisy fit
+# values a calibration may write as 0 (measure/micro/calibrate.py: intercepts floored at 0, the checkpoint split a noisy fit
 # leaves out, no kernels netted from the per-call costs): a measured 0 is a value, not a missing one
 _MEASURED_MAY_BE_ZERO = {"host_forward_s", "host_step_s", "host_setup_s", "host_train_fwd_fixed",
                          "host_train_bwd_fixed", "host_opt_fixed", "host_train_ckpt_layer", "host_train_other_kernels"}

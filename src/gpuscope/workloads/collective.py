@@ -50,7 +50,7 @@ estimate = None
 
 def run(case: CollectiveCase) -> list[dict]:
     """This one point as its own torchrun job (a sweep of one size)."""
-    from gpuscope.measure.dist.launch import run_torchrun
+    from gpuscope.measure.distributed.launch import run_torchrun
 
     args = ["--ops", case.op, "--min-bytes", str(case.nbytes), "--max-bytes", str(case.nbytes), "--dtype",
             case.dtype, "--backend", case.backend]

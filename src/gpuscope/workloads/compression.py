@@ -1,5 +1,5 @@
 """The ``compression`` kind: DDP gradient-compression hooks as one torchrun job, a reference run then one run per
-hook with the same seed and data: step time, bytes sent per step, loss deviation (measure/dist/compression.py)."""
+hook with the same seed and data: step time, bytes sent per step, loss deviation (measure/distributed/compression.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from gpuscope.specs.axes import MEASURED_PRECISIONS, Precision, WorkloadKind
 from gpuscope.workloads.dist import DistCase
 from gpuscope.workloads.notes import not_ok
 
-WORKER = "gpuscope.measure.dist.compression"
+WORKER = "gpuscope.measure.distributed.compression"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,7 +60,7 @@ estimate = None  # the planner does not model gradient compression
 def run(case: CompressionCase) -> list[dict]:
     import json
 
-    from gpuscope.measure.dist.launch import run_torchrun
+    from gpuscope.measure.distributed.launch import run_torchrun
 
     return run_torchrun(WORKER, ["--case", json.dumps(case.to_dict())], case.nproc, nnodes=case.nnodes,
                         timeout_s=case.timeout_s)

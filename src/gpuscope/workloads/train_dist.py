@@ -1,5 +1,5 @@
 """The ``train-dist`` kind: data-parallel training (DDP or FSDP2) as one torchrun job, with the per-rank step,
-tokens/s, memory per phase and, with ``baseline``, the scaling efficiency against one GPU (measure/dist/train.py)."""
+tokens/s, memory per phase and, with ``baseline``, the scaling efficiency against one GPU (measure/distributed/train.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from gpuscope.workloads.dist import DistCase
 from gpuscope.workloads.notes import not_ok
 from gpuscope.workloads.train import PHASES
 
-WORKER = "gpuscope.measure.dist.train"
+WORKER = "gpuscope.measure.distributed.train"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,7 +77,7 @@ def run(case: TrainDistCase) -> list[dict]:
     """The job's records (rank 0's final one last); pipeline/dist.py turns a failed job into a result."""
     import json
 
-    from gpuscope.measure.dist.launch import run_torchrun
+    from gpuscope.measure.distributed.launch import run_torchrun
 
     return run_torchrun(WORKER, ["--case", json.dumps(case.to_dict())], case.nproc, nnodes=case.nnodes,
                         timeout_s=case.timeout_s)

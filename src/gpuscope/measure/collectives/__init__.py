@@ -1,0 +1,1 @@
+"""The collectives benchmark (nccl-tests conventions), run as a torchrun worker."""

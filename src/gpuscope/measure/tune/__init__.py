@@ -1,0 +1,1 @@
+"""Tuning on the user's model: batch-size search and the precision sweep."""

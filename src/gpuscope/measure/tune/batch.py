@@ -1,0 +1,276 @@
+"""Batch-size tuning on the user's model: the largest batch that fits, the throughput knee and the article's
+dynamic policy.
+
+Batch search (``search_batch``): doubling from ``start`` until a trial runs out of memory or ``max_batch`` is
+reached, then bisection between the last batch that ran and the first that did not. Out-of-memory is caught
+(``device.is_oom``) and recorded as a row; between trials every reference is dropped, ``gc.collect()`` and the
+allocator's cache emptied, and the peak counter reset, so one trial's memory does not leak into the next.
+- knee (the throughput-optimal batch): the first measured batch b where going to the next measured batch b'
+  gains less than ``knee_gain`` (default 10%) tokens/s per doubling, i.e. (tps(b')/tps(b))^(1/log2(b'/b)) - 1 <
+  knee_gain. Larger batches only add latency and memory from there on.
+- dynamic policy (the article's): start at ``start``; double while utilisation < ``util_threshold``, the next batch
+  stays under ``mem_fraction`` of the device memory, and under ``upper`` (the bound). Utilisation is NVML's GPU
+  utilisation during the trial where sampled, else (CPU, no NVML) tokens/s relative to the best measured, a proxy
+  that says "how far from saturation". Simulated on the measured rows; its choice is compared with the fixed and
+  the optimal batch.
+Trials: inference = ``generate`` of exactly ``gen`` tokens after a ``prompt`` (tokens/s = batch x gen / E2E, with
+prefill); training = forward + backward + AdamW step at micro-batch b (tokens/s = b x seq / median step).
+
+The precision sweep is in measure/tune/precision.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import math
+import statistics
+import time
+
+import torch
+
+from gpuscope.measure.device.device import Device, is_oom
+from gpuscope.measure.llm.train import optimizer_step
+
+SCHEMA_BATCH = "gpuscope.tune.batch/1"
+
+
+def _guard(batch: int, tokens: int) -> None:
+    """Called by every trial after its inputs are allocated. A no-op; tests replace it with one that raises
+    ``torch.OutOfMemoryError`` above a batch, to exercise the search on CPU."""
+
+
+def release(dev: Device) -> None:
+    gc.collect()
+    dev.empty_cache()
+    dev.reset_peak()
+
+
+# --- the search (pure given `trial`) -----------------------------------------------------------------------------
+def search_batch(trial, *, start: int = 1, max_batch: int = 1024, knee_gain: float = 0.10,
+                 cleanup=None) -> dict:
+    """``trial(b) -> {"tokens_per_s", "peak_bytes"?, "util"?}`` or raises an out-of-memory error."""
+    if start < 1 or max_batch < start:
+        raise ValueError("need 1 <= start <= max_batch")
+    rows: dict[int, dict] = {}
+
+    def run(b: int) -> bool:
+        t0 = time.perf_counter()
+        try:
+            r = dict(trial(b), status="ok")
+        except Exception as e:
+            if not is_oom(e):
+                raise
+            r = {"status": "oom", "error": f"{type(e).__name__}: {' '.join(str(e).split())[:160]}"}
+        finally:
+            if cleanup:
+                cleanup()
+        r.update(batch=b, trial_s=time.perf_counter() - t0)
+        rows[b] = r
+        return r["status"] == "ok"
+
+    last_ok, first_bad, b = None, None, start
+    while True:
+        if run(b):
+            last_ok = b
+            if b >= max_batch:
+                break
+            b = min(2 * b, max_batch)
+        else:
+            first_bad = b
+            break
+    if last_ok is not None and first_bad is not None:
+        lo, hi = last_ok, first_bad
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if run(mid):
+                lo = mid
+            else:
+                hi = mid
+        last_ok = lo
+    ok = sorted(k for k, r in rows.items() if r["status"] == "ok")
+    return {"rows": [rows[k] for k in sorted(rows)], "max_batch": last_ok, "first_oom": first_bad and min(
+        k for k, r in rows.items() if r["status"] == "oom"), "limit_reached": first_bad is None,
+        "knee_batch": knee(rows, knee_gain), "knee_gain": knee_gain,
+        "best_batch": max(ok, key=lambda k: rows[k]["tokens_per_s"]) if ok else None}
+
+
+def knee(rows: dict[int, dict], gain: float = 0.10) -> int | None:
+    ok = sorted(k for k, r in rows.items() if r.get("status") == "ok" and r.get("tokens_per_s"))
+    if not ok:
+        return None
+    for a, b in zip(ok, ok[1:]):
+        per_doubling = (rows[b]["tokens_per_s"] / rows[a]["tokens_per_s"]) ** (1 / math.log2(b / a)) - 1
+        if per_doubling < gain:
+            return a
+    return ok[-1]
+
+
+def dynamic_policy(rows: list[dict], *, start: int = 1, util_threshold: float = 0.9, mem_fraction: float = 0.9,
+                   total_bytes: float | None = None, upper: int = 512, growth: int = 2) -> dict:
+    """The article's policy, replayed on measured rows: grow while utilisation < threshold and memory has headroom,
+    up to ``upper``."""
+    by = {r["batch"]: r for r in rows}
+    best = max((r["tokens_per_s"] for r in rows if r.get("status") == "ok"), default=None)
+    b, trace, reason = start, [], None
+    if b not in by or by[b].get("status") != "ok":
+        return {"batch": None, "trace": [], "stop_reason": f"batch {start} did not run"}
+    while True:
+        r = by[b]
+        util = r.get("util")
+        src = "nvml"
+        if util is None:
+            util, src = (r["tokens_per_s"] / best if best else 1.0), "tokens_per_s/best"
+        trace.append({"batch": b, "util": util, "util_source": src, "tokens_per_s": r["tokens_per_s"]})
+        nb = b * growth
+        if util >= util_threshold:
+            reason = f"utilisation {util:.0%} >= {util_threshold:.0%}"
+            break
+        if nb > upper:
+            reason = f"upper bound {upper}"
+            break
+        nxt = by.get(nb)
+        if nxt is None:
+            reason = f"batch {nb} not measured (beyond the search)"
+            break
+        if nxt.get("status") != "ok":
+            reason = f"batch {nb} runs out of memory"
+            break
+        if total_bytes and nxt.get("peak_bytes") and nxt["peak_bytes"] > mem_fraction * total_bytes:
+            reason = f"batch {nb} would use more than {mem_fraction:.0%} of device memory"
+            break
+        b = nb
+    r = by[b]
+    return {"batch": b, "tokens_per_s": r["tokens_per_s"], "peak_bytes": r.get("peak_bytes"), "trace": trace,
+            "stop_reason": reason, "util_threshold": util_threshold, "upper": upper}
+
+
+def compare_policies(res: dict, fixed_row: dict | None, dyn: dict) -> list[dict]:
+    by = {r["batch"]: r for r in res["rows"]}
+    out = []
+    opt = by.get(res.get("knee_batch")) or {}
+    ref = opt.get("tokens_per_s")
+    for name, b, r in (("fixed", fixed_row and fixed_row["batch"], fixed_row),
+                       ("optimal (knee)", res.get("knee_batch"), opt),
+                       ("largest that fits", res.get("max_batch"), by.get(res.get("max_batch"))),
+                       ("dynamic policy", dyn.get("batch"), by.get(dyn.get("batch")))):
+        if not r or r.get("status") != "ok":
+            continue
+        out.append({"policy": name, "batch": b, "tokens_per_s": r["tokens_per_s"], "peak_bytes": r.get("peak_bytes"),
+                    "vs_optimal": r["tokens_per_s"] / ref if ref else None})
+    return out
+
+
+# --- trials on a real model ---------------------------------------------------------------------------------------
+def _nvml_util(dev: Device):
+    from gpuscope.measure.device.nvml import device_sampler
+
+    smp = device_sampler(dev)  # this device's GPU (by UUID), not NVML's first one
+    return smp if smp is not None else contextlib.nullcontext(None)
+
+
+def _util_of(sampler) -> float | None:
+    if sampler is None:
+        return None
+    s = sampler.result(with_samples=False).get("summary") or {}
+    u = s.get("gpu_util_pct_median")
+    return u / 100.0 if u is not None else None
+
+
+class InferTrial:
+    def __init__(self, cfg: dict, dev: Device, dtype: str = "bf16", prompt: int = 128, gen: int = 16,
+                 repeats: int = 2, attn: str = "sdpa", fuse_proj: bool = False):
+        from gpuscope.measure.models.hf_model import DTYPES, build_model, silence_generation, vocab_size
+
+        torch.manual_seed(0)
+        self.dev, self.prompt, self.gen, self.repeats = dev, prompt, gen, repeats
+        self.model, config = build_model(cfg, dev, DTYPES[dtype], attn, use_cache=True)
+        self.model.eval()
+        silence_generation(self.model)
+        self.fused = None
+        if fuse_proj:
+            from gpuscope.measure.llm.fused_proj import fuse_projections
+
+            self.fused = fuse_projections(self.model)
+        self.vocab = vocab_size(config)
+
+    @torch.no_grad()
+    def __call__(self, b: int) -> dict:
+        from gpuscope.measure.llm.infer import _generate
+
+        ids = torch.randint(0, self.vocab, (b, self.prompt), device=self.dev.torch_device)
+        mask = torch.ones_like(ids)
+        _guard(b, b * (self.prompt + self.gen))
+        _generate(self.model, ids, mask, self.gen)  # warm-up at full length
+        self.dev.reset_peak()
+        times = []
+        with _nvml_util(self.dev) as smp:
+            for _ in range(self.repeats):
+                with self.dev.timer() as t:
+                    out = _generate(self.model, ids, mask, self.gen)
+                times.append(t.s)
+                del out
+        e2e = statistics.median(times)
+        return {"tokens_per_s": b * self.gen / e2e, "e2e_s": e2e, "peak_bytes": self.dev.peak_allocated(),
+                "util": _util_of(smp)}
+
+
+class TrainTrial:
+    def __init__(self, cfg: dict, dev: Device, precision: str = "amp-bf16", seq: int = 128, steps: int = 2):
+        from gpuscope.measure.models.hf_model import build_model, vocab_size
+        from gpuscope.measure.llm.train import PRECISIONS
+
+        torch.manual_seed(0)
+        self.dev, self.seq, self.steps = dev, seq, steps
+        pdt, self.ac = PRECISIONS[precision]
+        self.model, config = build_model(cfg, dev, pdt, use_cache=False)
+        self.model.train()
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-4, fused=dev.type == "cuda")
+        self.scaler = torch.amp.GradScaler(dev.type, init_scale=8192) if self.ac is torch.float16 else None
+        self.vocab = vocab_size(config)
+
+    def _step(self, ids) -> None:
+        ctx = torch.autocast(self.dev.type, dtype=self.ac) if self.ac else contextlib.nullcontext()
+        with ctx:
+            loss = self.model(input_ids=ids, labels=ids, use_cache=False).loss
+        (self.scaler.scale(loss) if self.scaler else loss).backward()
+        optimizer_step(self.opt, self.scaler)
+
+    def __call__(self, b: int) -> dict:
+        ids = torch.randint(0, self.vocab, (b, self.seq), device=self.dev.torch_device)
+        try:
+            _guard(b, b * self.seq)
+            self._step(ids)  # warm-up
+            self.dev.reset_peak()
+            with _nvml_util(self.dev) as smp:
+                st = self.dev.step_timer()
+                st.start()
+                for _ in range(self.steps):
+                    self._step(ids)
+                    st.mark()
+                times = st.times_s()
+        finally:
+            self.opt.zero_grad(set_to_none=True)  # an OOM mid-step leaves gradients behind
+        step = statistics.median(times)
+        return {"tokens_per_s": b * self.seq / step, "step_s": step, "peak_bytes": self.dev.peak_allocated(),
+                "util": _util_of(smp)}
+
+
+def tune_batch(kind: str, cfg: dict, dev: Device, *, start: int = 1, max_batch: int = 256, knee_gain: float = 0.10,
+               fixed: int = 1, util_threshold: float = 0.9, mem_fraction: float = 0.9, upper: int | None = None,
+               **trial_kw) -> dict:
+    trial = InferTrial(cfg, dev, **trial_kw) if kind == "infer" else TrainTrial(cfg, dev, **trial_kw)
+    res = search_batch(trial, start=start, max_batch=max_batch, knee_gain=knee_gain, cleanup=lambda: release(dev))
+    by = {r["batch"]: r for r in res["rows"]}
+    if fixed not in by:  # measure the user's batch too
+        extra = search_batch(trial, start=fixed, max_batch=fixed, cleanup=lambda: release(dev))["rows"][0]
+        by[fixed] = extra
+    total = dev.total_memory()
+    dyn = dynamic_policy(res["rows"], start=start, util_threshold=util_threshold, mem_fraction=mem_fraction,
+                         total_bytes=total, upper=upper or max_batch)
+    res.update(schema=SCHEMA_BATCH, kind=kind, device=dev.name, device_name=dev.device_name(),
+               device_total_bytes=total, fixed_batch=fixed, dynamic=dyn, trial=trial_kw,
+               comparison=compare_policies(res, by[fixed], dyn))
+    del trial
+    release(dev)
+    return res
