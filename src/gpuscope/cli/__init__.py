@@ -124,12 +124,21 @@ def _run(args: list[str]) -> int:
     except Exception as exc:  # click usage errors come through here in non-standalone mode
         usage, abort = _click_errors()
         if isinstance(exc, usage):
+            _same_wording(exc)
             exc.show()
             return 2
         if isinstance(exc, abort):
             return 1
         raise
     return code if isinstance(code, int) and not isinstance(code, bool) else 0
+
+
+def _same_wording(exc) -> None:
+    """click >= 8.4 words an unknown option "No such option '--x'."; gpuscope keeps the wording scripts match
+    ("No such option: --x") whichever click is installed."""
+    name = getattr(exc, "option_name", None)
+    if type(exc).__name__ == "NoSuchOption" and name:
+        exc.message = f"No such option: {name}"  # click adds the nearest options itself
 
 
 def _click_errors() -> tuple[tuple[type, ...], tuple[type, ...]]:
