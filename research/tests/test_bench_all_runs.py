@@ -12,7 +12,6 @@ import json
 import pytest
 
 from gpuscope.explain.compare import compare_record, read_records
-from gpuscope.explain.compare import read_records
 from gpuscope.specs.hardware import load_hardware
 
 from results_data import nov29_d, nov30, nov30_f, nov30_g, nov30_h, nov30_i, nov30_j
@@ -112,8 +111,8 @@ def test_nine_runs_memory_within_5_percent():
 def test_decode_is_within_15_percent_in_every_run_prefill_and_training_not():
     """Decode per token: 18 of 18 within 15%. Prefill: 11 of 18. Training step: 6 of 18 as the runs planned
     them, low in 15, the GPT-2 fp32 full-recompute step in 8 of 9 runs (-14% to -40%). Re-planned with the
-    per-layer checkpoint (the checkpoint per layer, the per-call costs whole: roofline.TrainHost): 9 of 18, low in 14; GPT-2 -35% to
-    +10%, below -13% in 4 of 9. These calibrations predate the split, so only the per-call change moves them."""
+    current training host model (the checkpoint per layer, the per-call costs whole: roofline.TrainHost): 9 of 18,
+    low in 14; GPT-2 -35% to +10%, below -13% in 4 of 9. These calibrations predate the split, so only the per-call change moves them."""
     decode, prefill, step = nov30_h._errors("decode_s_per_token"), nov30_h._errors("prefill_s"), nov30_h._errors("step_s")
     assert len(decode) == len(prefill) == len(step) == 18
     assert sum(abs(e) <= 0.15 for e in decode) == 18
