@@ -189,6 +189,63 @@ def test_ambiguous_name_is_an_error():
         load_hardware("sxm")
 
 
+# Device names as torch reports them (torch.cuda.get_device_name, torch.xpu.get_device_name, ROCm), and host CPUs.
+DEVICE_NAMES = [
+    ("NVIDIA H100 80GB HBM3", "nvidia_h100_sxm"),
+    ("NVIDIA H100 PCIe", "nvidia_h100_pcie"),
+    ("NVIDIA H100 NVL", "nvidia_h100_nvl"),
+    ("NVIDIA H200", "nvidia_h200_sxm"),
+    ("NVIDIA H200 NVL", "nvidia_h200_nvl"),
+    ("NVIDIA A100-SXM4-80GB", "nvidia_a100_80gb_sxm"),
+    ("NVIDIA A100-PCIE-40GB", "nvidia_a100_40gb_pcie"),
+    ("Tesla V100-SXM2-32GB", "nvidia_v100_sxm2_32gb"),
+    ("Tesla V100-PCIE-16GB", "nvidia_v100_pcie_16gb"),
+    ("Tesla T4", "nvidia_t4"),
+    ("NVIDIA GeForce RTX 4090", "nvidia_rtx_4090"),
+    ("NVIDIA RTX 6000 Ada Generation", "nvidia_rtx_6000_ada"),
+    ("Intel(R) Arc(TM) A770 Graphics", "intel_arc_a770_16gb"),
+    ("Intel Arc A770", "intel_arc_a770_16gb"),
+    ("AMD Instinct MI300X", "amd_mi300x"),
+    ("AMD Instinct MI250X/MI250", "amd_mi250x"),
+    # a size or form factor the catalog entry contradicts, or a part it lacks: no entry rather than a wrong one
+    ("NVIDIA A100-SXM4-40GB", None),
+    ("NVIDIA A100 80GB PCIe", None),
+    ("Tesla V100-SXM2-16GB", None),
+    ("NVIDIA GH200 480GB", None),
+    ("NVIDIA A10G", None),
+    ("cpu", None),
+    ("x86_64", None),
+    ("AMD EPYC 7763 64-Core Processor", None),
+    ("Intel(R) Xeon(R) Platinum 8480+", None),
+    ("Apple M2", None),
+    ("", None),
+    (None, None),
+]
+
+
+@pytest.mark.parametrize("device_name,key", DEVICE_NAMES)
+def test_device_names_map_to_one_catalog_entry(device_name, key):
+    from gpuscope.specs.hardware import catalog_key_for_device, hardware_for_device
+
+    assert catalog_key_for_device(device_name) == key
+    if key is None:
+        with pytest.raises(UserError, match="not in the hardware catalog"):
+            hardware_for_device(device_name)
+    else:
+        assert hardware_for_device(device_name).key == key
+
+
+def test_sm_count_is_catalog_data(tmp_path):
+    from gpuscope.estimate.roofline import sm_count
+
+    assert load_hardware("h100").sm_count == 132 and load_hardware("h100-pcie").sm_count == 114
+    assert load_hardware("v100-16gb").sm_count == 80  # inherited from its base entry
+    assert sm_count(load_hardware("mi300x")) == 304 and sm_count(load_hardware("gaudi2")) is None
+    f = tmp_path / "mine.toml"
+    f.write_text('base = "h200"\n')
+    assert sm_count(load_hardware(str(f))) == 132  # a TOML on a catalog base keeps its multiprocessors
+
+
 def test_returned_specs_do_not_share_state():
     a = load_hardware("h100")
     a.peak_tflops["bf16"] = 1.0

@@ -13,7 +13,8 @@ import statistics
 import pytest
 
 from gpuscope.estimate.roofline import ENGINES
-from gpuscope.explain.compare import compare_record, hardware_for
+from gpuscope.explain.compare import compare_record
+from gpuscope.specs.hardware import hardware_for_device as hardware_for
 
 from results_data import nov30, nov30_f
 from validation_rows import row_params

@@ -10,7 +10,8 @@ import json
 
 import pytest
 
-from gpuscope.explain.compare import compare_record, hardware_for
+from gpuscope.explain.compare import compare_record
+from gpuscope.specs.hardware import hardware_for_device as hardware_for
 
 from results_data import nov29_c, nov29_d
 

@@ -38,7 +38,8 @@ def row_params(records, kinds=("infer", "train")) -> list:
     """One pytest param per planner-vs-measured row of ``records`` (each planned for the device that ran it)."""
     import pytest
 
-    from gpuscope.explain.compare import compare_record, hardware_for
+    from gpuscope.explain.compare import compare_record
+    from gpuscope.specs.hardware import hardware_for_device as hardware_for
 
     return [pytest.param(row, id=f"{row.case}:{row.metric}") for rec in records if rec["case"]["kind"] in kinds
             for row in compare_record(rec, hardware_for(rec["result"]["device_name"]))]
@@ -76,7 +77,7 @@ class ResultSet:
         return out
 
     def hardware_for(self, rec: dict):
-        from gpuscope.explain.compare import hardware_for
+        from gpuscope.specs.hardware import hardware_for_device as hardware_for
 
         if self.hardware == "catalog":
             return hardware_for(rec["result"]["device_name"])

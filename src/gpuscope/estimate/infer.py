@@ -151,7 +151,7 @@ def estimate_infer(m: ModelSpec, hw, *, batch: int, prompt: int, gen: int, dtype
     kv_b = nbytes(kv_dtype)
     tflops = hw.achievable_tflops(cdt) * tp
     bw = hw.achievable_bw_gbs() * tp
-    sms = sm_count(hw.key)
+    sms = sm_count(hw)
     sms = sms * tp if sms else None
     static_len = prompt + gen if graph else None  # the graph engines run on a StaticCache of prompt + gen slots
     pre_ops = opsmod.forward_ops(m, batch, prompt, 0, act_b, w_b, act_b, head_tokens=batch,

@@ -203,7 +203,7 @@ class Planner:
         self.tflops = hw.achievable_tflops("bf16")
         self.bw = hw.achievable_bw_gbs() * 1e9
         self.peak = hw.peak("bf16") * 1e12
-        self.sms = sm_count(hw.key)
+        self.sms = sm_count(hw)
         self.matmul_active = count_params(m).matmul_active
         self._layer: dict = {}
         self._coll: dict = {}

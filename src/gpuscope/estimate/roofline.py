@@ -37,12 +37,6 @@ from dataclasses import dataclass
 from gpuscope.estimate.ops import Op
 from gpuscope.specs.axes import Engine, PlannerEngine
 
-# Streaming multiprocessors (or compute units) per device, for wave quantization; vendor architecture documents.
-SM_COUNT = {
-    "h100": 132, "h200": 132, "h800": 132, "h20": 78, "b200": 148, "a100": 108, "a800": 108, "v100": 80,
-    "l40s": 142, "l4": 58, "t4": 40, "rtx_3090": 82, "rtx_4090": 128, "rtx_5090": 170, "rtx_6000": 142,
-    "mi300x": 304, "mi325x": 304, "mi250x": 220, "a770": 32,
-}
 TILE = 128
 ELEMENTWISE_BW_FRACTION = 0.63
 ATTENTION_EFFICIENCY = {64: 0.42, 128: 0.62}  # fraction of the GEMM rate, by head_dim (<=64, >=128 interpolated)
@@ -281,12 +275,10 @@ def engine_for(name: str, hw) -> EngineModel:
     return replace(eng, **over) if over else eng
 
 
-def sm_count(hw_key: str) -> int | None:
-    k = hw_key.lower()
-    for name, n in SM_COUNT.items():
-        if name in k:
-            return n
-    return None
+def sm_count(hw) -> int | None:
+    """Multiprocessors (compute units) of the device, for wave quantization: the catalog's ``sm_count``
+    (specs/data/hardware.toml; a TOML on a ``base`` inherits it); None where it gives none (no wave model)."""
+    return getattr(hw, "sm_count", None)
 
 
 def wave_efficiency(shape: tuple[int, int, int] | None, sms: int | None) -> float:

@@ -184,7 +184,7 @@ def estimate_train(m: ModelSpec, hw, *, micro_batch: int, seq: int, precision: s
     tflops = hw.achievable_tflops(cdt)
     bw = hw.achievable_bw_gbs()
     train_engine = engine_for("eager", hw)
-    sms = sm_count(hw.key)
+    sms = sm_count(hw)
     fwd_ops = train_forward_ops(m, micro_batch, seq, act_b, stream_b)
     _, f_gpu, _, f_times = forward_time(fwd_ops, tflops, bw, train_engine, sms, False, m.head_dim)
     bwd_ops = [opsmod.Op(o.name + "_bwd", o.kind, o.flops * (2.5 if o.kind == "attention" else 2.0),

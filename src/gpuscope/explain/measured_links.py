@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gpuscope.explain.measured_source import catalog_key, open_readonly
+from gpuscope.explain.measured_source import open_readonly
+from gpuscope.specs.hardware import catalog_key_for_device
 
 MIN_BYTES = 256 * 2**20
 
@@ -23,7 +24,6 @@ def measured_links(db: str, hw_key: str) -> dict:
     store = open_readonly(db)
     if store is None:
         return {}
-    cache: dict = {}
     best: dict[str, tuple[int, float, int]] = {}  # kind -> (nbytes, value, row id), newest first wins ties
     try:
         rows = store.list(kind="collective")
@@ -35,7 +35,7 @@ def measured_links(db: str, hw_key: str) -> dict:
                 or r.get("backend") not in ("nccl", "rccl") or (r.get("nbytes") or 0) < MIN_BYTES
                 or not r.get("busbw_gbs")):
             continue
-        if catalog_key(row.get("device_name"), cache) != hw_key:
+        if catalog_key_for_device(row.get("device_name")) != hw_key:
             continue
         nnodes = int(r.get("nnodes") or 1)
         per_node = int(r.get("nproc_per_node") or r.get("world_size") or 1)

@@ -6,8 +6,8 @@ id, run, device name, time, and which result field each metric came from).
 
 Selection:
 - rows of the workload's kind with status ``ok``; the newest (highest id) matching row per hardware key wins;
-- the row's ``device_name`` is mapped to a catalog key (``explain.compare.hardware_for``, else the bench's own
-  ``measure.calibrate.catalog_key_for``); rows of unknown devices (CPU, unlisted GPUs) are skipped;
+- the row's ``device_name`` is mapped to a catalog key (``specs.hardware.catalog_key_for_device``, as bench and
+  ``results compare`` map it); rows of unknown devices (CPU, unlisted GPUs) are skipped;
 - the model matches when its architecture is the same (the ModelSpec of the row's inline config or preset, without
   name/source/notes, equals the compared one's);
 - inference: batch, prompt, gen, engine (compare ``graph`` = bench ``gs-compile``, ``hf-graph`` = ``hf-graph``,
@@ -39,6 +39,7 @@ from pathlib import Path
 
 from gpuscope.errors import UserError
 from gpuscope.estimate.roofline import planner_engine
+from gpuscope.specs.hardware import catalog_key_for_device
 
 GIB = 2**30
 
@@ -115,22 +116,6 @@ def _row_model(case: dict, cache: dict):
         except Exception:  # a preset or file that is gone, or an odd config: not comparable
             cache[ck] = None
     return cache[ck]
-
-
-def catalog_key(device_name: str | None, cache: dict | None = None) -> str | None:
-    """Catalog key of a device name as torch reports it, or None."""
-    from gpuscope.explain.compare import hardware_for
-    from gpuscope.measure.calibrate import catalog_key_for
-
-    if not device_name:
-        return None
-    cache = {} if cache is None else cache
-    if device_name not in cache:
-        try:
-            cache[device_name] = hardware_for(device_name).key
-        except Exception:
-            cache[device_name] = catalog_key_for(device_name)
-    return cache[device_name]
 
 
 def _pos(v) -> float | None:
@@ -234,12 +219,11 @@ def from_store(path: str | Path, model, workload) -> MeasuredSet:
     finally:
         st.close()
     want = _arch(model)
-    dev_cache: dict = {}
     model_cache: dict = {}
     plan_cache: dict = {}
     for r in rows:
         res, case = r.get("result") or {}, r.get("config") or {}
-        key = catalog_key(r.get("device_name") or res.get("device_name"), dev_cache)
+        key = catalog_key_for_device(r.get("device_name") or res.get("device_name"))
         if key is None or key in out.values:
             continue
         if _row_model(case, model_cache) != want:

@@ -25,6 +25,7 @@ Either may carry::
 from __future__ import annotations
 
 import copy
+import re
 import sys
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
@@ -82,6 +83,7 @@ class HardwareSpec:
     origin: str
     matmul_efficiency_by_dtype: dict[str, float] = field(default_factory=dict, hash=False)
     halved_from_sparse: tuple[str, ...] = ()
+    sm_count: int | None = None  # multiprocessors / compute units, for GEMM wave quantization (estimate/roofline)
 
     # --- compute ---------------------------------------------------------------------------------
     def supports(self, dtype: str) -> bool:
@@ -159,6 +161,7 @@ class HardwareSpec:
             "unconfirmed": list(self.unconfirmed),
             "not_supported": list(self.not_supported),
             "halved_from_sparse": list(self.halved_from_sparse),
+            "sm_count": self.sm_count,
             "origin": self.origin,
         }
 
@@ -244,6 +247,50 @@ def _lookup(name: str) -> HardwareSpec:
         f"unknown GPU '{name}' (not a catalog name, alias or TOML file; `gpuscope hardware` lists them)."
         + nearest(name, catalog_names())
     )
+
+
+# Words of a runtime device name that name no model: vendors, product lines, marketing.
+_DEVICE_NOISE = {"nvidia", "amd", "intel", "geforce", "tesla", "instinct", "corporation", "graphics", "generation"}
+
+
+@lru_cache(maxsize=256)
+def catalog_key_for_device(device_name: str | None) -> str | None:
+    """The catalog key of a device name as the runtime reports it (``torch.cuda.get_device_name``, ``torch.xpu``:
+    'NVIDIA H100 80GB HBM3', 'NVIDIA A100-SXM4-80GB', 'Tesla V100-SXM2-32GB', 'Intel(R) Arc(TM) A770 Graphics',
+    'AMD Instinct MI250X/MI250'), or None: a CPU, or a GPU the catalog does not hold. The longest run of the name's
+    leading words (vendor and product-line words dropped) that is a catalog key or alias picks the entry; a memory
+    size ('40GB') or form factor (PCIe, SXM, NVL) that the name states and the entry contradicts rejects it, so an
+    A100-SXM4-40GB is not planned as the 80 GB part nor a GH200 as an H200."""
+    text = re.sub(r"\((r|tm)\)", " ", (device_name or "").lower())
+    words = [w for w in re.split(r"[\s_\-/,]+", text) if w and w not in _DEVICE_NOISE]
+    for n in range(len(words), 0, -1):
+        key = _index().get(_norm(" ".join(words[:n])))
+        if key:
+            return key if _device_words_fit(key, words) else None
+    return None
+
+
+def _device_words_fit(key: str, words: list[str]) -> bool:
+    """Whether the memory sizes and form factors a device name states agree with catalog entry ``key``."""
+    entry = _resolve_base(key, _catalog_raw()[key], _catalog_raw(), "catalog")
+    sizes = {float(g) for g in entry.get("memory_gb_options", ())} | {float(entry["memory_gb"])}
+    form = str(entry.get("form_factor", "")).lower()
+    for w in words:
+        gb = re.fullmatch(r"(\d+)gb", w)
+        if (gb and float(gb.group(1)) not in sizes) or (w == "pcie" and "pcie" not in form) \
+                or (w.startswith("sxm") and "sxm" not in form) or (w == "nvl" and "nvl" not in key):
+            return False
+    return True
+
+
+def hardware_for_device(device_name: str | None) -> HardwareSpec:
+    """The catalog entry of a device name as the runtime reports it (catalog_key_for_device); one sentence where the
+    catalog has none."""
+    key = catalog_key_for_device(device_name)
+    if key is None:
+        raise UserError(f"device '{device_name}' is not in the hardware catalog; pass --gpu NAME or a calibrated TOML "
+                        "(gpuscope hardware calibrate --out my.toml).")
+    return load_hardware(key)
 
 
 def load_hardware(arg: str | Path) -> HardwareSpec:
@@ -345,6 +392,7 @@ def _build(key: str, entry: dict, origin: str) -> HardwareSpec:
     by_dtype = {normalize_dtype(d): _efficiency(by_dtype, d, where, 0) for d in by_dtype}
     tdp = _num(entry, "tdp_w", where)
     price = _num(entry, "launch_price_usd", where)
+    sms = _num(entry, "sm_count", where)
     return HardwareSpec(
         key=key,
         name=_str(entry, "name", where),
@@ -370,4 +418,5 @@ def _build(key: str, entry: dict, origin: str) -> HardwareSpec:
         origin=origin,
         matmul_efficiency_by_dtype=by_dtype,
         halved_from_sparse=_strs(entry, "halved_from_sparse", where),
+        sm_count=int(sms) if sms is not None else None,
     )

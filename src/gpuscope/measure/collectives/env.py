@@ -71,7 +71,7 @@ class EnvironmentMixin:
             if self.a.gpu:
                 hw = load_hardware(self.a.gpu)
             else:
-                from gpuscope.measure.micro.calibrate import catalog_key_for
+                from gpuscope.specs.hardware import catalog_key_for_device as catalog_key_for
 
                 key = catalog_key_for(device_name)
                 if key is None:
