@@ -91,7 +91,8 @@ def test_calibrate_writes_a_toml_the_planner_uses(calibrated):
 
 
 def test_calibration_toml_for_a_catalog_device(tmp_path):
-    from gpuscope.measure.micro.calibrate import calibration_toml, catalog_key_for
+    from gpuscope.measure.micro.calibrate import calibration_toml
+    from gpuscope.specs.hardware import catalog_key_for_device as catalog_key_for
 
     assert catalog_key_for("NVIDIA H200") == "nvidia_h200_sxm"
     assert catalog_key_for("NVIDIA H100 80GB HBM3") == "nvidia_h100_sxm"

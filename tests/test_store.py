@@ -143,7 +143,8 @@ def test_results_compare_puts_the_planner_beside_stored_h200_runs(tmp_path):
     import sys
     from pathlib import Path
 
-    from gpuscope.explain.compare import compare_record, hardware_for, read_records
+    from gpuscope.explain.compare import compare_record, read_records
+    from gpuscope.specs.hardware import hardware_for_device as hardware_for
     from gpuscope.store.db import Store
 
     recs = read_records(Path(__file__).resolve().parents[1] / "research" / "results" / "2026-11-29-h200" / "measurements.jsonl")

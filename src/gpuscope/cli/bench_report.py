@@ -84,7 +84,7 @@ def hardware_for_estimate(gpu: str | None, device_name: str | None):
     """(hardware, None) to plan a measurement on: ``gpu`` (a catalog name or TOML) if given, else the catalog entry
     of the device that ran it; (None, why) for a device the catalog does not know. Used by estimate_beside and by
     bench all's fit of its GPU set (cli/bench_run.fit_to_device)."""
-    from gpuscope.measure.micro.calibrate import catalog_key_for
+    from gpuscope.specs.hardware import catalog_key_for_device as catalog_key_for
     from gpuscope.specs.hardware import load_hardware
 
     if gpu:

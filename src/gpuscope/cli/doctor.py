@@ -33,7 +33,7 @@ def _hardware(gpu: str | None, device_name: str | None):
         return load_hardware(gpu), None
     if not device_name:
         return None, "pass --gpu NAME for the planner's estimate"
-    from gpuscope.measure.micro.calibrate import catalog_key_for
+    from gpuscope.specs.hardware import catalog_key_for_device as catalog_key_for
 
     key = catalog_key_for(device_name)
     if key is None:

@@ -97,7 +97,8 @@ def register(app: typer.Typer) -> None:
         """The planner beside every stored inference and training measurement: peak memory and time, with the
         error of each (closing the loop between `gpuscope plan` and `gpuscope bench`)."""
         from gpuscope.errors import UserError
-        from gpuscope.explain.compare import compare_record, hardware_for
+        from gpuscope.explain.compare import compare_record
+        from gpuscope.specs.hardware import hardware_for_device as hardware_for
 
         with _store(db) as st:
             rows = [r for r in st.list() if r["kind"] in ("infer", "train") and r.get("status") == "ok"]

@@ -17,7 +17,7 @@ from gpuscope.estimate.infer import estimate_infer
 from gpuscope.estimate.roofline import planner_engine
 from gpuscope.estimate.train import estimate_train
 from gpuscope.specs.axes import Engine
-from gpuscope.specs.hardware import HardwareSpec, load_hardware
+from gpuscope.specs.hardware import HardwareSpec, hardware_for_device, load_hardware
 from gpuscope.specs.hf_config import spec_from_config
 from gpuscope.specs.models import load_model
 
@@ -47,12 +47,6 @@ def read_records(path: str | Path) -> list[dict]:
             except json.JSONDecodeError:
                 raise UserError(f"results file '{p}' line {n} is not JSON.") from None
     return out
-
-
-def hardware_for(device_name: str) -> HardwareSpec:
-    """Catalog entry for a device name as torch reports it ('NVIDIA H200' -> nvidia_h200_sxm)."""
-    name = device_name.lower().replace("nvidia", "").strip()
-    return load_hardware(name)
 
 
 def calibrated(hw: HardwareSpec, matmul_tflops: dict[str, float] | None, copy_gbs: float | None) -> HardwareSpec:
@@ -168,7 +162,7 @@ def compare_file(path: str | Path, ceilings: dict | None = None, gpu: str | None
         # the planner estimates workloads only: microbenchmarks, collectives and compression records have no row
         if rec.get("result", {}).get("status") != "ok" or rec.get("case", {}).get("kind") not in ESTIMATED_KINDS:
             continue
-        hw = fixed or hardware_for(rec["result"].get("device_name", ""))
+        hw = fixed or hardware_for_device(rec["result"].get("device_name", ""))
         if ceilings:
             hw = calibrated(hw, ceilings.get("matmul_tflops"), ceilings.get("memory_bw_gbs"))
         rows += compare_record(rec, hw)

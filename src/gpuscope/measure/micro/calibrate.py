@@ -1,15 +1,13 @@
 """Calibration: measure this device's ceilings and write them as a hardware TOML the planner reads.
 
-- ``catalog_key_for(device_name)``: the catalog entry of a device name as torch reports it ('NVIDIA H200',
-  'NVIDIA H100 80GB HBM3', 'NVIDIA A100-SXM4-80GB'), trying the whole name and then shorter prefixes of it; None
-  when no entry matches unambiguously (CPU, unknown GPU).
 - ``calibration_toml(...)``: ``base = "<catalog key>"`` plus a ``[measured]`` table where the device is in the
   catalog; otherwise a full custom entry whose dense peaks and bandwidth ARE the measured rates (efficiency 1.0),
   so that ``load_hardware`` accepts it and estimates use the measurements either way.
 - ``[measured]``: ``matmul_tflops`` per dtype (best median over shapes), ``memory_bw_gbs`` (device copy counting
   read + write bytes), ``h2d_gbs`` / ``d2h_gbs`` (pinned). See ``gpuscope.measure.micro.bench``.
+  The catalog entry of the device comes from ``specs.hardware.catalog_key_for_device`` (the one mapping).
 
-Torch is imported only by ``calibrate()`` (through ``micro``), so the name mapping works without it.
+Torch is imported only by ``calibrate()`` (through ``micro``).
 """
 
 from __future__ import annotations
@@ -17,29 +15,10 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
-import re
 import statistics
 
 from gpuscope.errors import UserError
-
-_DROP = {"nvidia", "amd", "intel", "geforce", "tesla", "corporation", "graphics", "(r)", "(tm)"}
-
-
-def catalog_key_for(device_name: str) -> str | None:
-    from gpuscope.specs.hardware import load_hardware
-
-    words = [w for w in re.split(r"[\s_\-]+", (device_name or "").lower()) if w and w not in _DROP]
-    for n in range(len(words), 0, -1):
-        cand = " ".join(words[:n])
-        if len(cand) < 2 or cand.endswith(".toml") or "/" in cand:
-            continue
-        try:
-            return load_hardware(cand).key
-        except UserError:
-            continue
-        except Exception:
-            continue
-    return None
+from gpuscope.specs.hardware import catalog_key_for_device
 
 
 def _f(v: float) -> str:
@@ -64,7 +43,7 @@ def calibration_toml(device_name: str, device_type: str, measured: dict, total_m
 
     when = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     mm = {d: v for d, v in (measured.get("matmul_tflops") or {}).items() if v and v > 0}
-    key = catalog_key_for(device_name) if device_type != "cpu" else None
+    key = catalog_key_for_device(device_name) if device_type != "cpu" else None
     lines = [f"# gpuscope hardware file written by `gpuscope hardware calibrate` at {when}.",
              f"# Device: {device_name} ({device_type}). {note}".rstrip(),
              "# Use it with `gpuscope plan ... --gpu THIS.toml`; the [measured] ceilings replace datasheet peak x "
