@@ -13,7 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from gpuscope.measure.cases import TINY_LLAMA  # noqa: E402
+from gpuscope.workloads.sets import TINY_LLAMA  # noqa: E402
 from gpuscope.specs.hardware import load_hardware  # noqa: E402
 from gpuscope.store.db import Store  # noqa: E402
 
@@ -633,7 +633,7 @@ def test_bench_with_a_config_file_stores_the_config_inline(tmp_path):
 def test_tpot_below_the_noise_is_unresolved_not_negative():
     """(E2E - TTFT) / (G - 1) with the E2E median under the TTFT median (4 tokens on a loaded 2-core CI machine made
     it negative, and the headline crashed on the missing rate): no TPOT, a reason, and a headline that says so."""
-    from gpuscope.cli.bench_report import headline
+    from gpuscope.workloads import headline
     from gpuscope.explain.compare import compare_record
     from gpuscope.measure.llm.infer import tpot_fields
 
@@ -872,7 +872,8 @@ def test_a_burst_holds_a_quarter_second_of_work_at_most(monkeypatch):
 def test_headline_says_when_e2e_repeats_spread():
     """E2E repeats that spread more than 20% of their median (an eager 8B run on the lent H200 host read 1.58 / 2.32
     / 2.78 s) make the headline say the run is noisy; a tight run's headline does not."""
-    from gpuscope.cli.bench_report import NOISY_SPREAD, headline
+    from gpuscope.workloads import headline
+    from gpuscope.workloads.infer import NOISY_SPREAD
 
     r = {"status": "ok", "kind": "infer", "ttft_s": 0.064, "tpot_s": 0.0358, "decode_tokens_per_s": 27.9}
     assert "noisy" not in headline({**r, "e2e_spread": 0.05}) and "noisy" not in headline(r)

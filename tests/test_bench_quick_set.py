@@ -1,5 +1,5 @@
-"""bench all's quick workloads: the GPU-sized set on an accelerator (measure/cases.gpu_quick_cases), fitted to the
-device by the planner (cli/bench_run.fit_cases), and the tiny smoke set on a CPU."""
+"""bench all's quick workloads: the GPU-sized set on an accelerator (workloads/sets.gpu_quick_cases), fitted to the
+device by the planner (pipeline/fit.fit_cases), and the tiny smoke set on a CPU."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ from dataclasses import replace
 
 import pytest
 
-from gpuscope.cli.bench_run import SMALLER, fit_cases
-from gpuscope.explain.compare import estimate_for
-from gpuscope.measure.cases import CASE_SETS, case_id, gpu_quick_cases
+from gpuscope.pipeline.fit import SMALLER, fit_cases
+from gpuscope.workloads import estimate_for
+from gpuscope.workloads import case_id
+from gpuscope.workloads.sets import CASE_SETS, gpu_quick_cases
 from gpuscope.specs.hardware import load_hardware
 
 
@@ -112,12 +113,13 @@ def test_bench_all_picks_the_gpu_set_on_an_accelerator_and_smoke_on_a_cpu(monkey
 
     import gpuscope.cli as cli
     import gpuscope.cli.bench as bench
+    import gpuscope.pipeline.bench as pipeline_bench
 
     handed = {}
-    monkeypatch.setattr(bench, "run_micro", lambda *a, **k: [])
-    monkeypatch.setattr(bench, "run_calibration", lambda *a, **k: None)
-    monkeypatch.setattr(bench, "fit_to_device", lambda s, work, target, device: [dict(c, fitted=True) for c in work])
-    monkeypatch.setattr(bench, "run_workloads", lambda s, work, target, timeout: handed.update(work=work))
+    monkeypatch.setattr(pipeline_bench, "run_micro", lambda *a, **k: [])
+    monkeypatch.setattr(pipeline_bench, "run_calibration", lambda *a, **k: None)
+    monkeypatch.setattr(pipeline_bench, "fit_to_device", lambda s, work, target, device: [dict(c, fitted=True) for c in work])
+    monkeypatch.setattr(pipeline_bench, "run_workloads", lambda s, work, target, timeout: handed.update(work=work))
     cli._register()
     for accel, expect in ((True, "gpu"), (False, "smoke")):
         monkeypatch.setattr(bench, "_on_accelerator", lambda device, a=accel: a)

@@ -10,7 +10,8 @@ import sys
 
 from gpuscope.explain.compare_hw import InferWorkload, TrainWorkload
 from gpuscope.explain.measured_source import from_store
-from gpuscope.measure.cases import TINY_LLAMA, case_id, case_name, infer_case, train_case
+from gpuscope.workloads import case_id, case_name
+from gpuscope.workloads.sets import TINY_LLAMA, infer_case, train_case
 from gpuscope.specs.models import load_model
 from gpuscope.store.db import SQLITE_MAGIC, Store
 

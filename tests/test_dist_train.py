@@ -12,7 +12,7 @@ pytest.importorskip("transformers")
 if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
     pytest.skip("torch.distributed with gloo is needed", allow_module_level=True)
 
-from gpuscope.measure.cases import TINY_LLAMA  # noqa: E402
+from gpuscope.workloads.sets import TINY_LLAMA  # noqa: E402
 from gpuscope.store.db import Store  # noqa: E402
 
 TINY = json.dumps(TINY_LLAMA)
@@ -297,7 +297,7 @@ def test_dist_estimate_beside_a_measured_h200_case():
     import json
     from pathlib import Path
 
-    from gpuscope.cli.bench_dist_train import dist_estimate
+    from gpuscope.pipeline.dist import dist_estimate
 
     path = Path(__file__).resolve().parents[1] / "research" / "results" / "2026-11-29-h200-x2" / "dist_train.jsonl"
     rec = next(json.loads(x) for x in path.read_text().splitlines() if "llama-2-7b/ddp" in x)

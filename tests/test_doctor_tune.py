@@ -355,7 +355,7 @@ def test_search_batch_max_and_knee_pure():
 
 def test_tune_batch_on_tiny_model_with_fake_oom(monkeypatch):
     from gpuscope.measure.tune import batch as tune
-    from gpuscope.measure.cases import TINY_LLAMA
+    from gpuscope.workloads.sets import TINY_LLAMA
     from gpuscope.measure.device.device import Device
 
     monkeypatch.setattr(tune, "_guard", _fake_oom_above(5))
@@ -371,7 +371,7 @@ def test_tune_batch_on_tiny_model_with_fake_oom(monkeypatch):
 
 
 def test_precision_sweep_bf16_deviation_on_cpu():
-    from gpuscope.measure.cases import TINY_LLAMA
+    from gpuscope.workloads.sets import TINY_LLAMA
     from gpuscope.measure.device.device import Device
     from gpuscope.measure.tune.precision import precision_sweep
     from gpuscope.report.doctor_view import precision_markdown
@@ -416,7 +416,7 @@ def test_oom_tiers_ranked_and_each_lever_saves_memory():
 
 def test_doctor_plan_only_oom_markdown():
     from gpuscope.cli.doctor import build_report
-    from gpuscope.measure.cases import train_case
+    from gpuscope.workloads.sets import train_case
     from gpuscope.report.doctor_view import doctor_markdown
 
     case = train_case("llama-3.1-8b", 4, 4096)
@@ -510,7 +510,7 @@ def test_doctor_infer_on_a_tiny_moe_records_its_routing(tmp_path):
 def test_bench_infer_records_an_moe_models_routing():
     """bench infer counts an MoE model's rows per expert in its untimed warm-up and keeps the summary (not the
     per-layer lists) beside the timings; a dense model has none."""
-    from gpuscope.cli.bench_report import headline
+    from gpuscope.workloads import headline
     from gpuscope.measure.llm.infer import run_infer
 
     r = run_infer({"kind": "infer", "model": "tiny-mixtral", "config": dict(TINY_MIXTRAL), "batch": 1, "prompt": 16,

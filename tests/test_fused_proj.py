@@ -13,7 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from gpuscope.measure.cases import TINY_GPT2, TINY_LLAMA  # noqa: E402
+from gpuscope.workloads.sets import TINY_GPT2, TINY_LLAMA  # noqa: E402
 from gpuscope.measure.device.device import Device  # noqa: E402
 from gpuscope.measure.llm.fused_proj import fuse_projections  # noqa: E402
 from gpuscope.measure.llm.graph_decode import static_greedy  # noqa: E402

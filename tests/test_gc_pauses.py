@@ -50,7 +50,7 @@ pytest.importorskip("transformers")
 
 
 def test_bench_infer_reports_gc_pauses_and_freezes_on_request(tmp_path):
-    from gpuscope.measure.cases import TINY_LLAMA
+    from gpuscope.workloads.sets import TINY_LLAMA
 
     cfg = tmp_path / "tiny"
     cfg.mkdir()

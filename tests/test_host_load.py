@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from gpuscope.cli.bench_report import headline
+from gpuscope.workloads import headline
 from gpuscope.measure.host import load as host_load
 from gpuscope.measure.host.load import HostLoad
 

@@ -1,5 +1,5 @@
 """The host probe (measure/host/probe.py), interleaved host fits (measure/host/overhead.interleaved) and the
-estimate at the host speed a run met (explain/compare.host_scale / at_host_speed, cli/bench_report)."""
+estimate at the host speed a run met (explain/compare.host_scale / at_host_speed, pipeline/estimate)."""
 
 from __future__ import annotations
 
@@ -105,7 +105,8 @@ def _tiny_train_record(step_s: float, probe_s: float | None) -> dict:
 def test_estimate_beside_at_the_host_speed_the_run_met(tmp_path):
     """A run whose host probe read 1.5x the calibration's: beside the calibrated estimate, bench reports it at
     1.5x the host costs; a host-bound step's estimate grows by nearly that, the memory row not at all."""
-    from gpuscope.cli.bench_report import estimate_beside, estimate_table
+    from gpuscope.pipeline.estimate import estimate_beside
+    from gpuscope.report.bench_view import estimate_table
 
     cal = tmp_path / "cal.toml"
     cal.write_text('base = "nvidia_h200_sxm"\nname = "H200 (test)"\n\n[measured]\nmemory_bw_gbs = 4100.0\n'
@@ -169,7 +170,7 @@ def test_workload_results_record_the_host_probe():
 def test_prefill_row_uses_the_probes_around_the_ttft_repeats(tmp_path):
     """An infer run's TTFT repeats come before its E2E repeats and have their own probes: the prefill row is
     scaled by those, the decode row by the E2E ones."""
-    from gpuscope.cli.bench_report import estimate_beside
+    from gpuscope.pipeline.estimate import estimate_beside
 
     cal = tmp_path / "cal.toml"
     cal.write_text('base = "nvidia_h200_sxm"\nname = "H200 (test)"\n\n[measured]\nmemory_bw_gbs = 4100.0\n'
@@ -187,7 +188,8 @@ def test_prefill_row_uses_the_probes_around_the_ttft_repeats(tmp_path):
 
 
 def test_accuracy_summary_counts_rows_within_the_bars():
-    from gpuscope.cli.bench_report import accuracy_line, accuracy_summary
+    from gpuscope.pipeline.accuracy import bench_summary as accuracy_summary
+    from gpuscope.report.bench_view import accuracy_line
 
     ms = [{"name": "a", "estimate": {"rows": [
         {"metric": "peak_bytes", "error": 0.03, "error_at_run_host": 0.03},
@@ -229,7 +231,7 @@ def test_calibration_costs_are_taken_to_the_passes_median_probe(monkeypatch):
 
 
 def test_headline_says_when_the_host_moved_during_a_run():
-    from gpuscope.cli.bench_report import headline
+    from gpuscope.workloads import headline
 
     train = {"status": "ok", "kind": "train", "step_s": 0.035, "tokens_per_s": 7300.0,
              "host_probe_train_before_s": 6e-3, "host_probe_train_after_s": 9e-3}
@@ -246,7 +248,7 @@ def test_timed_repeats_run_the_count_and_the_time_floor():
     workloads carry the floor, and a run records how many repeats it took."""
     import time
 
-    from gpuscope.measure.cases import SMOKE_MIN_TIME_S, smoke_cases
+    from gpuscope.workloads.sets import SMOKE_MIN_TIME_S, smoke_cases
     from gpuscope.measure.device.device import repeats
 
     assert list(repeats(3)) == [0, 1, 2]
@@ -261,7 +263,7 @@ def test_timed_repeats_run_the_count_and_the_time_floor():
 
 
 def test_workloads_record_the_repeats_a_time_floor_took():
-    from gpuscope.measure.cases import TINY_GPT2, infer_case, train_case
+    from gpuscope.workloads.sets import TINY_GPT2, infer_case, train_case
     from gpuscope.measure.llm.infer import run_infer
     from gpuscope.measure.llm.train import run_train
 

@@ -15,9 +15,10 @@ pytest.importorskip("transformers")
 from gpuscope.measure.models import hf_model  # noqa: E402
 from gpuscope.measure.llm import infer as llm_infer
 from gpuscope.measure.llm import train as llm_train
-from gpuscope.measure.cases import TINY_GPT2, TINY_LLAMA, case_id, h200_cases, smoke_cases  # noqa: E402
-from gpuscope.measure.run_case import measure  # noqa: E402
-from gpuscope.measure.suite import read_results, run_one, run_suite  # noqa: E402
+from gpuscope.workloads import case_id  # noqa: E402
+from gpuscope.workloads.sets import TINY_GPT2, TINY_LLAMA, single_gpu_cases, smoke_cases  # noqa: E402
+from gpuscope.measure.runner.run_case import measure  # noqa: E402
+from gpuscope.measure.runner.suite import read_results, run_one, run_suite  # noqa: E402
 
 INFER_KEYS = {
     "status", "kind", "model", "model_type", "device", "device_name", "dtype", "attn", "batch", "prompt", "gen",
@@ -165,9 +166,9 @@ def test_other_errors_propagate(monkeypatch):
 
 
 def test_case_sets():
-    ids = [case_id(c) for c in smoke_cases() + h200_cases()]
+    ids = [case_id(c) for c in smoke_cases() + single_gpu_cases()]
     assert len(ids) == len(set(ids))
-    kinds = [c["kind"] for c in h200_cases()]
+    kinds = [c["kind"] for c in single_gpu_cases()]
     assert kinds.count("infer") == 8 and kinds.count("train") == 9
 
 
@@ -201,7 +202,7 @@ def test_timeout_is_a_result(tmp_path):
 
 
 def test_run_case_prints_one_json_line():
-    p = subprocess.run([sys.executable, "-m", "gpuscope.measure.run_case", json.dumps(_infer_case(gen=2))],
+    p = subprocess.run([sys.executable, "-m", "gpuscope.measure.runner.run_case", json.dumps(_infer_case(gen=2))],
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     lines = p.stdout.strip().splitlines()
@@ -209,7 +210,7 @@ def test_run_case_prints_one_json_line():
 
 
 def test_suite_parent_does_not_import_torch():
-    code = "import sys, gpuscope.measure.suite, gpuscope.measure.cases; assert 'torch' not in sys.modules"
+    code = "import sys, gpuscope.measure.runner.suite, gpuscope.workloads.sets; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 

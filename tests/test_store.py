@@ -172,7 +172,9 @@ def test_results_compare_puts_the_planner_beside_stored_h200_runs(tmp_path):
 
 
 def test_accuracy_summary_pools_memory_and_counts_within_band():
-    from gpuscope.explain.compare import Row, accuracy_lines, accuracy_summary
+    from gpuscope.explain.compare import Row
+    from gpuscope.pipeline.accuracy import by_metric as accuracy_summary
+    from gpuscope.report.bench_view import accuracy_lines
 
     rows = [Row("a", "peak_bytes", 104, 100), Row("a", "forward_peak_bytes", 94, 100), Row("a", "step_s", 1.1, 1.0),
             Row("b", "step_s", 1.2, 1.0), Row("b", "mfu", 0.5, 0.1), {"metric": "prefill_s", "error": -0.15}]

@@ -8,7 +8,9 @@ With --ceilings, the hardware is calibrated with the measured bf16 matmul rate a
 import argparse
 import json
 
-from gpuscope.explain.compare import accuracy_lines, accuracy_summary, compare_file
+from gpuscope.explain.compare import compare_file
+from gpuscope.pipeline.accuracy import by_metric
+from gpuscope.report.bench_view import accuracy_lines
 
 
 def main() -> None:
@@ -28,7 +30,7 @@ def main() -> None:
         scale, unit = (2**30, "GiB") if r.metric.endswith("bytes") else (1e-3, "ms")
         print(f"{r.case:58} {r.metric:22} {r.estimated / scale:10.2f}{unit:>2} {r.measured / scale:10.2f}{unit:>2}"
               f" {r.error:+8.1%}")
-    for line in accuracy_lines(accuracy_summary(rows)):
+    for line in accuracy_lines(by_metric(rows)):
         print(line)
 
 

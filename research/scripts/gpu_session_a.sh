@@ -15,7 +15,7 @@ if want infer; then
 step gs_smoke 150 python3 -m gpuscope bench infer --model llama-3.2-1b --batch 1 --prompt 128 --gen 32 --engine gs-graph --json
 fi
 if want validate; then
-step gs_validate 340 python3 research/scripts/gpu_validate.py --set h200-b --only b1-p --skip hf-graph --skip mixtral --out "$W/gs.jsonl" --timeout 200 --budget 330
+step gs_validate 340 python3 research/scripts/gpu_validate.py --set families --only b1-p --skip hf-graph --skip mixtral --out "$W/gs.jsonl" --timeout 200 --budget 330
 fi
 if want doctor; then
 # 2. doctor on plain generate (launch-bound) and on the fix
@@ -80,7 +80,7 @@ step doctor_mixtral 200 python3 -m gpuscope doctor infer --model mixtral-8x7b --
 step mixtral_b8 200 python3 -m gpuscope bench infer --model mixtral-8x7b --batch 8 --prompt 128 --gen 32 --repeats 2 --json
 fi
 if want tinytrain; then  # bench all's host-bound tiny training steps (planner -22..-57%): where the host time goes
-python3 -c "import json,sys; from gpuscope.measure.cases import TINY_LLAMA, TINY_GPT2; json.dump(TINY_LLAMA, open('$W/tiny_llama.json','w')); json.dump(TINY_GPT2, open('$W/tiny_gpt2.json','w'))"
+python3 -c "import json,sys; from gpuscope.workloads.sets import TINY_LLAMA, TINY_GPT2; json.dump(TINY_LLAMA, open('$W/tiny_llama.json','w')); json.dump(TINY_GPT2, open('$W/tiny_gpt2.json','w'))"
 step doctor_tiny_llama_amp 120 python3 -m gpuscope doctor train --config "$W/tiny_llama.json" --micro-batch 2 --seq 64 --precision amp-bf16 --steps 10 --json
 step doctor_tiny_gpt2_fp32_full 120 python3 -m gpuscope doctor train --config "$W/tiny_gpt2.json" --micro-batch 2 --seq 64 --precision fp32 --recompute full --steps 10 --json
 step train_tiny_llama_amp 120 python3 -m gpuscope bench train --model "$W/tiny_llama.json" --micro-batch 2 --seq 64 --precision amp-bf16 --steps 30 --warmup 5 --json

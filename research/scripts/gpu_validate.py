@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Measure a named set of LLM inference and training cases, one subprocess per case, into a JSONL file.
 
-    PYTHONPATH=src python3 research/scripts/gpu_validate.py --set h200  --out $OUT/h200.jsonl [--timeout 300] [--budget 540]
+    PYTHONPATH=src python3 research/scripts/gpu_validate.py --set single-gpu --out $OUT/single-gpu.jsonl [--timeout 300] [--budget 540]
     PYTHONPATH=src python3 research/scripts/gpu_validate.py --set smoke --out /tmp/smoke.jsonl
 
 Cases already in --out (or in --resume-from, whose lines are copied into --out first) are skipped. Each line is
@@ -23,8 +23,9 @@ try:
 except ImportError:  # run from a checkout without PYTHONPATH=src
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 
-from gpuscope.measure.cases import CASE_SETS, case_id, case_name  # noqa: E402
-from gpuscope.measure.suite import read_results, run_suite  # noqa: E402
+from gpuscope.workloads import case_id, case_name  # noqa: E402
+from gpuscope.workloads.sets import CASE_SETS  # noqa: E402
+from gpuscope.measure.runner.suite import read_results, run_suite  # noqa: E402
 
 
 def main(argv=None) -> int:

@@ -89,7 +89,7 @@ def test_the_suite_with_both_probes():
     host speed (re-planned with the per-layer checkpoint: 4 and 0; the tiny GPT-2 step reads +17%, the per-call training costs
     counted whole, roofline.TrainHost). The calibration (passes spread 72%) wrote a 3.12 ms probe beside a 17.6 us launch cost; the runs'
     probes read 2.05-2.19 ms. host_costs now pairs the probe with the median launch's pass (not run on a GPU)."""
-    from gpuscope.cli.bench_report import estimate_beside
+    from gpuscope.pipeline.estimate import estimate_beside
 
     recs = [r for r in read_records(nov30_g.HERE / "measurements_final4.jsonl") if r["case"]["kind"] in ("infer", "train")]
     cal = nov30_g.HERE / "nvidia-h200-20261130T052321Z-ed2913.toml"

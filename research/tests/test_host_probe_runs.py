@@ -73,7 +73,7 @@ def test_training_runs_of_these_calls_are_not_set_against_the_forward_probe():
     """Calls 2-3 recorded only the forward-only probe; call 7 showed a training step does not follow it (r = 0.44,
     probe_track_phases.json). bench now sets a training run against the training probe only, so these records get
     no second error; their inference rows keep theirs."""
-    from gpuscope.cli.bench_report import estimate_beside
+    from gpuscope.pipeline.estimate import estimate_beside
 
     for rec in nov30_g.BENCH_ALL + nov30_g.AFTER:
         est = estimate_beside(rec, str(nov30_g.BENCH_ALL_CAL))
@@ -121,7 +121,7 @@ def test_the_run_host_speed_did_not_add_rows():
     """bench's second error ("host xN": the estimate at the host speed the run's probes met) on the final tree:
     20 of 35 time rows within 15%, the same count as the plain estimate. 2026-11-30-h200-h's nine runs: 35 and 35 of 54.
     The probes say how the host moved; they do not carry a tiny workload's time to 15%."""
-    from gpuscope.cli.bench_report import estimate_beside
+    from gpuscope.pipeline.estimate import estimate_beside
 
     plain = at_host = n = 0
     for c, r in nov30_i.WORKLOADS:

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import json
 
-from gpuscope.measure.cases import case_id, gpu_quick_cases
+from gpuscope.workloads import case_id
+from gpuscope.workloads.sets import gpu_quick_cases
 
 from results_data import nov29, nov29_b, nov29_c, nov29_d, nov29_x2, nov30, nov30_f, nov30_g, nov30_h, nov30_i, nov30_j
 

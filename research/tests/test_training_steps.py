@@ -22,7 +22,7 @@ from results_data import nov29_b, nov29_d, nov30_f, nov30_g, nov30_i, nov30_j
 def test_recommended_7b_training_reaches_45_percent_mfu():
     """llama-2-7b, pure bf16, fused AdamW, no recompute, micro-batch 4 x 8 accumulated, on one H200.
     MFU = the planner's model FLOPs per token (6 x matmul params + attention) x measured tokens/s / 989.5 TFLOP/s."""
-    from gpuscope.explain.compare import estimate_for
+    from gpuscope.workloads import estimate_for
 
     rec = next(r for r in nov29_b.RECORDS if r["case_id"].startswith("train/llama-2-7b/mb4-ga8-"))
     est = estimate_for(rec["case"], hardware_for(rec["result"]["device_name"]))

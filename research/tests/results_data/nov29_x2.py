@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gpuscope.explain.compare import estimate_for
+from gpuscope.workloads import estimate_for
 from gpuscope.specs.hardware import load_hardware
 
 DIR = Path(__file__).resolve().parents[2] / "results" / "2026-11-29-h200-x2"

@@ -59,7 +59,7 @@ def _oom(case: dict, hw) -> dict:
 
 
 def build_report(target: dict, summary: dict | None, case: dict | None, gpu: str | None, plan_only: bool) -> dict:
-    from gpuscope.explain.compare import estimate_for
+    from gpuscope.workloads import estimate_for
     from gpuscope.explain.findings import compare_estimate, diagnose
     from gpuscope.report.doctor_view import DOCTOR_SCHEMA
 
@@ -163,11 +163,12 @@ def register(app: typer.Typer) -> None:
                 if fuse_proj:
                     extra["fuse_proj"] = True
                 if defer_stop:
-                    from gpuscope.cli.bench import _defer_stop_ok, require_torch
+                    from gpuscope.cli.bench import defer_stop_ok
+                    from gpuscope.cli.options import require_torch
 
                     require_torch()
-                    extra["defer_stop"] = _defer_stop_ok(engine, device)
-                from gpuscope.measure.cases import infer_case
+                    extra["defer_stop"] = defer_stop_ok(engine, device)
+                from gpuscope.workloads.sets import infer_case
 
                 case = infer_case(name, batch, prompt, gen, dtype=dtype, repeats=1, engine=engine, **extra)
             else:
@@ -175,7 +176,7 @@ def register(app: typer.Typer) -> None:
                     raise UserError(f"--precision '{precision}' is not one of amp-bf16, amp-fp16, bf16, fp32.")
                 if recompute not in ("none", "full"):
                     raise UserError(f"--recompute '{recompute}' is not one of none, full.")
-                from gpuscope.measure.cases import train_case
+                from gpuscope.workloads.sets import train_case
 
                 case = train_case(name, micro_batch, seq, precision, recompute, steps=steps, warmup=1, **extra)
             target = {"kind": kind, "name": f"{kind} {name}", "case": case}
@@ -184,7 +185,7 @@ def register(app: typer.Typer) -> None:
                     raise UserError("--plan-only needs the train workload and --gpu.")
                 report = build_report(target, None, case, gpu, True)
             else:
-                from gpuscope.cli.bench import check_device, require_torch
+                from gpuscope.cli.options import check_device, require_torch
 
                 require_torch()
                 check_device(device)
@@ -198,7 +199,7 @@ def register(app: typer.Typer) -> None:
                     raise
                 report = build_report(target, summary, case, gpu, False)
         else:
-            from gpuscope.cli.bench import check_device, require_torch
+            from gpuscope.cli.options import check_device, require_torch
 
             require_torch()
             check_device(device)

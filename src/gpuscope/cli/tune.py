@@ -67,7 +67,7 @@ def _kind(kind: str) -> str:
 
 
 def _device(device: str | None):
-    from gpuscope.cli.bench import check_device, require_torch
+    from gpuscope.cli.options import check_device, require_torch
 
     require_torch()
     device = check_device(device)

@@ -50,13 +50,29 @@ def as_case(case, kind=None):
     return case if not isinstance(case, dict) else from_dict(case, kind)
 
 
-def case_name(case: dict) -> str:
-    return as_case(case).name
+def case_name(case: dict, strict: bool = True) -> str:
+    """A case's readable name; ``strict=False``: a case no kind accepts is named ``kind/model`` (a runner records
+    it as an error rather than refusing it)."""
+    try:
+        return as_case(case).name
+    except UserError:
+        if strict:
+            raise
+        from gpuscope.workloads.case import model_name
+
+        return f"{case.get('kind')}/{model_name(case)}"
 
 
-def case_id(case: dict) -> str:
+def case_id(case: dict, strict: bool = True) -> str:
     """The key a case is stored and resumed by: its readable name and a hash of the whole case."""
-    return as_case(case).key
+    try:
+        return as_case(case).key
+    except UserError:
+        if strict:
+            raise
+        from gpuscope.workloads.case import digest
+
+        return f"{case_name(case, strict=False)}#{digest(case)}"
 
 
 def has_estimate(kind) -> bool:

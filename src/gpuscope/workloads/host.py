@@ -1,5 +1,5 @@
 """The ``host`` kind: a calibration's fits of this host's costs per kernel (decode and training, each over several
-passes with their host probes; measure/micro/calibrate.host_costs and train_host_costs), stored whole so that a
+passes with their host probes; measure/host/costs.host_costs and train_host_costs), stored whole so that a
 calibration's host figures can be traced after the run."""
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ estimate = None
 
 def run(case: HostCase) -> dict:
     """The decode-host fit, and the training-host fit in units of its tiny-model launch cost."""
-    from gpuscope.measure.micro.calibrate import host_costs, train_host_costs
+    from gpuscope.measure.host.costs import host_costs, train_host_costs
 
     host = host_costs(case.device)
     detail = host.get("host_detail") or {}

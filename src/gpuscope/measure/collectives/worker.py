@@ -56,7 +56,7 @@ OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")
 DTYPES = ("fp32", "bf16", "fp16")
 
 # The worker's names, including those re-exported from the collectives_* modules: parse_size is imported by
-# cli/bench_dist.py, and tests/test_collectives.py uses coll.Bench, coll.parse_topo_matrix, ...
+# pipeline/dist.py, and tests/test_collectives.py uses coll.Bench, coll.parse_topo_matrix, ...
 __all__ = [
     "SCHEMA", "OPS", "DTYPES", "Bench", "Watchdog", "parser", "main",
     "element_counts", "fmt_bytes", "gpu_topology", "parse_size", "parse_topo_matrix", "size_sweep", "tolerance",

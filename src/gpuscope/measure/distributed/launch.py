@@ -252,7 +252,7 @@ def output_path(explicit: str | None = None) -> str | None:
 
 def emit(record: dict, path: str | None = None) -> None:
     """Append one JSON line to ``path`` (default ``$GPUSCOPE_DIST_OUT``; stdout when neither), flushed and synced."""
-    from gpuscope.measure.run_case import clean
+    from gpuscope.measure.runner.run_case import clean
 
     line = json.dumps(clean(record)) + "\n"
     p = output_path(path)

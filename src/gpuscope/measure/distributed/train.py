@@ -121,7 +121,7 @@ def emit(line: dict, out: str | None, stdout) -> None:
     """One JSON line: appended to ``out`` or ``$GPUSCOPE_DIST_OUT`` (launch.emit: flushed and fsync'ed), else
     written at once to the real ``stdout``."""
     from gpuscope.measure.distributed.launch import emit as launch_emit, output_path
-    from gpuscope.measure.run_case import clean
+    from gpuscope.measure.runner.run_case import clean
 
     path = output_path(out)
     if path is not None:
@@ -369,7 +369,7 @@ def run_worker(case: dict, out: str | None, body) -> int:
 
                 res = oom_result(dev, state["phase"], e)
             else:
-                from gpuscope.measure.run_case import error_result
+                from gpuscope.measure.runner.run_case import error_result
 
                 res = error_result(e)
                 res["phase"] = state["phase"]

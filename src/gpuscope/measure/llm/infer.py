@@ -58,7 +58,7 @@ METRIC_FORMULAS = {
     "generate_overhead_per_token_s": "tpot_s - decode_forward_s (hf-eager only: the other engines' steps are "
                                      "compiled or replayed, not that eager forward)",
     "e2e_spread": "(max - min) / median of the E2E repeats: TPOT from medians of so few samples is uncertain by "
-                  "about that much (bench's headline calls a run noisy above cli/bench_report.NOISY_SPREAD)",
+                  "about that much (bench's headline calls a run noisy above workloads/infer.NOISY_SPREAD)",
     "gc_pause_s_per_token": "seconds Python's garbage collector paused the host during the E2E repeats (gc.callbacks)"
                             " / (e2e_repeats * generated_tokens); gc_pause_s_per_ttft likewise per TTFT call",
     "gc_tracked_objects": "len(gc.get_objects()) after warm-up (a compiled model's graphs and guards add ~0.8 M); "

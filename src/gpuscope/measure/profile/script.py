@@ -28,7 +28,7 @@ from pathlib import Path
 
 from gpuscope.measure.device.device import Device, is_oom, pick_device
 from gpuscope.measure.profile.profiler import SCHEMA, _allocator, profile_run
-from gpuscope.measure.suite import _child_env
+from gpuscope.measure.runner.suite import child_env
 
 
 @contextlib.contextmanager
@@ -141,7 +141,7 @@ def _child(td: str, name: str, flags: list[str], cmd: list[str], device: str | N
         args += ["--device", device]
     t0 = time.perf_counter()
     try:
-        r = subprocess.run(args + ["--"] + cmd, env=_child_env(), timeout=timeout_s, capture_output=True, text=True)
+        r = subprocess.run(args + ["--"] + cmd, env=child_env(), timeout=timeout_s, capture_output=True, text=True)
     except subprocess.TimeoutExpired:
         return {"schema": SCHEMA, "script": cmd, "script_status": "timeout", "wall_s": time.perf_counter() - t0}
     if not out.exists():

@@ -26,7 +26,7 @@ def _timed(dev: Device, fn) -> float:
 
 
 def profile_workload(case: dict, device: str | None = None) -> dict:
-    """Profile one of gpuscope's workloads (an infer or train case, see measure/cases.py) after its warm-up.
+    """Profile one of gpuscope's workloads (an infer or train case, see gpuscope.workloads) after its warm-up.
 
     infer: one ``generate`` of exactly ``gen`` tokens after a full-length warm-up; ``step_s_median`` is its time.
     train: ``steps`` optimizer steps (default 3) after one warm-up step, a step mark after each.

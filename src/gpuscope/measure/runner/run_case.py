@@ -1,6 +1,6 @@
 """Run ONE measurement case in this process and print exactly one JSON line on stdout.
 
-    python -m gpuscope.measure.run_case '<case json>'      (or '@file.json', or '-' for stdin)
+    python -m gpuscope.measure.runner.run_case '<case json>'      (or '@file.json', or '-' for stdin)
 
 The line is ``{"schema", "case_id", "case", "result", "provenance", "wall_s"}``. ``result.status`` is ``ok``,
 ``oom`` (out of memory is a result) or ``error`` (with a short message and the end of the traceback). Anything
@@ -20,16 +20,10 @@ SCHEMA = "gpuscope.measurement/1"
 
 
 def run_case(case: dict) -> dict:
-    kind = case.get("kind")
-    if kind == "infer":
-        from gpuscope.measure.llm.infer import run_infer
+    """Measure a case of any kind in this process (workloads.run_case: the kind's module, which imports torch)."""
+    from gpuscope.workloads import run_case as run
 
-        return run_infer(case)
-    if kind == "train":
-        from gpuscope.measure.llm.train import run_train
-
-        return run_train(case)
-    raise ValueError(f"kind: '{kind}' is not one of infer, train")
+    return run(case)
 
 
 def clean(obj):
@@ -51,7 +45,7 @@ def error_result(exc: BaseException) -> dict:
 
 def measure(case: dict) -> dict:
     """Run a case and return the full line (case, result, provenance) as a dict."""
-    from gpuscope.measure.cases import case_id
+    from gpuscope.workloads import case_id
     from gpuscope.measure.device.provenance import nvml_sample, provenance
 
     t0 = time.perf_counter()
@@ -70,7 +64,7 @@ def measure(case: dict) -> dict:
         prov = provenance(None, with_torch=False)
         prov["provenance_error"] = str(e)[:200]
     prov["nvml_before"] = nvml_before
-    return clean({"schema": SCHEMA, "case_id": case_id(case), "case": case, "result": result,
+    return clean({"schema": SCHEMA, "case_id": case_id(case, strict=False), "case": case, "result": result,
                   "provenance": prov, "wall_s": time.perf_counter() - t0})
 
 
@@ -86,7 +80,7 @@ def _read_case(arg: str) -> dict:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
-        print("usage: python -m gpuscope.measure.run_case '<case json>' | @file.json | -", file=sys.stderr)
+        print("usage: python -m gpuscope.measure.runner.run_case '<case json>' | @file.json | -", file=sys.stderr)
         return 2
     try:
         case = _read_case(argv[0])

@@ -1,6 +1,6 @@
 """Run a list of cases, each in its own subprocess, appending one JSON line per case to a results file.
 
-- Each case runs as ``sys.executable -m gpuscope.measure.run_case '<case>'`` under a per-case timeout, so an OOM,
+- Each case runs as ``sys.executable -m gpuscope.measure.runner.run_case '<case>'`` under a per-case timeout, so an OOM,
   a crash or a hang ends only that case; a crash is recorded as ``status: error``, a hang as ``status: timeout``.
 - A line is appended (and fsync'ed) as soon as its case finishes, so an interrupted suite keeps what it measured.
 - Cases whose ``case_id`` is already in the file are skipped (resume). ``retry_failed=True`` runs again those whose
@@ -20,11 +20,11 @@ import sys
 import time
 from pathlib import Path
 
-from gpuscope.measure.cases import case_id, case_name
 from gpuscope.measure.distributed.launch import json_dict_lines
+from gpuscope.workloads import case_id, case_name, headline
 
 SCHEMA = "gpuscope.measurement/1"
-_SRC = str(Path(__file__).resolve().parents[2])  # the directory that holds the gpuscope package
+_SRC = str(Path(__file__).resolve().parents[3])  # the directory that holds the gpuscope package
 
 
 def read_results(path) -> list[dict]:
@@ -45,7 +45,8 @@ def _done_ids(path, retry_failed: bool) -> set[str]:
     return done
 
 
-def _child_env() -> dict:
+def child_env() -> dict:
+    """The environment of a case's process: this gpuscope first on the path, tokenizers single-threaded."""
     env = dict(os.environ)
     env["PYTHONPATH"] = _SRC + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -80,10 +81,10 @@ def _kill_group(proc: subprocess.Popen) -> None:
 
 def run_one(case: dict, timeout_s: float) -> dict:
     """Run one case in a subprocess; always returns a record (ok, oom, error or timeout)."""
-    cid = case_id(case)
-    cmd = [sys.executable, "-m", "gpuscope.measure.run_case", json.dumps(case)]
+    cid = case_id(case, strict=False)
+    cmd = [sys.executable, "-m", "gpuscope.measure.runner.run_case", json.dumps(case)]
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_child_env(),
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env(),
                             start_new_session=True)
     try:
         out, err = proc.communicate(timeout=timeout_s)
@@ -111,31 +112,12 @@ def run_one(case: dict, timeout_s: float) -> dict:
     return rec
 
 
-def _gb(x) -> str:
-    return f"{x / 1e9:.2f}GB" if isinstance(x, (int, float)) else "-"
-
-
-def _ms(x) -> str:
-    return f"{x * 1e3:.2f}ms" if isinstance(x, (int, float)) else "-"
-
-
 def summary_line(rec: dict) -> str:
+    """One line for a finished case: its name, its headline (workloads.headline) and its wall time."""
     r = rec.get("result") or {}
-    st = r.get("status")
-    name = case_name(rec.get("case") or {})
-    if st == "ok" and r.get("kind") == "infer":
-        tps = r.get("decode_tokens_per_s")
-        s = (f"ttft={_ms(r.get('ttft_s'))} tpot={_ms(r.get('tpot_s'))} decode_fwd={_ms(r.get('decode_forward_s'))} "
-             f"decode={tps:.1f}tok/s " if tps else f"ttft={_ms(r.get('ttft_s'))} ")
-        s += f"peak={_gb(r.get('peak_generate_bytes'))}"
-    elif st == "ok" and r.get("kind") == "train":
-        s = (f"step={_ms(r.get('step_s'))} {r.get('tokens_per_s') or 0:.0f}tok/s peak={_gb(r.get('peak_bytes'))} "
-             f"loss={r.get('loss_last')}")
-    elif st == "oom":
-        s = f"phase={r.get('phase')} peak={_gb(r.get('peak_bytes'))}"
-    else:
-        s = f"after {r.get('timeout_s'):.0f}s" if st == "timeout" else str(r.get("error") or "")[:160]
-    return f"{name}: {st} {s} ({rec.get('wall_s', 0):.1f}s)"
+    head = headline(r)
+    return f"{case_name(rec.get('case') or {}, strict=False)}: {'ok ' if r.get('status') == 'ok' else ''}{head} " \
+           f"({rec.get('wall_s', 0):.1f}s)"
 
 
 def run_suite(cases: list[dict], out_path, timeout_s: float = 300, retry_failed: bool = False,
@@ -149,15 +131,15 @@ def run_suite(cases: list[dict], out_path, timeout_s: float = 300, retry_failed:
     written: list[dict] = []
     n = len(cases)
     for i, case in enumerate(cases, 1):
-        cid = case_id(case)
+        cid = case_id(case, strict=False)
         if cid in done:
-            print(f"[{i}/{n}] {case_name(case)}: skipped (already in {out.name})", file=log, flush=True)
+            print(f"[{i}/{n}] {case_name(case, strict=False)}: skipped (already in {out.name})", file=log, flush=True)
             continue
         limit = timeout_s
         if budget_s is not None:
             left = budget_s - (time.perf_counter() - t_start)
             if left < 5:
-                print(f"[{i}/{n}] {case_name(case)}: not started (suite budget {budget_s:.0f}s spent; run again "
+                print(f"[{i}/{n}] {case_name(case, strict=False)}: not started (suite budget {budget_s:.0f}s spent; run again "
                       f"to resume)", file=log, flush=True)
                 continue
             limit = min(timeout_s, left)
