@@ -9,7 +9,6 @@ from __future__ import annotations
 import pytest
 
 from gpuscope.explain.compare import compare_record
-from gpuscope.explain.compare import compare_record
 from gpuscope.specs.hardware import hardware_for_device as hardware_for
 
 from results_data import nov29_b, nov29_c, nov29_d, nov30_f, nov30_j

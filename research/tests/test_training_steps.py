@@ -12,9 +12,7 @@ import json
 import pytest
 
 from gpuscope.explain.compare import compare_record
-from gpuscope.explain.compare import compare_record
-from gpuscope.specs.hardware import hardware_for_device as hardware_for
-from gpuscope.specs.hardware import load_hardware
+from gpuscope.specs.hardware import hardware_for_device as hardware_for, load_hardware
 
 from results_data import nov29_b, nov29_d, nov30_f, nov30_g, nov30_i, nov30_j
 
