@@ -347,7 +347,7 @@ def test_nvml_sampler_without_nvml(monkeypatch):
 
 
 def test_host_costs_on_this_machine():
-    from gpuscope.measure.micro.calibrate import host_costs
+    from gpuscope.measure.host.costs import host_costs
 
     c = host_costs("cpu")
     assert 0 < c["host_launch_s"] < 1e-3 and c["host_forward_s"] >= 0 and c["host_step_s"] >= 0
@@ -368,7 +368,7 @@ def test_host_costs_carry_the_catalogs_real_size_factor(monkeypatch):
     import gpuscope.measure.host.overhead as ho
     from gpuscope.estimate import ops as opsmod
     from gpuscope.estimate.roofline import ENGINES, REAL_SIZE_LAUNCH_FACTOR
-    from gpuscope.measure.micro.calibrate import host_costs
+    from gpuscope.measure.host.costs import host_costs
     from gpuscope.specs.hf_config import spec_from_config
 
     def kernels(n):
@@ -405,7 +405,7 @@ def test_host_costs_from_real_widths(monkeypatch):
     of Llama-3.2-1B-wide decode and prefill forwards over the kernels the planner counts in such a layer (41 for
     a decode layer); the tiny models keep the forward intercept, and the detail the measured real/tiny ratio."""
     import gpuscope.measure.host.overhead as ho
-    from gpuscope.measure.micro.calibrate import host_costs
+    from gpuscope.measure.host.costs import host_costs
 
     assert _real_width_kernels(1, 128) == 41
     k_dec, k_pre = _real_width_kernels(1, 128), _real_width_kernels(128, 0)
@@ -436,7 +436,7 @@ def test_host_costs_take_the_median_of_their_passes(monkeypatch):
     valid ones, and launch_spread says how far apart they were."""
     import gpuscope.measure.host.overhead as ho
     from gpuscope.estimate.roofline import REAL_SIZE_LAUNCH_FACTOR
-    from gpuscope.measure.micro.calibrate import host_costs
+    from gpuscope.measure.host.costs import host_costs
 
     k = _tiny_layer_kernels()
     slopes = iter([15e-6 * k, -1e-5, 21e-6 * k])
@@ -477,7 +477,7 @@ def test_measure_real_width_runs_and_grows_with_depth(monkeypatch):
 def test_host_costs_refuse_a_fit_that_does_not_grow_with_depth(monkeypatch):
     """A flat fit (as one H200 calibrate run gave: 42 ms intercept, slope <= 0) must not become host costs."""
     import gpuscope.measure.host.overhead as ho
-    from gpuscope.measure.micro.calibrate import host_costs
+    from gpuscope.measure.host.costs import host_costs
 
     monkeypatch.setattr(ho, "measure_family", lambda *a, **k: {
         "family": "llama", "layers": [2, 4, 8], "decode_forward_s": [0.043, 0.041, 0.042], "forward_s": 0.0419,
@@ -680,7 +680,8 @@ def test_calibrate_writes_the_training_host_costs_and_the_planner_uses_them(monk
     that TOML uses them (a host twice as slow per training kernel doubles that part of a host-bound step)."""
     from gpuscope.estimate.roofline import TRAIN_HOST, train_host_for
     from gpuscope.estimate.train import estimate_train
-    from gpuscope.measure.micro.calibrate import calibration_toml, train_host_costs
+    from gpuscope.measure.micro.calibrate import calibration_toml
+    from gpuscope.measure.host.costs import train_host_costs
     from gpuscope.specs.models import load_model
 
     launch = 10e-6
@@ -713,7 +714,7 @@ def test_calibrate_writes_the_training_host_costs_and_the_planner_uses_them(monk
 def test_a_noisy_checkpoint_split_keeps_the_whole_recompute_per_kernel(monkeypatch):
     """When full recompute's forward reads no slower than without (the host's noise), the checkpoint's per-layer
     cost is not fitted: the whole extra goes per kernel, as calibrations before session 9 wrote it."""
-    from gpuscope.measure.micro.calibrate import train_host_costs
+    from gpuscope.measure.host.costs import train_host_costs
 
     _fake_train_fits(monkeypatch, 1.8, 10e-6)
     c = train_host_costs(10e-6, "cpu")
@@ -746,7 +747,7 @@ def test_calibrate_host_cli_writes_decode_and_training_host_keys(monkeypatch, tm
     (measurements faked: this test is about the wiring, the fits have their own tests)."""
     import tomllib
 
-    import gpuscope.measure.micro.calibrate as cal
+    import gpuscope.measure.host.costs as cal
 
     monkeypatch.setattr(cal, "host_costs", lambda device=None: {"host_launch_s": 10e-6, "host_forward_s": 4e-4,
                                                                 "host_step_s": 3e-4})
@@ -808,7 +809,7 @@ def test_calibrate_says_when_the_host_reads_far_from_its_earlier_calibrations(mo
     """`hardware calibrate --host` with a results store that holds this machine's earlier calibrations: their
     median probe beside this one is kept with the fits, and a probe 60% slower is said on stderr (one that is
     within 25% is not)."""
-    import gpuscope.measure.micro.calibrate as cal
+    import gpuscope.measure.host.costs as cal
     from gpuscope.store.db import Store
 
     _fake_train_fits(monkeypatch, 3.0, 10e-6)

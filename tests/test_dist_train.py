@@ -181,7 +181,7 @@ def test_sign_hook_survives_ddp_bucket_rebuild(tmp_path):
     (two H200s: 16.8M elements against a first-iteration residual of 1.24G). The residual restarts, no crash."""
     import torch.distributed as dist
 
-    from gpuscope.measure.distributed.compression import SignState, sign_ef_hook
+    from gpuscope.measure.distributed.comm_hooks import SignState, sign_ef_hook
 
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
     try:
@@ -206,7 +206,7 @@ def test_sign_hook_survives_ddp_bucket_rebuild(tmp_path):
 
 @pytest.mark.parametrize("n", [1, 3, 7, 8, 9, 37, 64, 1003])
 def test_sign_pack_unpack_round_trip(n):
-    from gpuscope.measure.distributed.compression import bucket_bytes, pack_signs, unpack_signs
+    from gpuscope.measure.distributed.comm_hooks import bucket_bytes, pack_signs, unpack_signs
 
     gen = torch.Generator().manual_seed(n)
     x = torch.randn(n, generator=gen)
@@ -224,7 +224,7 @@ def test_sign_pack_unpack_round_trip(n):
 
 
 def test_sign_pack_bit_order():
-    from gpuscope.measure.distributed.compression import pack_signs
+    from gpuscope.measure.distributed.comm_hooks import pack_signs
 
     bits = torch.tensor([1, 0, 1, 0, 0, 0, 0, 1, 1], dtype=torch.bool)  # element 8k + j -> bit j of byte k
     assert pack_signs(bits).tolist() == [1 + 4 + 128, 1]
@@ -233,7 +233,7 @@ def test_sign_pack_bit_order():
 def test_sign_byte_formulas():
     """Payload: sum over buckets of ceil(d_b / 8) + 4; wire per rank: all_gather (N-1) x payload for sign, ring
     all-reduce 2 (N-1)/N x payload for the others."""
-    from gpuscope.measure.distributed.compression import bucket_bytes, static_bytes_per_step, wire_bytes_per_step
+    from gpuscope.measure.distributed.comm_hooks import bucket_bytes, static_bytes_per_step, wire_bytes_per_step
 
     model = torch.nn.Linear(3, 4)  # 16 elements
     per_bucket = bucket_bytes("sign", [(3, 3)], 4, 2) + bucket_bytes("sign", [(7,)], 4, 2)
@@ -250,7 +250,7 @@ def test_sign_byte_formulas():
 def _sign_two_ranks_worker(rank, path, out_dir, grads):
     import torch.distributed as dist
 
-    from gpuscope.measure.distributed.compression import SignState, sign_ef_hook
+    from gpuscope.measure.distributed.comm_hooks import SignState, sign_ef_hook
 
     dist.init_process_group("gloo", init_method=f"file://{path}", rank=rank, world_size=2)
     try:
@@ -269,7 +269,7 @@ def test_sign_hook_two_ranks_exact_mean(tmp_path):
     scale (not the mean scale on the summed signs), identical on both ranks, and the residuals are x_i - s_i c_i."""
     import torch.multiprocessing as mp
 
-    from gpuscope.measure.distributed.compression import bucket_bytes
+    from gpuscope.measure.distributed.comm_hooks import bucket_bytes
 
     n = 37  # not a multiple of 8: the last byte is padded
     gen = torch.Generator().manual_seed(0)

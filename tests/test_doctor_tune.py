@@ -169,7 +169,7 @@ def test_doctor_errors_are_one_sentence(tmp_path):
 
 def test_host_syncs_gpu_idle_after_each_sync():
     """Pure: after a sync returns the GPU waits for the next kernel; the rule needs >= 2 syncs and >= 5% idle."""
-    from gpuscope.measure.profile.profiler import host_syncs
+    from gpuscope.measure.profile.summary import host_syncs
 
     kernels = [0.0, 0.010, 0.020, 0.0305, 0.050]
     syncs = [(0.001, 0.008, "aten::_local_scalar_dense"), (0.021, 0.030, "aten::_local_scalar_dense"),
@@ -188,7 +188,7 @@ def test_host_syncs_gpu_idle_after_each_sync():
 
 def test_host_syncs_in_a_row_share_one_gap():
     """Five blocking syncs (pageable copies, then .item()) before the same kernel: one idle gap, counted once."""
-    from gpuscope.measure.profile.profiler import host_syncs
+    from gpuscope.measure.profile.summary import host_syncs
 
     kernels = [0.0, 0.100]
     syncs = [(0.010 + 0.01 * i, 0.015 + 0.01 * i, "aten::copy_") for i in range(4)]
@@ -203,7 +203,7 @@ def test_host_syncs_on_a_drained_gpu_cost_nothing():
     """A slow host (launch-bound, or in Python between steps) leaves the GPU idle with or without syncs: a sync that
     returns at once (the queue was already empty) gives nothing back, however long the idle after it. The H200
     slow-loader run: 4.9 s of idle after 171 syncs, 19 ms of waits inside them; the finding read 5.25x."""
-    from gpuscope.measure.profile.profiler import host_syncs
+    from gpuscope.measure.profile.summary import host_syncs
 
     kernels = [0.0, 0.050, 0.100, 0.150]
     syncs = [(0.040 + 0.05 * i, 0.04001 + 0.05 * i, "aten::copy_") for i in range(3)]  # 10 us waits, 10 ms gaps
@@ -218,7 +218,7 @@ def test_host_syncs_on_a_drained_gpu_cost_nothing():
 
 def test_host_syncs_leave_out_data_loader_waits():
     """The host's wait in DataLoader.__next__ inside a sync's gap is the data loader's cost, not the sync's."""
-    from gpuscope.measure.profile.profiler import host_syncs
+    from gpuscope.measure.profile.summary import host_syncs
 
     kernels = [0.0, 0.100, 0.300]
     syncs = [(0.005, 0.010, "aten::_local_scalar_dense"), (0.200, 0.250, "aten::_local_scalar_dense")]
@@ -261,7 +261,7 @@ def test_summarize_profile_passes_data_loader_waits_to_host_syncs():
     from torch.autograd import DeviceType
 
     from gpuscope.measure.device.device import Device
-    from gpuscope.measure.profile.profiler import summarize_profile
+    from gpuscope.measure.profile.summary import summarize_profile
 
     def ev(name, a, b, dev=DeviceType.CPU, parent=None):
         return NS(name=name, device_type=dev, time_range=NS(start=a, end=b), cpu_parent=parent,

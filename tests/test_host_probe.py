@@ -16,7 +16,7 @@ RESULTS = Path(__file__).resolve().parents[1] / "research" / "results"
 def test_interleaved_fit_keeps_a_drifting_host_out_of_the_slope():
     """A host that slows down while the depths are timed: one depth after the other, the drift lands in the
     per-layer slope; round-robin, every depth sees the same drift and the slope stays that of the depths."""
-    from gpuscope.measure.host.overhead import _fit, interleaved
+    from gpuscope.measure.host.overhead import fit_line as _fit, interleaved
 
     layers, per_layer, fixed = [2, 4, 8], 1e-3, 2e-3
     clock = {"calls": 0}
@@ -65,7 +65,7 @@ def test_training_host_fit_is_expressed_at_the_decode_passes_host_speed(monkeypa
     training probe is written at that speed."""
     import gpuscope.measure.host.overhead as ho
     import gpuscope.measure.host.probe as hp
-    from gpuscope.measure.micro.calibrate import train_host_costs
+    from gpuscope.measure.host.costs import train_host_costs
 
     launch = 10e-6
 
@@ -215,7 +215,7 @@ def test_calibration_costs_are_taken_to_the_passes_median_probe(monkeypatch):
     minute (30 us at a 3.5 ms probe) agrees with a fast one (17 us at 2.0 ms) once each is set against its probe;
     the one that does not (16 us at 3.1 ms) no longer decides the median. A median of the raw costs (17 us)
     beside the median probe (3.1 ms) would pair numbers from different passes."""
-    import gpuscope.measure.micro.calibrate as cal
+    import gpuscope.measure.host.costs as cal
 
     passes = iter([{"host_launch_s": 30e-6, "host_probe_s": 3.5e-3, "host_detail": {"launch_tiny_s": 27e-6}},
                    {"host_launch_s": 16e-6, "host_probe_s": 3.1e-3, "host_detail": {"launch_tiny_s": 14e-6}},
@@ -281,9 +281,9 @@ def test_rounds_are_taken_to_the_probes_reference_speed(monkeypatch):
     to / probe after each round, interleaved scales that round's samples (numbers, tuples, dicts) by it, and the
     fit reads the same at every depth as a host that never slowed; host_costs then takes each pass from that unit
     to the passes' median probe."""
-    import gpuscope.measure.micro.calibrate as cal
+    import gpuscope.measure.host.costs as cal
     import gpuscope.measure.host.probe as hp
-    from gpuscope.measure.host.overhead import _fit, interleaved
+    from gpuscope.measure.host.overhead import fit_line as _fit, interleaved
 
     speed = {"x": 1.0}
     rnd = {"n": 0}

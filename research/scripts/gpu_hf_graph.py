@@ -109,7 +109,7 @@ def _profile(fn, n_tokens, dev):
 def _bare_forwards(model, ids, dev, n: int = 20) -> dict:
     """Eager prefill and decode-step forwards over a DynamicCache (what bench infer's decode_forward_s times)."""
     from gpuscope.measure.models.hf_model import cache_kwarg, out_cache
-    from gpuscope.measure.host.overhead import _decode_steps
+    from gpuscope.measure.host.overhead import decode_steps
 
     kw = cache_kwarg(model)
     pre = []
@@ -119,7 +119,7 @@ def _bare_forwards(model, ids, dev, n: int = 20) -> dict:
         o = model(ids, use_cache=True, logits_to_keep=1)
         dev.synchronize()
         pre.append(time.perf_counter() - t0)
-    dec, _ = _decode_steps(model, ids[:, -1:], out_cache(o), kw, dev, n)
+    dec, _ = decode_steps(model, ids[:, -1:], out_cache(o), kw, dev, n)
     return {"prefill_s": statistics.median(pre), "decode_s": statistics.median(dec[3:]), "decode_samples": dec}
 
 

@@ -15,15 +15,15 @@ from torch.profiler import DeviceType, ProfilerActivity, profile
 
 from gpuscope.measure.device.device import Device, pick_device
 from gpuscope.measure.models.hf_model import build_model
-from gpuscope.measure.host.overhead import TINY, _layers_key
-from gpuscope.measure.llm.train import PRECISIONS, step_functions
+from gpuscope.measure.models.tiny import TINY, layers_key
+from gpuscope.measure.models.train_step import PRECISIONS, step_functions
 
 
 def kernels(dev: Device, family: str, n: int) -> dict[str, collections.Counter]:
     base = dict(TINY[family])
     param_dtype, ac_dtype = PRECISIONS["amp-bf16"]
     torch.manual_seed(0)
-    model, cfg = build_model(dict(base, **{_layers_key(base): n}), dev, param_dtype, use_cache=False)
+    model, cfg = build_model(dict(base, **{layers_key(base): n}), dev, param_dtype, use_cache=False)
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=dev.type == "cuda")
     batch = torch.randint(0, cfg.vocab_size, (2, 64), device=dev.torch_device)

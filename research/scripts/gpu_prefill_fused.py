@@ -40,7 +40,7 @@ def main() -> None:
     from gpuscope.measure.device.device import Device, pick_device
     from gpuscope.measure.llm.fused_proj import fuse_projections
     from gpuscope.measure.models.hf_model import build_model, case_config, silence_generation
-    from gpuscope.measure.llm.infer import _generate
+    from gpuscope.measure.llm.infer import generate
 
     dev = Device(pick_device(None))
     t0 = time.perf_counter()
@@ -63,12 +63,12 @@ def main() -> None:
     with torch.no_grad():
         for m in models.values():  # warm-up: allocator pools, cuBLAS/cuDNN plans
             for _ in range(2):
-                _generate(m, ids, mask, 1, "hf-graph")
+                generate(m, ids, mask, 1, "hf-graph")
                 m(input_ids=ids, attention_mask=mask, use_cache=False, logits_to_keep=1)
         for _ in range(args.rounds):
             for name, m in models.items():
                 out["ttft_ms"][name].append(statistics.median(
-                    timed(lambda: _generate(m, ids, mask, 1, "hf-graph")) for _ in range(args.reps)))
+                    timed(lambda: generate(m, ids, mask, 1, "hf-graph")) for _ in range(args.reps)))
                 out["prefill_ms"][name].append(statistics.median(
                     timed(lambda: m(input_ids=ids, attention_mask=mask, use_cache=False, logits_to_keep=1))
                     for _ in range(args.reps)))
@@ -77,7 +77,7 @@ def main() -> None:
         out["kernels"] = {}
         for name, m in models.items() if dev.type == "cuda" else ():
             with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                _generate(m, ids, mask, 1, "hf-graph")
+                generate(m, ids, mask, 1, "hf-graph")
                 dev.synchronize()
             rows = sorted(((e.key, e.device_time_total / 1e3, e.count) for e in prof.key_averages()
                            if e.device_time_total > 0), key=lambda r: -r[1])

@@ -19,7 +19,7 @@ from gpuscope.measure.device.device import Device, pick_device
 from gpuscope.measure.models.hf_model import build_model
 from gpuscope.measure.host.overhead import TINY, timed_phases
 from gpuscope.measure.host.probe import host_probe, host_probe_train
-from gpuscope.measure.llm.train import PRECISIONS, step_functions
+from gpuscope.measure.models.train_step import PRECISIONS, step_functions
 from gpuscope.specs.models import preset_config
 
 

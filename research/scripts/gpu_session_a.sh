@@ -166,7 +166,7 @@ step cal_real_2 150 python3 -m gpuscope hardware calibrate --quick --host --dtyp
 fi
 if want probe; then  # the host's speed between passes and calls; why eager forwards slow down after compile
 step cal_a 150 python3 -m gpuscope hardware calibrate --quick --host --dtype bf16 --out "$W/cal_a.toml"
-step host_passes 150 python3 -c "import json; from gpuscope.measure.micro.calibrate import host_costs; print(json.dumps(host_costs(passes=5), default=str))"
+step host_passes 150 python3 -c "import json; from gpuscope.measure.host.costs import host_costs; print(json.dumps(host_costs(passes=5), default=str))"
 step probes_1b 300 python3 research/scripts/gpu_hf_graph.py --model llama-3.2-1b --prompt 512 --gen 128 --variants default,defer --probes --prof-gen 0 --repeats 5 --out "$W/probes_1b.json"
 step cal_b 150 python3 -m gpuscope hardware calibrate --quick --host --dtype bf16 --out "$W/cal_b.toml"
 fi
@@ -209,7 +209,7 @@ fi
 if want track; then  # session 7: does the host probe follow the host at a workload's timescale? and the host
 # passes of one calibration, each with its probe (can the passes be normalised to one host speed?)
 step probe_track 200 python3 research/scripts/gpu_probe_track.py --out "$W/probe_track.json" --rounds 150
-step host_passes_p 200 python3 -c "import json; from gpuscope.measure.micro.calibrate import host_costs; json.dump(host_costs(passes=5), open('$W/host_passes_probe.json', 'w'), default=str, indent=1)"
+step host_passes_p 200 python3 -c "import json; from gpuscope.measure.host.costs import host_costs; json.dump(host_costs(passes=5), open('$W/host_passes_probe.json', 'w'), default=str, indent=1)"
 step probe_track_2 200 python3 research/scripts/gpu_probe_track.py --out "$W/probe_track_2.json" --rounds 150
 fi
 if want doctor7; then  # session 7: the doctor's estimate beside the bare run; doctor infer --defer-stop on a GPU
@@ -223,7 +223,7 @@ if want final8; then  # session 8: calibration with the probe between its rounds
 # the suite twice (separate stores), then one five-pass host calibration with every pass's probe kept
 step bench_all_1 400 python3 -m gpuscope bench all --json
 step bench_all_2 400 env GPUSCOPE_DB=$W/gpu_b.sqlite python3 -m gpuscope bench all --json
-step host_passes_5 200 python3 -c "import json; from gpuscope.measure.micro.calibrate import host_costs; json.dump(host_costs(passes=5), open('$W/host_passes_5.json', 'w'), default=str, indent=1)"
+step host_passes_5 200 python3 -c "import json; from gpuscope.measure.host.costs import host_costs; json.dump(host_costs(passes=5), open('$W/host_passes_5.json', 'w'), default=str, indent=1)"
 fi
 if want final8b; then  # session 8: the suite three times, each workload timed for at least 2 s (min_time_s)
 step bench_all_1 200 python3 -m gpuscope bench all --json

@@ -16,7 +16,7 @@ import sys
 
 
 def fits(device: str | None, steps: int) -> dict:
-    from gpuscope.measure.micro.calibrate import TRAIN_PROBE_UNIT_S
+    from gpuscope.measure.host.costs import TRAIN_PROBE_UNIT_S
     from gpuscope.measure.device.device import Device, pick_device
     from gpuscope.measure.host.gc_pauses import GCPauses
     from gpuscope.measure.host.overhead import measure_train_family
@@ -62,7 +62,7 @@ def main() -> None:
         json.dump(out, open(args.out, "w"), indent=1)
 
     keep("fresh_1", fresh(args.device, args.steps))
-    from gpuscope.measure.micro.calibrate import host_costs
+    from gpuscope.measure.host.costs import host_costs
     from gpuscope.measure.host.gc_pauses import freeze
 
     host_costs(args.device)

@@ -29,7 +29,7 @@ def main() -> None:
         out["train"].append(r)
         print(fam, prec, rc, {k: round(v * 1e6, 1) for k, v in r.items() if k.endswith(("fixed_s", "layer_s",
                                                                                           "tensor_s"))}, flush=True)
-    from gpuscope.measure.micro.calibrate import host_costs
+    from gpuscope.measure.host.costs import host_costs
 
     out["decode_host"] = host_costs(args.device)
     # TrainHost's units are per tiny-model launch (host_launch_s carries the real-size factor on top)

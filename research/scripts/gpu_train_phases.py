@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from gpuscope.measure.micro.calibrate import TRAIN_PROBE_UNIT_S
+from gpuscope.measure.host.costs import TRAIN_PROBE_UNIT_S
 from gpuscope.measure.device.device import Device, pick_device
 from gpuscope.measure.host.overhead import measure_train_family
 from gpuscope.measure.host.probe import RoundProbe, release

@@ -42,7 +42,7 @@ def main() -> None:
     from gpuscope.measure.device.device import Device, pick_device
     from gpuscope.measure.models.hf_model import build_model, case_config, silence_generation
     from gpuscope.measure.host.probe import HostProbe
-    from gpuscope.measure.llm.infer import _generate
+    from gpuscope.measure.llm.infer import generate
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from gpu_prefill_fused import wall_ms  # the same clock as the fused-prefill experiment
@@ -61,7 +61,7 @@ def main() -> None:
         ids = torch.randint(0, 1000, (1, args.prompt), device=dev.torch_device)
         mask = torch.ones_like(ids)
         fwd = lambda: m(input_ids=ids, attention_mask=mask, use_cache=False, logits_to_keep=1)  # noqa: E731
-        ttft = {e: (lambda e=e: _generate(m, ids, mask, 1, e)) for e in ("hf-eager", "hf-graph")}
+        ttft = {e: (lambda e=e: generate(m, ids, mask, 1, e)) for e in ("hf-eager", "hf-graph")}
         r = {"layers": config.num_hidden_layers, "forward_ms": [], "ttft_ms": {e: [] for e in ttft}}
         with torch.no_grad():
             for _ in range(2):

@@ -114,7 +114,7 @@ def test_the_calibrations_load(name):
 def test_the_stored_passes_give_the_written_costs(monkeypatch, call):
     """host_costs, run again on the passes each calibration stored (their launch cost and probe), writes the same
     launch cost and probe as the TOML the run planned on."""
-    import gpuscope.measure.micro.calibrate as cal
+    import gpuscope.measure.host.costs as cal
 
     for c, r in nov30_h.HOST:
         if c != call:

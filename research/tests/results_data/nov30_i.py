@@ -29,7 +29,8 @@ def _planned_steps(sweep: int, monkeypatch, tmp_path, phases=None) -> dict:
     written and loaded, then estimate_train for the case's tiny model (host-bound: GPU time is microseconds)."""
     import gpuscope.measure.host.overhead as ho
     from gpuscope.estimate.train import estimate_train
-    from gpuscope.measure.micro.calibrate import calibration_toml, train_host_costs
+    from gpuscope.measure.micro.calibrate import calibration_toml
+    from gpuscope.measure.host.costs import train_host_costs
     from gpuscope.specs.hardware import load_hardware
     from gpuscope.specs.hf_config import spec_from_config
 
@@ -64,7 +65,7 @@ def _refit(host_row: dict, monkeypatch) -> dict:
     """The training keys calibrate.train_host_costs writes from a stored calibration's own fits and probes."""
     import gpuscope.measure.host.overhead as ho
     import gpuscope.measure.host.probe as hp
-    from gpuscope.measure.micro.calibrate import train_host_costs
+    from gpuscope.measure.host.costs import train_host_costs
 
     d = host_row["result"]["train"]["host_train_detail"]
 

@@ -1,5 +1,5 @@
-"""The communication layer of the collectives benchmark (``gpuscope.measure.collectives.worker``): the watchdog that turns
-a hung collective into a clear error, and ``Comm``, one rank's process group (backend, device, dtype) with the
+"""The communication layer of the collectives benchmark (``gpuscope.measure.collectives.worker``): the watchdog that
+turns a hung collective into a clear error, and ``Comm``, one rank's process group (backend, device, dtype) with the
 calls that run under that watchdog: the op dispatch, seeded random buffers and the MAX over ranks."""
 
 from __future__ import annotations

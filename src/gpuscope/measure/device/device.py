@@ -8,6 +8,7 @@ synchronize.
 
 from __future__ import annotations
 
+import gc
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -84,7 +85,7 @@ class Device:
     # --- identity ----------------------------------------------------------------------------------------
     def device_name(self) -> str:
         if self.type in ("cuda", "xpu"):
-            return str(self._mod.get_device_name(self._index()))
+            return str(self._mod.get_device_name(self.index()))
         if self.type == "mps":
             return "Apple MPS"
         import platform
@@ -93,10 +94,11 @@ class Device:
 
     def total_memory(self) -> int | None:
         if self.type in ("cuda", "xpu"):
-            return int(self._mod.get_device_properties(self._index()).total_memory)
+            return int(self._mod.get_device_properties(self.index()).total_memory)
         return None
 
-    def _index(self) -> int:
+    def index(self) -> int:
+        """The device's ordinal (its own, else the current one of its kind)."""
         return self.torch_device.index if self.torch_device.index is not None else self._mod.current_device()
 
     # --- timing ------------------------------------------------------------------------------------------
@@ -189,9 +191,9 @@ class StepTimer:
 def repeats(n: int, min_time_s: float = 0.0, cap: int = 2000):
     """Yield 0, 1, ... until at least ``n`` repeats have run and ``min_time_s`` seconds of wall time have passed
     since the first (at most ``cap``). Why a time floor: a median of a few tiny, host-bound calls samples one
-    moment of the host, and the lent H200 VM's host slowed ~1.5x in episodes of 0.5-2 s, a fifth of the time
-    (research/results/2026-11-30-h200-h); repeats spread over a few seconds put those episodes in the tail, where the median
-    does not see them."""
+    moment of the host, and an H200 VM's host slowed ~1.5x in episodes of 0.5-2 s, a fifth of the time
+    (research/results/2026-11-30-h200-h/README.md); repeats spread over a few seconds put those episodes in the tail,
+    where the median does not see them."""
     t0 = time.perf_counter()
     i = 0
     while i < cap and (i < n or time.perf_counter() - t0 < min_time_s):
@@ -225,3 +227,24 @@ def oom_result(dev: Device, phase: str, exc: BaseException) -> dict:
         "device_total_memory_bytes": dev.total_memory(),
         "error": f"{type(exc).__name__}: {msg[:300]}",
     }
+
+
+def release(dev: Device) -> None:
+    """Free what nothing references any more: a garbage collection, then the allocator's cached blocks."""
+    gc.collect()
+    dev.empty_cache()
+
+
+def run_as_result(body, case: dict) -> dict:
+    """Run ``body(case, dev, state)`` on the case's device; an out-of-memory error becomes a result recording the
+    phase it happened in (``state["phase"]``) and the peak reached; anything else propagates."""
+    dev = Device(pick_device(case.get("device")))
+    state = {"phase": "setup"}
+    try:
+        return body(case, dev, state)
+    except Exception as e:
+        if not is_oom(e):
+            raise
+        res = oom_result(dev, state["phase"], e)
+    release(dev)
+    return res

@@ -25,7 +25,7 @@ import statistics
 import threading
 import time
 
-from gpuscope.measure.device.provenance import _THROTTLING, decode_throttle
+from gpuscope.measure.device.provenance import THROTTLING, decode_throttle
 
 SCHEMA = "gpuscope.nvml/1"
 
@@ -148,7 +148,7 @@ class NvmlSampler:
             s["throttle_mask"] = None
         mask = s["throttle_mask"]
         s["throttle_reasons"] = decode_throttle(mask) if mask is not None else None
-        s["throttled"] = bool(set(s["throttle_reasons"]) & _THROTTLING) if mask is not None else None
+        s["throttled"] = bool(set(s["throttle_reasons"]) & THROTTLING) if mask is not None else None
         self.samples.append(s)
 
     def read_now(self) -> dict | None:
@@ -196,13 +196,13 @@ class NvmlSampler:
 
 
 def device_sampler(dev, interval_s: float = 0.05) -> "NvmlSampler | None":
-    """A sampler for the CUDA device ``dev`` (a measure.device.device.Device), found by its UUID so the right GPU is read
-    under CUDA_VISIBLE_DEVICES and several GPUs; None on other devices."""
+    """A sampler for the CUDA device ``dev`` (a measure.device.device.Device), found by its UUID so the right GPU is
+    read under CUDA_VISIBLE_DEVICES and several GPUs; None on other devices."""
     if getattr(dev, "type", None) != "cuda":
         return None
     import torch
 
-    uuid = str(getattr(torch.cuda.get_device_properties(dev._index()), "uuid", "") or "") or None
+    uuid = str(getattr(torch.cuda.get_device_properties(dev.index()), "uuid", "") or "") or None
     return NvmlSampler(interval_s=interval_s, uuid=uuid)
 
 

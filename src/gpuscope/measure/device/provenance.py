@@ -30,7 +30,7 @@ THROTTLE_BITS = {
     0x100: "display_clock_setting",
 }
 # Reasons that mean the clocks were held below what the workload asked for.
-_THROTTLING = {"sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"}
+THROTTLING = {"sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"}
 
 
 def decode_throttle(mask: int) -> list[str]:
@@ -104,7 +104,7 @@ def nvml_sample(uuid: str | None = None, index: int | None = None) -> dict | Non
         get("throttle_mask", fn, h, conv=int) if fn else out.setdefault("throttle_mask", None)
         mask = out.get("throttle_mask")
         out["throttle_reasons"] = decode_throttle(mask) if mask is not None else None
-        out["throttled"] = bool(set(out["throttle_reasons"]) & _THROTTLING) if mask is not None else None
+        out["throttled"] = bool(set(out["throttle_reasons"]) & THROTTLING) if mask is not None else None
     except Exception as e:
         out["error"] = str(e)[:200]
     finally:
@@ -135,8 +135,8 @@ def torch_facts(dev=None) -> dict:
         except Exception:
             pass
     out["float32_matmul_precision"] = torch.get_float32_matmul_precision()
-    out["cuda_matmul_allow_tf32"] = _quiet(lambda: bool(torch.backends.cuda.matmul.allow_tf32))
-    out["cudnn_allow_tf32"] = _quiet(lambda: bool(torch.backends.cudnn.allow_tf32))
+    out["cuda_matmul_allow_tf32"] = quiet(lambda: bool(torch.backends.cuda.matmul.allow_tf32))
+    out["cudnn_allow_tf32"] = quiet(lambda: bool(torch.backends.cudnn.allow_tf32))
     out["num_threads"] = torch.get_num_threads()
     if dev is not None:
         out["device"] = dev.name
@@ -144,7 +144,7 @@ def torch_facts(dev=None) -> dict:
         out["device_total_memory_bytes"] = dev.total_memory()
         out["timer"] = dev.timer_kind
         if dev.type == "cuda":
-            p = torch.cuda.get_device_properties(dev._index())
+            p = torch.cuda.get_device_properties(dev.index())
             out["compute_capability"] = f"{p.major}.{p.minor}"
             out["multiprocessor_count"] = p.multi_processor_count
             uuid = str(getattr(p, "uuid", "") or "") or None
@@ -152,7 +152,8 @@ def torch_facts(dev=None) -> dict:
     return out
 
 
-def _quiet(fn):
+def quiet(fn):
+    """``fn()`` with its warnings silenced, or None where it raises (a best-effort fact)."""
     import warnings
 
     try:

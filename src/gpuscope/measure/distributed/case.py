@@ -1,5 +1,5 @@
-"""The train-dist worker's case: validation with defaults, and its command line (no torch imported here beyond
-what llm_train's precision table needs)."""
+"""The train-dist worker's case: validation with defaults, and its command line (no torch imported here: the
+precisions and recompute modes are the measured values of gpuscope.specs.axes)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,7 @@ import argparse
 import json
 import sys
 
-from gpuscope.measure.llm.train import PRECISIONS
-
-STRATEGIES = ("ddp", "fsdp")
+from gpuscope.measure.choices import PRECISIONS, RECOMPUTES, STRATEGIES, check_choice
 
 
 def check_case(case: dict) -> dict:
@@ -19,14 +17,11 @@ def check_case(case: dict) -> dict:
     c.setdefault("strategy", "ddp")
     c.setdefault("precision", "amp-bf16")
     c.setdefault("recompute", "none")
-    if c["strategy"] not in STRATEGIES:
-        raise ValueError(f"strategy: '{c['strategy']}' is not one of {', '.join(STRATEGIES)}")
-    if c["precision"] not in PRECISIONS:
-        raise ValueError(f"precision: '{c['precision']}' is not one of {', '.join(PRECISIONS)}")
+    check_choice("strategy", c["strategy"], STRATEGIES)
+    check_choice("precision", c["precision"], PRECISIONS)
     if c["strategy"] == "fsdp" and c["precision"] == "amp-fp16":
         raise ValueError("precision: 'amp-fp16' is not supported with fsdp here (use amp-bf16, bf16 or fp32)")
-    if c["recompute"] not in ("none", "full"):
-        raise ValueError(f"recompute: '{c['recompute']}' is not one of none, full")
+    check_choice("recompute", c["recompute"], RECOMPUTES)
     for k in ("micro_batch", "seq"):
         if int(c.get(k) or 0) <= 0:
             raise ValueError(f"{k}: must be a positive integer, not {c.get(k)}")
@@ -44,8 +39,8 @@ def parse_case(argv: list[str] | None) -> tuple[dict, argparse.Namespace]:
     p.add_argument("--strategy", default="ddp", choices=STRATEGIES)
     p.add_argument("--micro-batch", type=int, default=1)
     p.add_argument("--seq", type=int, default=2048)
-    p.add_argument("--precision", default="amp-bf16", choices=tuple(PRECISIONS))
-    p.add_argument("--recompute", default="none", choices=("none", "full"))
+    p.add_argument("--precision", default="amp-bf16", choices=PRECISIONS)
+    p.add_argument("--recompute", default="none", choices=RECOMPUTES)
     p.add_argument("--steps", type=int, default=6)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)

@@ -190,25 +190,7 @@ def run_torchrun(module: str, args: list[str], nproc: int, nnodes: int = 1, node
         with open(log_path, "w+b") as log:
             proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                     env=worker_env(env, str(out_path)), start_new_session=True)
-            timed_out = False
-            try:
-                while True:
-                    try:
-                        proc.wait(timeout=poll_s)
-                        break
-                    except subprocess.TimeoutExpired:
-                        pass
-                    for rec in reader.poll():
-                        if on_record is not None:
-                            on_record(rec)
-                    if reader.errors or time.monotonic() - t0 > timeout_s:
-                        # a rank gave up (fail) or the job is past its wall clock: end everything now
-                        timed_out = not reader.errors
-                        _kill_group(proc, grace_s=2.0 if reader.errors else 5.0)
-                        break
-            except BaseException:  # Ctrl-C or an error in on_record: never leave workers behind
-                _kill_group(proc, grace_s=1.0)
-                raise
+            timed_out = _watch(proc, reader, on_record, t0 + timeout_s, poll_s)
             _kill_group_leftovers(proc)
             for rec in reader.poll():
                 if on_record is not None:
@@ -226,6 +208,28 @@ def run_torchrun(module: str, args: list[str], nproc: int, nnodes: int = 1, node
         raise DistributedRunError(f"the torchrun job ({module}) exited with code {rc}: {_last_error(tail)}",
                                   reader.records, rc, tail)
     return reader.records
+
+
+def _watch(proc: subprocess.Popen, reader, on_record, deadline: float, poll_s: float) -> bool:
+    """Wait for the torchrun job, handing each new line to ``on_record``; a rank that gave up (``fail``) or the
+    job past ``deadline`` (time.monotonic) ends the whole process group. Returns whether it timed out."""
+    try:
+        while True:
+            try:
+                proc.wait(timeout=poll_s)
+                return False
+            except subprocess.TimeoutExpired:
+                pass
+            for rec in reader.poll():
+                if on_record is not None:
+                    on_record(rec)
+            if reader.errors or time.monotonic() > deadline:
+                # a rank gave up (fail) or the job is past its wall clock: end everything now
+                _kill_group(proc, grace_s=2.0 if reader.errors else 5.0)
+                return not reader.errors
+    except BaseException:  # Ctrl-C or an error in on_record: never leave workers behind
+        _kill_group(proc, grace_s=1.0)
+        raise
 
 
 def _kill_group_leftovers(proc: subprocess.Popen) -> None:

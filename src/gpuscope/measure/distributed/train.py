@@ -5,18 +5,16 @@
 
 (or ``--case '<json>'`` / ``@file.json`` with the keys below). Rank 0 prints ONE JSON line on stdout (everything the
 libraries print goes to stderr), or appends it to ``--out PATH`` / ``$GPUSCOPE_DIST_OUT`` (the contract of
-``gpuscope.measure.distributed.launch``). A rank that fails writes its own line with ``"final": false`` (status ``oom``, an
-out-of-memory result, or ``error``) and exits 3 at once, so torchrun stops the other ranks instead of leaving them
-blocked in a collective; an error also goes through ``launch.fail``.
+``gpuscope.measure.distributed.launch``); a rank that fails reports itself and exits 3 (measure/distributed/worker.py).
 
-Case keys: those of ``llm_train`` (``model``/``config``, ``micro_batch``, ``seq``, ``precision``, ``recompute``,
-``steps``, ``warmup``, ``attn``, ``seed``, ``device``) plus ``strategy`` (ddp | fsdp), ``bucket_cap_mb`` (DDP, 25 =
-torch's default), ``gradient_as_bucket_view`` (DDP, false), ``reshard_after_forward`` (FSDP, true), ``baseline``
-(false), ``timeout_s`` (process-group timeout, 1800).
+Case keys: those of measure/llm/train.py (``model``/``config``, ``micro_batch``, ``seq``, ``precision``,
+``recompute``, ``steps``, ``warmup``, ``attn``, ``seed``, ``device``) plus ``strategy`` (ddp | fsdp),
+``bucket_cap_mb`` (DDP, 25 = torch's default), ``gradient_as_bucket_view`` (DDP, false), ``reshard_after_forward``
+(FSDP, true), ``baseline`` (false), ``timeout_s`` (process-group timeout, 1800).
 
 Strategies:
 - ``ddp``: ``DistributedDataParallel(model, device_ids=[local_rank] on CUDA, bucket_cap_mb, gradient_as_bucket_view)``;
-  precision exactly as in llm_train (amp-* = fp32 parameters + autocast, GradScaler for fp16).
+  precision exactly as in measure/llm/train.py (amp-* = fp32 parameters + autocast, GradScaler for fp16).
 - ``fsdp``: FSDP2 ``fully_shard`` on every decoder layer (the classes in the model's ``_no_split_modules``), then on
   the root. ``amp-bf16`` = ``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)`` with fp32 sharded
   parameters and optimizer states and NO autocast (FSDP casts the parameters; torchtitan does the same);
@@ -27,36 +25,30 @@ Strategies:
 Data: each rank draws its own fresh random tokens every step (generator seeded with ``seed`` and the rank), made up
 front so that no data kernel falls inside a timed step.
 
-Timing: after ``warmup`` untimed steps and one instrumented step (memory per phase, as llm_train), a barrier, then
-``steps`` back-to-back steps timed per rank (device events on CUDA, perf_counter + synchronize elsewhere). See
-``METRIC_FORMULAS`` for every reported number; ``baseline`` runs ``llm_train.run_train`` (same case, one process,
-no wrapper, no communication) on rank 0's device while the other ranks wait at a barrier, before the distributed
+Timing: after ``warmup`` untimed steps and one instrumented step (memory per phase, as measure/llm/train.py), a
+barrier, then ``steps`` back-to-back steps timed per rank (device events on CUDA, perf_counter + synchronize
+elsewhere). See ``METRIC_FORMULAS`` for every reported number; ``baseline`` runs ``llm/train.run_train`` (same case,
+one process, no wrapper, no communication) on rank 0's device while the other ranks wait at a barrier, before the
+distributed
 run, so ``scaling_efficiency`` compares the two in the same command.
 """
 
 from __future__ import annotations
 
-import contextlib
-import datetime as _dt
-import json
 import math
-import os
 import socket
 import sys
-import time
 from functools import partial
 
 import torch
 import torch.distributed as dist
 
-from gpuscope.measure.device.device import Device, is_oom, summarize
+from gpuscope.measure.device.device import Device, release, summarize
 from gpuscope.measure.distributed.case import check_case, parse_case
+from gpuscope.measure.distributed.worker import env_ranks, gather, worker_main
 from gpuscope.measure.models.hf_model import build_model, case_config, model_bytes, vocab_size
-from gpuscope.measure.llm.infer import _release
-from gpuscope.measure.llm.train import (PRECISIONS, _enable_recompute, instrumented_step, step_functions,
-                                        matmul_settings)
-
-SCHEMA = "gpuscope.dist/1"
+from gpuscope.measure.models.train_step import (PRECISIONS, enable_recompute, grad_scaler, instrumented_step,
+                                                matmul_settings, step_functions)
 
 METRIC_FORMULAS = {
     "rank_step_s": "per rank: median over `steps` back-to-back timed steps (after a barrier) of forward + backward "
@@ -70,73 +62,6 @@ METRIC_FORMULAS = {
     "scaling_efficiency": "baseline.step_s / step_s = tokens_per_s / (world_size * baseline.tokens_per_s) "
                           "(weak scaling: 1.0 = perfect)",
 }
-
-
-# --- process group -------------------------------------------------------------------------------------------
-def env_ranks() -> tuple[int, int, int]:
-    return (int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)),
-            int(os.environ.get("LOCAL_RANK", 0)))
-
-
-def init_dist(device: str | None, timeout_s: float) -> Device:
-    """Bind this rank to its device (cuda:LOCAL_RANK when CUDA is there and not refused), init the process group
-    (nccl on CUDA, gloo otherwise) and return the Device. NCCL_* variables (NCCL_NVLS_ENABLE=0 included) are taken
-    from the environment as torchrun passed them; nothing here overrides them."""
-    rank, world, local = env_ranks()
-    kind = (device or ("cuda" if torch.cuda.is_available() else "cpu")).split(":")[0]
-    if kind == "cuda":
-        if not torch.cuda.is_available():
-            raise RuntimeError("device 'cuda' was asked for but is not available")
-        torch.cuda.set_device(local)
-        dev = Device(f"cuda:{local}")
-        backend = "nccl"
-    elif kind == "cpu":
-        dev, backend = Device("cpu"), "gloo"
-    else:
-        raise ValueError(f"device: '{device}' is not supported for distributed runs (cuda or cpu)")
-    if not dist.is_initialized():
-        kw = {"backend": backend, "timeout": _dt.timedelta(seconds=float(timeout_s))}
-        if backend == "nccl":
-            kw["device_id"] = dev.torch_device
-        dist.init_process_group(**kw)
-    return dev
-
-
-def dist_facts(dev: Device) -> dict:
-    rank, world, local = env_ranks()
-    return {"backend": dist.get_backend() if dist.is_initialized() else None, "world_size": world,
-            "local_world_size": int(os.environ.get("LOCAL_WORLD_SIZE", world)),
-            "nnodes": max(1, world // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", world)))),
-            "nccl_env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("NCCL_")}}
-
-
-def gather(obj) -> list:
-    """Every rank's ``obj`` (a JSON-able dict), in rank order, on every rank."""
-    out = [None] * dist.get_world_size()
-    dist.all_gather_object(out, obj)
-    return out
-
-
-def emit(line: dict, out: str | None, stdout) -> None:
-    """One JSON line: appended to ``out`` or ``$GPUSCOPE_DIST_OUT`` (launch.emit: flushed and fsync'ed), else
-    written at once to the real ``stdout``."""
-    from gpuscope.measure.distributed.launch import emit as launch_emit, output_path
-    from gpuscope.measure.runner.run_case import clean
-
-    path = output_path(out)
-    if path is not None:
-        launch_emit(line, path)
-        return
-    stdout.write(json.dumps(clean(line)) + "\n")
-    stdout.flush()
-
-
-def provenance_for(dev: Device) -> dict:
-    from gpuscope.measure.device.provenance import provenance
-
-    prov = provenance(dev)
-    prov.update(dist_facts(dev))
-    return prov
 
 
 # --- case ----------------------------------------------------------------------------------------------------
@@ -186,22 +111,16 @@ def wrap(model, case: dict, dev: Device):
 
 
 # --- the workload ------------------------------------------------------------------------------------------------
-def train_dist(case: dict, dev: Device, state: dict) -> tuple[dict, dict]:
-    """Run the distributed measurement on this rank: (shared facts, this rank's numbers)."""
-    rank, world, _ = env_ranks()
-    B, S = int(case["micro_batch"]), int(case["seq"])
-    param_dtype, _ = PRECISIONS[case["precision"]]
-    steps = max(1, int(case.get("steps", 6)))
-    warmup = max(1, int(case.get("warmup", 2)))
+def _load_and_wrap(case: dict, dev: Device, state: dict, rank: int):
+    """The model built on this rank (same seed on every rank: identical weights; FSDP shards each rank's own copy)
+    and wrapped; returns (model, config, wrapped, autocast dtype, shared facts, this rank's numbers so far)."""
     attn = case.get("attn", "sdpa")
-    seed = int(case.get("seed", 0))
-
     state["phase"] = "load"
-    torch.manual_seed(seed)  # same seed on every rank: identical weights (FSDP shards each rank's own copy)
+    torch.manual_seed(int(case.get("seed", 0)))
     dev.reset_peak()
-    model, config = build_model(case_config(case), dev, param_dtype, attn, use_cache=False)
+    model, config = build_model(case_config(case), dev, PRECISIONS[case["precision"]][0], attn, use_cache=False)
     model.train()
-    recompute_api = _enable_recompute(model) if case["recompute"] == "full" else None
+    recompute_api = enable_recompute(model) if case["recompute"] == "full" else None
     shared = {"model": case.get("model") or case_config(case).get("model_type"), "model_type": config.model_type,
               "recompute_api": recompute_api, "attn": attn}
     shared.update(model_bytes(model))
@@ -214,31 +133,14 @@ def train_dist(case: dict, dev: Device, state: dict) -> tuple[dict, dict]:
     shared.update(facts)
     shared["autocast_dtype"] = str(ac_dtype).replace("torch.", "") if ac_dtype else None
     dev.synchronize()
-    _release(dev)
+    release(dev)
     mine["mem_after_wrap_bytes"] = dev.allocated()
+    return model, config, wrapped, ac_dtype, shared, mine
 
-    fused = bool(case.get("fused", True)) and dev.type == "cuda"
-    opt = torch.optim.AdamW(wrapped.parameters(), lr=1e-4, fused=fused)
-    scaler = torch.amp.GradScaler(dev.type, init_scale=8192) if ac_dtype is torch.float16 else None
-    shared.update({"optimizer": "adamw", "optimizer_fused": fused, "grad_scaler": scaler is not None})
-    batches = iter(make_batches(vocab_size(config), B, S, warmup + 1 + steps, seed, rank, dev))
 
-    stage = ["warmup"]
-    forward, backward, opt_step = step_functions(wrapped, opt, scaler, ac_dtype, dev, batches, state, stage)
-
-    for _ in range(warmup):
-        loss = forward()
-        backward(loss)
-        del loss
-        opt_step()
-    _release(dev)
-
-    stage[0] = "measure"  # one instrumented step: memory per phase (a synchronize between phases)
-    dev.synchronize()
-    mine["optimizer_state_bytes"] = _local_bytes_state(opt)
-    mine.update(instrumented_step(dev, forward, backward, opt_step, partial(_local_grad_bytes, wrapped))[0])
-
-    stage[0] = "timed"
+def _timed_steps(dev: Device, steps: int, fns) -> tuple[list[float], float, float]:
+    """``steps`` back-to-back steps after a barrier, timed on this rank; returns (seconds, wall, last loss)."""
+    forward, backward, opt_step = fns
     dist.barrier()
     dev.reset_peak()
     st = dev.step_timer()
@@ -249,17 +151,50 @@ def train_dist(case: dict, dev: Device, state: dict) -> tuple[dict, dict]:
         opt_step()
         st.mark()
     times = st.times_s()
+    return times, st.wall_s, float(loss.detach().float())
+
+
+def train_dist(case: dict, dev: Device, state: dict) -> tuple[dict, dict]:
+    """Run the distributed measurement on this rank: (shared facts, this rank's numbers)."""
+    rank, world, _ = env_ranks()
+    B, S = int(case["micro_batch"]), int(case["seq"])
+    steps = max(1, int(case.get("steps", 6)))
+    warmup = max(1, int(case.get("warmup", 2)))
+    model, config, wrapped, ac_dtype, shared, mine = _load_and_wrap(case, dev, state, rank)
+
+    fused = bool(case.get("fused", True)) and dev.type == "cuda"
+    opt = torch.optim.AdamW(wrapped.parameters(), lr=1e-4, fused=fused)
+    scaler = grad_scaler(dev, ac_dtype)
+    shared.update({"optimizer": "adamw", "optimizer_fused": fused, "grad_scaler": scaler is not None})
+    batches = iter(make_batches(vocab_size(config), B, S, warmup + 1 + steps, int(case.get("seed", 0)), rank, dev))
+
+    stage = ["warmup"]
+    fns = step_functions(wrapped, opt, scaler, ac_dtype, dev, batches, state, stage)
+    forward, backward, opt_step = fns
+    for _ in range(warmup):
+        loss = forward()
+        backward(loss)
+        del loss
+        opt_step()
+    release(dev)
+
+    stage[0] = "measure"  # one instrumented step: memory per phase (a synchronize between phases)
+    dev.synchronize()
+    mine["optimizer_state_bytes"] = _local_bytes_state(opt)
+    mine.update(instrumented_step(dev, forward, backward, opt_step, partial(_local_grad_bytes, wrapped))[0])
+
+    stage[0] = "timed"
+    times, wall_s, loss_last = _timed_steps(dev, steps, fns)
     mine["peak_bytes"] = dev.peak_allocated()
     mine["peak_reserved_bytes"] = dev.peak_reserved()
-    mine["loss_last"] = float(loss.detach().float())
-    del loss
+    mine["loss_last"] = loss_last
     s = summarize(times)
     mine.update({"step_s": s["median"], "step_s_min": s["min"], "step_s_max": s["max"],
-                 "wall_s": st.wall_s, "samples_s": times})
+                 "wall_s": wall_s, "samples_s": times})
     shared.update(matmul_settings())
     shared["timer"] = dev.timer_kind
     del wrapped, model, opt
-    _release(dev)
+    release(dev)
     return shared, mine
 
 
@@ -328,7 +263,7 @@ def combine(case: dict, shared: dict, ranks: list[dict], baseline: dict | None, 
 
 
 def run_baseline(case: dict, dev: Device) -> dict | None:
-    """llm_train on rank 0's device alone (the other ranks wait at the barrier that follows)."""
+    """llm/train.run_train on rank 0's device alone (the other ranks wait at the barrier that follows)."""
     from gpuscope.measure.llm.train import run_train
 
     if dist.get_rank() != 0:
@@ -342,53 +277,6 @@ def run_baseline(case: dict, dev: Device) -> dict | None:
         return {"status": "error", "error": f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"}
 
 
-# --- entry point ---------------------------------------------------------------------------------------------------
-def run_worker(case: dict, out: str | None, body) -> int:
-    """Shared skeleton of the torchrun workers: stdout reserved for the JSON line, process group set up and torn
-    down, failures (OOM included) reported per rank with exit code 3. ``body(case, dev, state)`` returns the result
-    dict on rank 0 (None elsewhere)."""
-    stdout = sys.stdout
-    t0 = time.perf_counter()
-    rank, world, _ = env_ranks()
-    state = {"phase": "setup"}
-    dev = None
-    with contextlib.redirect_stdout(sys.stderr):
-        try:
-            dev = init_dist(case.get("device"), float(case.get("timeout_s", 1800)))
-            result = body(case, dev, state)
-            if rank == 0:
-                line = {"schema": SCHEMA, "final": True, "rank": 0, "world_size": world, "case": case,
-                        "result": result, "provenance": provenance_for(dev), "wall_s": time.perf_counter() - t0}
-                emit(line, out, stdout)
-            dist.barrier()
-            dist.destroy_process_group()
-            return 0
-        except Exception as e:
-            if dev is not None and is_oom(e):
-                from gpuscope.measure.device.device import oom_result
-
-                res = oom_result(dev, state["phase"], e)
-            else:
-                from gpuscope.measure.runner.run_case import error_result
-
-                res = error_result(e)
-                res["phase"] = state["phase"]
-            res["rank"] = rank
-            line = {"schema": SCHEMA, "final": False, "rank": rank, "world_size": world, "case": case,
-                    "result": res, "wall_s": time.perf_counter() - t0}
-            try:
-                line["provenance"] = provenance_for(dev) if dev is not None else None
-            except Exception:
-                line["provenance"] = None
-            emit(line, out, stdout)
-            sys.stderr.flush()
-            if res["status"] != "oom":
-                from gpuscope.measure.distributed.launch import fail
-
-                fail(f"rank {rank}: {res['error']}", out)
-            os._exit(3)  # no clean teardown: the other ranks may be blocked in a collective; torchrun ends them
-
-
 def _body(case: dict, dev: Device, state: dict) -> dict | None:
     case = check_case(case)
     world = dist.get_world_size()
@@ -396,25 +284,13 @@ def _body(case: dict, dev: Device, state: dict) -> dict | None:
     if case.get("baseline"):
         state["phase"] = "baseline"
         baseline = run_baseline(case, dev)
-        _release(dev)
+        release(dev)
         dist.barrier()
     shared, mine = train_dist(case, dev, state)  # an OOM propagates: run_worker reports it per rank
     ranks = gather(mine)
     if dist.get_rank() != 0:
         return None
     return combine(case, shared, ranks, baseline, world)
-
-
-def worker_main(argv, parse, check, body) -> int:
-    """A torchrun worker's entry point: parse and check its case (bad input: one line on stderr, exit 2), then
-    ``run_worker`` with ``body``."""
-    try:
-        case, a = parse(argv)
-        check(case)
-    except (OSError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    return run_worker(case, a.out, body)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,10 +2,11 @@
 
 Why: a process that compiled a model (torch.compile, CUDA-graph trees) holds ~0.6-0.9 million tracked Python
 objects (FX graphs, guards, generated code), and a full collection walks all of them; where the host is the
-bottleneck a collector pause is a slower step. Measured rather than assumed: on the lent H200 (2026-11-30,
-research/results/2026-11-30-h200-f) hf-graph runs of Llama-3.2-1B and Llama-3.1-8B paused ~1 us per token and <0.05 ms per
-TTFT (generation-0 collections only), and --gc-freeze changed neither TPOT nor TTFT beyond the runs' spread; a
-slow eager forward first blamed on the collector was a first-visit cost per KV length (llm_infer, phase d).
+bottleneck a collector pause is a slower step. Measured rather than assumed: on an H200
+(research/results/2026-11-30-h200-f/README.md) hf-graph runs of Llama-3.2-1B and Llama-3.1-8B paused ~1 us per token
+and <0.05 ms per TTFT (generation-0 collections only), and --gc-freeze changed neither TPOT nor TTFT beyond the runs'
+spread; a slow eager forward first blamed on the collector was a first-visit cost per KV length (measure/llm/infer.py,
+phase d).
 
 ``GCPauses`` measures it directly, with ``gc.callbacks`` (called at the start and stop of every collection):
 pause seconds and collections per generation over the block. ``freeze()`` (``gc.collect(); gc.freeze()``, as vLLM

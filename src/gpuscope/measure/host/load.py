@@ -1,9 +1,9 @@
 """How loaded and how disturbed the host was during a timed phase: CPU steal, other work, preemptions (Linux).
 
-Why: the host-bound workloads are the noisiest ones gpuscope measures. On the lent H200 VM one calibration read the
-host 28% slower than another four minutes later while the GPU's ceilings agreed within 0.3%
-(research/results/2026-11-30-h200-f). A run that records what the host was doing can be told apart from a run that met a
-busy or preempted host:
+Why: the host-bound workloads are the noisiest ones gpuscope measures. On an H200 VM one calibration read the host 28%
+slower than another four minutes later while the GPU's ceilings agreed within 0.3%
+(research/results/2026-11-30-h200-f/README.md). A run that records what the host was doing can be told apart from a
+run that met a busy or preempted host:
 
 - ``steal_fraction``: CPU time the hypervisor gave to other guests, over all CPU time of the phase (``/proc/stat``'s
   steal column; 0 on bare metal);

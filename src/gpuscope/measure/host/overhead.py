@@ -18,35 +18,21 @@ import time
 import torch
 
 from gpuscope.measure.device.device import Device, pick_device
-from gpuscope.measure.models.hf_model import build_model
-
-TINY = {
-    "llama": {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
-              "num_key_value_heads": 2, "vocab_size": 256, "max_position_embeddings": 512},
-    "qwen2": {"model_type": "qwen2", "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
-              "num_key_value_heads": 2, "vocab_size": 256, "max_position_embeddings": 512},
-    "mistral": {"model_type": "mistral", "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
-                "num_key_value_heads": 2, "vocab_size": 256, "max_position_embeddings": 512, "sliding_window": 4096},
-    "gpt2": {"model_type": "gpt2", "n_embd": 64, "n_head": 4, "vocab_size": 256, "n_positions": 512},
-}
+from gpuscope.measure.models.hf_model import build_model, cache_kwarg, out_cache, silence_generation
+from gpuscope.measure.models.tiny import TINY, layers_key
+from gpuscope.measure.models.train_step import PRECISIONS, enable_recompute, grad_scaler, step_functions
 
 
-def _layers_key(cfg: dict) -> str:
-    return "n_layer" if cfg["model_type"] == "gpt2" else "num_hidden_layers"
-
-
-def _fit(xs: list[int], ys: list[float]) -> tuple[float, float]:
+def fit_line(xs: list[int], ys: list[float]) -> tuple[float, float]:
     """Least-squares line y = a + b x; returns (a, b)."""
     mx, my = statistics.fmean(xs), statistics.fmean(ys)
     b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
     return my - b * mx, b
 
 
-def _decode_steps(model, nxt, cache, kw: str, dev: Device, n: int) -> tuple[list[float], object]:
+def decode_steps(model, nxt, cache, kw: str, dev: Device, n: int) -> tuple[list[float], object]:
     """Wall times of ``n`` synchronised decode-step forwards (one token, the cache growing); returns them and the
     grown cache, so a caller can continue where it stopped."""
-    from gpuscope.measure.models.hf_model import out_cache
-
     times = []
     for _ in range(n):
         dev.synchronize()
@@ -60,12 +46,13 @@ def _decode_steps(model, nxt, cache, kw: str, dev: Device, n: int) -> tuple[list
 
 def interleaved(jobs: list, rounds: int, between=None) -> list[list]:
     """Run ``jobs`` (callables, one per model depth, each returning a list of samples) round-robin ``rounds``
-    times and collect each job's samples. Why: this host's speed moves within a minute (the lent H200 VM: a
-    tiny-Llama training forward read 17.8 ms at 8 layers where the same host had read 7.9 ms the day before, and
-    a depth-by-depth fit over 2, 4, 8, 12 GPT-2 layers with recompute read 4.1, 7.0, 19.7, 29.0 ms), so timing one
+    times and collect each job's samples. Why: a host's speed moves within a minute (on an H200 VM a
+    tiny-Llama training forward read 17.8 ms at 8 layers against 7.9 ms on another day, and a depth-by-depth fit
+    over 2, 4, 8, 12 GPT-2 layers with recompute read 4.1, 7.0, 19.7, 29.0 ms:
+    research/results/2026-11-30-h200-g/README.md), so timing one
     depth after the other puts the drift into the slope. Interleaved, every depth sees the same slow and fast
     moments and the drift stays in the level, where the calibration's passes and the host probe
-    (measure/host/probe.py) see it. ``between`` (a callable, e.g. host_probe.RoundProbe) runs after each round,
+    (measure/host/probe.py) see it. ``between`` (a callable, e.g. host/probe.RoundProbe) runs after each round,
     untimed: the host's speed sampled across the whole fit. Where it returns a number, the round's samples (seconds,
     or tuples, lists and dicts of them) are multiplied by it: the round taken to a reference host speed."""
     samples: list[list] = [[] for _ in jobs]
@@ -90,33 +77,40 @@ def _chunks(total: int, size: int) -> int:
     return max(1, -(-total // size))
 
 
-@torch.no_grad()
-def measure_family(family: str, dev: Device, layers=(1, 2, 4, 8), iters: int = 60, dtype=torch.bfloat16,
-                   chunk: int = 10, probe=None) -> dict:
-    from gpuscope.measure.models.hf_model import cache_kwarg, out_cache, silence_generation
-
-    base = dict(TINY[family])
-    # A throw-away first build, run through every decode length the timed loops will see: CUDA context, cuBLAS
-    # handles and lazy module loading stay out of the fit, and so do per-shape plans. SDPA on Hopper runs cuDNN's
-    # attention, which builds an execution plan the first time it meets a shape (here: each new KV length); the
-    # plans are shared by models of any depth, so without this the first model timed paid them all. H200,
-    # `hardware calibrate --host`: 36.6, 4.2, 5.5 ms per decode forward for 2, 4 and 8 layers (a fit with no slope).
-    warm, _ = build_model(dict(base, **{_layers_key(base): 1}), dev, dtype)
+def warm_shapes(cfg: dict, dev: Device, dtype, vocab: int, prompt: int, steps: int, prefill_kw: dict,
+                prefills: int) -> tuple:
+    """A throw-away build of ``cfg`` run through the prompt (``prefills`` times) and ``steps`` decode lengths after
+    it, before any timed model: CUDA context, cuBLAS handles and lazy module loading stay out of the fit, and so do
+    per-shape plans. SDPA on Hopper runs cuDNN's attention, which builds an execution plan the first time it meets a
+    shape (here: each new KV length); the plans are shared by models of any depth, so without this the first model
+    timed paid them all (H200, `hardware calibrate --host`: 36.6, 4.2, 5.5 ms per decode forward for 2, 4 and 8
+    layers, a fit with no slope). Returns (the prompt's random token ids, the model's past-cache argument name)."""
+    warm, _ = build_model(cfg, dev, dtype)
     warm.eval()
-    ids = torch.randint(0, 256, (1, 16), device=dev.torch_device)
+    ids = torch.randint(0, vocab, (1, prompt), device=dev.torch_device)
     kw = cache_kwarg(warm)
-    out = warm(ids, use_cache=True)
-    for _ in range(iters + 40):  # the timed loop's lengths (16 + iters + 5) and generate's (16 + 33)
+    for _ in range(prefills):
+        out = warm(ids, use_cache=True, **prefill_kw)
+    for _ in range(steps):
         out = warm(ids[:, -1:], use_cache=True, **{kw: out_cache(out)})
     dev.synchronize()
     del warm, out
+    return ids, kw
+
+
+@torch.no_grad()
+def measure_family(family: str, dev: Device, layers=(1, 2, 4, 8), iters: int = 60, dtype=torch.bfloat16,
+                   chunk: int = 10, probe=None) -> dict:
+    base = dict(TINY[family])
+    # the timed loop's lengths (16 + iters + 5) and generate's (16 + 33)
+    ids, kw = warm_shapes(dict(base, **{layers_key(base): 1}), dev, dtype, 256, 16, iters + 40, {}, 1)
     models = []
     for n in layers:
-        model, _ = build_model(dict(base, **{_layers_key(base): n}), dev, dtype)
+        model, _ = build_model(dict(base, **{layers_key(base): n}), dev, dtype)
         model.eval()
         silence_generation(model)
         out = model(ids, use_cache=True)
-        _, cache = _decode_steps(model, ids[:, -1:], out_cache(out), kw, dev, 5)  # untimed first steps
+        _, cache = decode_steps(model, ids[:, -1:], out_cache(out), kw, dev, 5)  # untimed first steps
         models.append({"model": model, "cache": cache})
 
     def prefill_s(m: dict) -> float:  # the prompt's forward into a fresh cache, as generate's first step runs it
@@ -138,16 +132,16 @@ def measure_family(family: str, dev: Device, layers=(1, 2, 4, 8), iters: int = 6
 
     def round_job(m: dict):
         def job():  # everything one depth needs, back to back: the derived costs pair samples of one moment
-            dec, m["cache"] = _decode_steps(m["model"], ids[:, -1:], m["cache"], kw, dev, -(-iters // rounds))
+            dec, m["cache"] = decode_steps(m["model"], ids[:, -1:], m["cache"], kw, dev, -(-iters // rounds))
             t33, t1 = generate_s(m, 33), generate_s(m, 1)
             return [{"decode": dec, "step": (t33 - t1) / 32 - statistics.median(dec), "ttft": t1,
                      "prefill": prefill_s(m)}]
         return job
 
     # Each round times, per depth, a few decode steps, generate of 33 and of 1 token, and the prompt's forward.
-    # Derived costs are taken within a round, then the median over rounds: the lent H200 host steps between
-    # speeds that last seconds (research/results/2026-11-30-h200-h), and a difference of two phases timed in different
-    # rounds read generate's per-call setup at 0.8 to 4.7 ms in five passes of one calibration.
+    # Derived costs are taken within a round, then the median over rounds: a VM's host steps between speeds that last
+    # seconds (an H200 VM: research/results/2026-11-30-h200-h/README.md), and a difference of two phases timed in
+    # different rounds read generate's per-call setup at 0.8 to 4.7 ms in five passes of one calibration.
     per_depth = interleaved([round_job(m) for m in models], rounds, probe)
     del models
     fwd = [statistics.median(t for r in rs for t in r["decode"]) for rs in per_depth]
@@ -157,7 +151,7 @@ def measure_family(family: str, dev: Device, layers=(1, 2, 4, 8), iters: int = 6
     # less the per-token work the planner adds to the prefill (estimate/infer.py: prefill_s = forward + step_s +
     # setup_s)
     setup = [r["ttft"] - r["prefill"] - r["step"] for rs in per_depth for r in rs]
-    forward_s, layer_s = _fit(list(layers), fwd)
+    forward_s, layer_s = fit_line(list(layers), fwd)
     return {"family": family, "layers": list(layers), "decode_forward_s": fwd, "forward_s": forward_s,
             "layer_s": layer_s, "generate_step_s": statistics.median(steps), "prefill_forward_s": pre,
             "generate_setup_s": statistics.median(setup), "rounds": rounds}
@@ -174,7 +168,7 @@ def measure_real_width(dev: Device, layers=(2, 4, 8), prompt: int = 128, iters: 
                        dtype=torch.bfloat16, chunk: int = 5, probe=None) -> dict:
     """Host time per decoder layer at a real model's widths, for the eager decode step and the prefill.
 
-    Why not only the tiny models: on the lent H200's host a kernel of Llama-3.2-1B's decode cost the host ~10% more
+    Why not only the tiny models: on an H200 VM's host a kernel of Llama-3.2-1B's decode cost the host ~10% more
     than a tiny model's, Llama-3.1-8B's 27% more and its 128-token prefill's 38% more (estimate/roofline.py), so a
     tiny-model figure under-plans real models. At these widths a batch-1 step is still host-bound on a GPU (a
     layer's kernels take ~40 us of GPU time against ~0.7 ms of host time), so the wall time of a synchronised
@@ -182,27 +176,15 @@ def measure_real_width(dev: Device, layers=(2, 4, 8), prompt: int = 128, iters: 
     divided by the kernels the planner counts in a layer it is the per-kernel cost. Decode: one token at a time
     after the prompt's cache, which grows; prefill: ``prompt`` tokens into an empty cache with the head on the
     last position (as generate's first step). Only meaningful where the device runs apart from the host (not on CPU)."""
-    from gpuscope.measure.models.hf_model import cache_kwarg, out_cache
-
-    V = REAL_WIDTH["vocab_size"]
-    # warm-up at the timed shapes first (cuDNN's attention plans per KV length, cuBLAS handles; see measure_family)
-    warm, _ = build_model(dict(REAL_WIDTH, num_hidden_layers=1), dev, dtype)
-    warm.eval()
-    ids = torch.randint(0, V, (1, prompt), device=dev.torch_device)
-    kw = cache_kwarg(warm)
-    for _ in range(3):
-        out = warm(ids, use_cache=True, logits_to_keep=1)
-    for _ in range(iters + 10):
-        out = warm(ids[:, -1:], use_cache=True, **{kw: out_cache(out)})
-    dev.synchronize()
-    del warm, out
+    ids, kw = warm_shapes(dict(REAL_WIDTH, num_hidden_layers=1), dev, dtype, REAL_WIDTH["vocab_size"], prompt,
+                          iters + 10, {"logits_to_keep": 1}, 3)
     models = []
     for n in layers:
         model, _ = build_model(dict(REAL_WIDTH, num_hidden_layers=n), dev, dtype)
         model.eval()
         for _ in range(3):  # untimed
             out = model(ids, use_cache=True, logits_to_keep=1)
-        _, cache = _decode_steps(model, ids[:, -1:], out_cache(out), kw, dev, 2)  # untimed
+        _, cache = decode_steps(model, ids[:, -1:], out_cache(out), kw, dev, 2)  # untimed
         models.append({"model": model, "cache": cache})
 
     def prefill_job(m: dict):
@@ -218,7 +200,7 @@ def measure_real_width(dev: Device, layers=(2, 4, 8), prompt: int = 128, iters: 
 
     def decode_job(m: dict):
         def job():
-            times, m["cache"] = _decode_steps(m["model"], ids[:, -1:], m["cache"], kw, dev, chunk)
+            times, m["cache"] = decode_steps(m["model"], ids[:, -1:], m["cache"], kw, dev, chunk)
             return times
         return job
 
@@ -227,8 +209,8 @@ def measure_real_width(dev: Device, layers=(2, 4, 8), prompt: int = 128, iters: 
     dec = [statistics.median(x)
            for x in interleaved([decode_job(m) for m in models], _chunks(iters, chunk), probe)]
     del models
-    dec_fixed, dec_layer = _fit(list(layers), dec)
-    pre_fixed, pre_layer = _fit(list(layers), pre)
+    dec_fixed, dec_layer = fit_line(list(layers), dec)
+    pre_fixed, pre_layer = fit_line(list(layers), pre)
     return {"widths": "llama-3.2-1b", "layers": list(layers), "prompt": prompt, "decode_forward_s": dec,
             "prefill_forward_s": pre, "decode_fixed_s": dec_fixed, "decode_layer_s": dec_layer,
             "prefill_fixed_s": pre_fixed, "prefill_layer_s": pre_layer}
@@ -246,8 +228,6 @@ def measure_train_family(family: str, dev: Device, layers=(2, 4, 8), precision: 
     each phase is max(GPU, host) and the fit is the host's only where the GPU idles). ``count_kernels`` (CUDA):
     one more step per depth under the profiler, its device kernels counted per phase (``kernels``). ``probe``:
     run between the timed rounds (see ``interleaved``)."""
-    from gpuscope.measure.llm.train import PRECISIONS, _enable_recompute, step_functions
-
     param_dtype, ac_dtype = PRECISIONS[precision]
     base = dict(config if config is not None else TINY[family])
     phases: dict[str, list[float]] = {"forward_s": [], "backward_s": [], "optimizer_s": []}
@@ -255,12 +235,12 @@ def measure_train_family(family: str, dev: Device, layers=(2, 4, 8), precision: 
     runs = []
     for n in layers:  # every depth built first, then timed a step at a time in turn (see `interleaved`)
         torch.manual_seed(0)
-        model, cfg = build_model(dict(base, **{_layers_key(base): n}), dev, param_dtype, use_cache=False)
+        model, cfg = build_model(dict(base, **{layers_key(base): n}), dev, param_dtype, use_cache=False)
         model.train()
         if recompute == "full":
-            _enable_recompute(model)
+            enable_recompute(model)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=dev.type == "cuda")
-        scaler = torch.amp.GradScaler(dev.type, init_scale=8192) if ac_dtype is torch.float16 else None
+        scaler = grad_scaler(dev, ac_dtype)
         vocab = int(cfg.vocab_size)
         batches = iter([torch.randint(0, vocab, (micro_batch, seq), device=dev.torch_device)
                         for _ in range(warmup + steps + 1)])
@@ -287,8 +267,8 @@ def measure_train_family(family: str, dev: Device, layers=(2, 4, 8), precision: 
     if kernels:
         out["kernels"] = kernels
     for k in ("forward_s", "backward_s"):
-        out[k.replace("_s", "_fixed_s")], out[k.replace("_s", "_layer_s")] = _fit(list(layers), phases[k])
-    out["optimizer_fixed_s"], out["optimizer_tensor_s"] = _fit(tensors, phases["optimizer_s"])
+        out[k.replace("_s", "_fixed_s")], out[k.replace("_s", "_layer_s")] = fit_line(list(layers), phases[k])
+    out["optimizer_fixed_s"], out["optimizer_tensor_s"] = fit_line(tensors, phases["optimizer_s"])
     return out
 
 

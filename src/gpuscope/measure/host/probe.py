@@ -1,23 +1,24 @@
 """How fast the host runs eager PyTorch right now: one fixed, tiny, host-bound forward, timed.
 
-Why: on the lent H200 VM the host's speed moved by up to 2x between minutes while /proc/stat's steal stayed at 0
-(2026-11-30, research/results/2026-11-30-h200-g): a tiny-Llama training forward read 17.8 ms at 8 layers where the same host
-had read 7.9 ms the day before, and two calibrations four minutes apart read 22.4 and 17.5 us a kernel. A host-bound
+Why: on an H200 VM the host's speed moved by up to 2x between minutes while /proc/stat's steal stayed at 0
+(research/results/2026-11-30-h200-g/README.md): a tiny-Llama training forward read 17.8 ms at 8 layers against 7.9
+ms on another day, and two calibrations four minutes apart read 22.4 and 17.5 us a kernel. A host-bound
 estimate is only as good as the host speed it was calibrated at. The probe is the yardstick: `hardware calibrate
 --host` records it beside the host costs it writes (``host_probe_s``), the workloads record it before and after
 their timed phase, and the bench report sets the calibrated estimate at the host speed the run itself met beside
 the plain one (explain/compare.host_scale).
 
-The probe: a 2-layer tiny Llama (measure/host/overhead.TINY, the models the host costs are fitted on), one token,
+The probe: a 2-layer tiny Llama (measure/models/tiny.TINY, the models the host costs are fitted on), one token,
 no cache, under no_grad, synchronised after every forward; the median of ``iters`` forwards after 5 untimed ones.
 Its GPU work is a few microseconds; what it times is Python, the transformers modules, the dispatcher and ~100
-kernel launches, which is what a host-bound workload spends its time on. About 1-2 ms a forward on the lent H200
+kernel launches, which is what a host-bound workload spends its time on. About 1-2 ms a forward on an H200 VM's
 host, so ~40 ms a probe.
 
 Training has its own probe (``kind="train"``: the same model's forward with a loss and its backward, 8 tokens,
 median of 15; ~10 ms each on that host). Round after round beside a GPT-2 training step on the H200
-(research/results/2026-11-30-h200-g/probe_track_phases.json), the step followed the training probe at r = 0.85 (its spread
-46% -> 23% divided by it) and the forward-only probe at r = 0.44 (dividing widened it). Backward runs on autograd's
+(research/results/2026-11-30-h200-g/probe_track_phases.json), the step followed the training probe at r = 0.85 (its
+spread 46% -> 23% divided by it) and the forward-only probe at r = 0.44 (dividing widened it). Backward runs on
+autograd's
 own device thread, which a forward-only probe never exercises; tiny GPT-2 generate followed the forward probe at
 r = 0.87 and the training probe at 0.54.
 """
@@ -30,14 +31,13 @@ import time
 import torch
 
 from gpuscope.measure.device.device import Device
+from gpuscope.measure.models.hf_model import build_model
+from gpuscope.measure.models.tiny import TINY
 
 _MODELS: dict = {}
 
 
 def _model(dev: Device):
-    from gpuscope.measure.models.hf_model import build_model
-    from gpuscope.measure.host.overhead import TINY
-
     key = str(dev.torch_device)
     if key not in _MODELS:
         dtype = torch.float32 if dev.type == "cpu" else torch.bfloat16
@@ -86,17 +86,17 @@ PROBES = {"infer": (host_probe, "host_probe"), "train": (host_probe_train, "host
 
 
 class RoundProbe:
-    """A probe taken between the rounds of a fit (``host_overhead.interleaved(..., between=probe)``), so that the
-    host speed it records is that of the whole fit and not of its two ends: a calibration pass takes ~10 s and the
-    lent H200 host's speed decorrelated within ~8 s (research/results/2026-11-30-h200-g/probe_track.json), so a probe
+    """A probe taken between the rounds of a fit (``host/overhead.interleaved(..., between=probe)``), so that the
+    host speed it records is that of the whole fit and not of its two ends: a calibration pass takes ~10 s and an
+    H200 VM's host speed decorrelated within ~8 s (research/results/2026-11-30-h200-g/probe_track.json), so a probe
     before and after a pass sampled two moments of it. Each call appends one probe (the same median as HostProbe's,
     so the speeds compare: ~70 ms forward / ~0.1 s training on that host); ``median()`` is the fit's host speed.
 
     ``to`` (seconds): each call returns ``to / probe``, the factor that takes the round just timed to a host whose
-    probe reads ``to``, and ``interleaved`` applies it to that round's samples. Why per round: the lent H200 host
+    probe reads ``to``, and ``interleaved`` applies it to that round's samples. Why per round: an H200 VM's host
     slowed ~1.5x in episodes of 0.5-2 s, and a pass's four rounds of Llama-3.2-1B-wide decode that fell in one read
-    25 us a kernel where the pass's other fits and the next passes read 16-17 (research/results/2026-11-30-h200-h); a probe
-    per pass cannot correct a part of the pass. Without ``to`` a call returns None (nothing is scaled).
+    25 us a kernel where the pass's other fits and the next passes read 16-17 (research/results/2026-11-30-h200-h); a
+    probe per pass cannot correct a part of the pass. Without ``to`` a call returns None (nothing is scaled).
     The probe's model stays cached until ``release()``: for calibrations, not for workloads whose memory is read."""
 
     def __init__(self, dev: Device, kind: str = "infer", to: float | None = None):

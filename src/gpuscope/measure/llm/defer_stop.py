@@ -4,8 +4,8 @@ Why: every decode token, ``generate`` reads ``unfinished_sequences.max() == 0`` 
 (``StopCheck.__call__``), a ``cudaStreamSynchronize``. The host cannot queue token t+1 while the GPU runs token t, so
 the host's work per token (generate's own bookkeeping; under ``cache_implementation="static"`` also Dynamo's guards
 and the CUDA-graph tree's checks before each replay) is added to the GPU's time instead of hidden under it. Measured
-on the lent H200 (research/results/2026-11-30-h200/, research/scripts/gpu_hf_graph.py): one sync per token, 0.94-1.52 ms of host time
-in series with a compiled step.
+on an H200 (research/results/2026-11-30-h200/README.md, research/scripts/gpu_hf_graph.py): one sync per token,
+0.94-1.52 ms of host time in series with a compiled step.
 
 transformers (5.17 and later) already has the fix: ``DeferredStopCheck`` copies the flag to pinned memory without
 blocking and reads it one token later, waiting only for the token before (an event), so the host runs one token
@@ -21,8 +21,9 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
+from gpuscope.measure.choices import HF_ENGINES  # the engines that run HF generate (the others never wait)
+
 DEVICE_TYPES = ("cuda", "xpu", "mps")  # devices with events, where the host can run ahead
-HF_ENGINES = ("hf-eager", "hf-graph")  # bench's engines that run HF generate (the others' loops never wait)
 
 
 def problem(engine: str, device_type: str) -> str | None:

@@ -1,8 +1,9 @@
 """``--fuse-proj``: one GEMM for q, k and v, and one for the MLP's gate and up projections (Llama, Mistral, Qwen2).
 
-Why: at batch 1 every projection is a matrix-vector product that costs the time to read its weight plus a fixed
-cost per kernel (launch gap, split-K reduction, tail). On the H200 (research/results/2026-11-29-h200-c/README.md, doctor kernel
-table of Llama-3.1-8B gs-compile decode) the seven GEMVs of a layer took 137.6 us for 436 MB (3.2 TB/s, 76% of the
+Why: at batch 1 every projection is a matrix-vector product that costs the time to read its weight plus a fixed cost
+per kernel (launch gap, split-K reduction, tail). On the H200 (research/results/2026-11-29-h200-c/README.md, doctor
+kernel table of Llama-3.1-8B gs-compile decode) the seven GEMVs of a layer took 137.6 us for 436 MB (3.2 TB/s, 76% of
+the
 measured copy rate): gate and up 32.3 us each (3.6 TB/s), down 29.9 us (3.9 TB/s), q and o 12.3 us (2.7 TB/s), k and
 v 5.25 us (1.6 TB/s), plus five split-K reductions of 1.6 us. The small ones run far below the copy rate; joined
 into one weight (q|k|v: 48 MB; gate|up: 235 MB) they read at the rate of the large ones. gpt-fast and vLLM load

@@ -23,19 +23,16 @@ import statistics
 
 import torch
 
-from gpuscope.measure.device.device import Device, is_oom, oom_result, pick_device, summarize
+from gpuscope.measure.choices import ENGINES, check_choice
+from gpuscope.measure.device.device import Device, release, run_as_result, summarize
 from gpuscope.measure.device.device import repeats as timed_repeats
+from gpuscope.measure.device.nvml import PhaseEnergy
 from gpuscope.measure.host.gc_pauses import GCPauses, freeze
 from gpuscope.measure.host.load import HostLoad
 from gpuscope.measure.host.probe import HostProbe
-from gpuscope.measure.models.hf_model import (DTYPES, build_model, cache_bytes, cache_kwarg, case_config, load_pretrained,
-                                       model_bytes, out_cache, placement_bytes, silence_generation, vocab_size)
-from gpuscope.measure.device.nvml import PhaseEnergy
-
-
-def _release(dev: Device) -> None:
-    gc.collect()
-    dev.empty_cache()
+from gpuscope.measure.models.hf_model import (DTYPES, build_model, cache_bytes, cache_kwarg, case_config,
+                                              load_pretrained, model_bytes, out_cache, placement_bytes,
+                                              silence_generation, vocab_size)
 
 
 def _max_or_none(xs):
@@ -75,26 +72,8 @@ METRIC_FORMULAS = {
 }
 
 
-def run_as_result(body, case: dict) -> dict:
-    """Run ``body(case, dev, state)`` on the case's device; an out-of-memory error becomes a result recording the
-    phase it happened in (``state["phase"]``) and the peak reached; anything else propagates."""
-    dev = Device(pick_device(case.get("device")))
-    state = {"phase": "setup"}
-    try:
-        return body(case, dev, state)
-    except Exception as e:
-        if not is_oom(e):
-            raise
-        res = oom_result(dev, state["phase"], e)
-    _release(dev)
-    return res
-
-
 def run_infer(case: dict) -> dict:
     return run_as_result(_run_infer, case)
-
-
-ENGINES = ("hf-eager", "hf-graph", "gs-graph", "gs-compile")
 
 
 def tpot_fields(ttft_s: float, e2e_s: float, gen: int, batch: int, weights_bytes: int) -> dict:
@@ -113,7 +92,7 @@ def tpot_fields(ttft_s: float, e2e_s: float, gen: int, batch: int, weights_bytes
     return {"tpot_s": tpot, "decode_tokens_per_s": batch / tpot, "decode_weights_gbs": weights_bytes / tpot / 1e9}
 
 
-def _generate(model, ids, mask, n: int, engine: str = "hf-eager", cache_len: int | None = None,
+def generate(model, ids, mask, n: int, engine: str = "hf-eager", cache_len: int | None = None,
               deferred: list | None = None):
     """hf-eager: plain generate (DynamicCache). hf-graph: a static KV cache, with which transformers compiles the
     decode step (torch.compile, mode "reduce-overhead": CUDA graphs) on CUDA devices. gs-graph: gpuscope's greedy
@@ -125,7 +104,7 @@ def _generate(model, ids, mask, n: int, engine: str = "hf-eager", cache_len: int
         from gpuscope.measure.llm.defer_stop import deferred_stop
 
         with deferred_stop(deferred):
-            return _generate(model, ids, mask, n, engine, cache_len)
+            return generate(model, ids, mask, n, engine, cache_len)
     if engine in ("gs-graph", "gs-compile"):  # gpuscope's own: static cache + the step replayed as one CUDA graph
         from gpuscope.measure.llm.graph_decode import static_greedy
 
@@ -136,7 +115,10 @@ def _generate(model, ids, mask, n: int, engine: str = "hf-eager", cache_len: int
                           **kw)
 
 
-def _deferred(case: dict, engine: str, dev: Device) -> list | None:
+_generate = generate  # what the timed phases call (tests replace it to fail a phase)
+
+
+def deferred_stop_log(case: dict, engine: str, dev: Device) -> list | None:
     """The list that collects whether generate deferred its stop check, or None without ``defer_stop``."""
     if not case.get("defer_stop"):
         return None
@@ -148,29 +130,29 @@ def _deferred(case: dict, engine: str, dev: Device) -> list | None:
     return []
 
 
-@torch.no_grad()
-def _run_infer(case: dict, dev: Device, state: dict) -> dict:
-    B, P, G = int(case["batch"]), int(case["prompt"]), int(case["gen"])
-    dtype_name = case.get("dtype", "bf16")
-    dtype = DTYPES[dtype_name]
-    attn = case.get("attn", "sdpa")
-    repeats = max(1, int(case.get("repeats", 3)))
-    min_time_s = max(0.0, float(case.get("min_time_s", 0.0)))
-    decode_iters = max(1, int(case.get("decode_iters", 20)))
-    engine = case.get("engine", "hf-eager")
-    if engine not in ENGINES:
-        raise ValueError(f"engine: '{engine}' is not one of {', '.join(ENGINES)}")
-    deferred = _deferred(case, engine, dev)
-    torch.manual_seed(int(case.get("seed", 0)))
+def infer_settings(case: dict) -> dict:
+    """The case's inference settings with their defaults, checked in this order: sizes, dtype, engine (a KeyError
+    or a ValueError that names what is allowed)."""
+    t = {"batch": int(case["batch"]), "prompt": int(case["prompt"]), "gen": int(case["gen"]),
+         "dtype": case.get("dtype", "bf16")}
+    if t["dtype"] not in DTYPES:  # before the engine is looked at, as the dtype table lookup always did
+        raise KeyError(t["dtype"])
+    t.update(attn=case.get("attn", "sdpa"), repeats=max(1, int(case.get("repeats", 3))),
+             min_time_s=max(0.0, float(case.get("min_time_s", 0.0))),
+             decode_iters=max(1, int(case.get("decode_iters", 20))), engine=case.get("engine", "hf-eager"))
+    check_choice("engine", t["engine"], ENGINES)
+    return t
 
-    state["phase"] = "load"
-    cfg = case_config(case)
+
+def _load_model(case: dict, dev: Device, cfg: dict, t: dict):
+    """The model (random weights, or a local checkpoint's own with ``weights``), in eval mode, fused where asked;
+    returns (model, config, the result's first fields, the device the inputs go to)."""
     dev.reset_peak()
     if case.get("weights"):  # a local checkpoint's own weights (from_pretrained, optional device_map)
-        model, config = load_pretrained(case, dev, dtype, attn)
+        model, config = load_pretrained(case, dev, DTYPES[t["dtype"]], t["attn"])
         config.use_cache = True
     else:
-        model, config = build_model(cfg, dev, dtype, attn, use_cache=True)
+        model, config = build_model(cfg, dev, DTYPES[t["dtype"]], t["attn"], use_cache=True)
     model.eval()
     silence_generation(model)
     fused = None
@@ -181,7 +163,8 @@ def _run_infer(case: dict, dev: Device, state: dict) -> dict:
     dev.synchronize()
     res: dict = {"status": "ok", "kind": "infer", "model": case.get("model") or cfg.get("model_type"),
                  "model_type": config.model_type, "device": dev.name, "device_name": dev.device_name(),
-                 "dtype": dtype_name, "attn": attn, "batch": B, "prompt": P, "gen": G, "repeats": repeats}
+                 "dtype": t["dtype"], "attn": t["attn"], "batch": t["batch"], "prompt": t["prompt"], "gen": t["gen"],
+                 "repeats": t["repeats"]}
     if fused is not None:
         res["fused_proj"] = fused
     res.update(model_bytes(model))
@@ -194,15 +177,15 @@ def _run_infer(case: dict, dev: Device, state: dict) -> dict:
         res["placement_bytes"] = placement_bytes(model)
         emb = model.get_input_embeddings().weight.device
         in_dev = emb if (case.get("device_map") and emb.type != "meta") else dev.torch_device
+    return model, config, res, in_dev
 
-    V = vocab_size(config)
-    ids = torch.randint(0, V, (B, P), device=in_dev)
-    mask = torch.ones_like(ids)
 
-    state["phase"] = "warmup"
-    res["engine"] = engine
+def _warm_up(model, ids, mask, t: dict, deferred, dev: Device, res: dict) -> None:
+    """An MoE model's routing counted in an untimed eager prefill, then generate at the full length (and a TTFT in
+    the kept static cache), so the first timed run pays no allocator growth, compile or graph capture."""
     from gpuscope.measure.llm.moe_routing import prefill_routing
 
+    engine, P, G = t["engine"], t["prompt"], t["gen"]
     routing = prefill_routing(model, ids, mask)  # an MoE model's rows per expert, in an untimed eager prefill
     if routing:  # random weights route unevenly (moe_routing.py): said beside the timings
         res["moe_routing"] = {k: v for k, v in routing.items() if k != "rows_per_expert"}
@@ -213,39 +196,40 @@ def _run_infer(case: dict, dev: Device, state: dict) -> dict:
         out = _generate(model, ids, mask, G, engine, deferred=deferred)
     out = _generate(model, ids, mask, 1, engine, cache_len=P + G, deferred=deferred)
     del out
-    _release(dev)
-    res["mem_before_generate_bytes"] = dev.allocated()
-    if case.get("gc_freeze"):  # the live objects (the model, a compile's graphs and guards) leave the GC's reach
-        res["gc_frozen_objects"] = freeze()
-    res["gc_tracked_objects"] = len(gc.get_objects())
+    release(dev)
 
-    # (a) TTFT: prefill + first token through generate.
-    state["phase"] = "prefill"
+
+def _time_ttft(model, ids, mask, t: dict, deferred, dev: Device, res: dict) -> list[float]:
+    """(a) TTFT: prefill + first token through generate, repeated; the host probe and GC pauses around it."""
     ttft, peaks = [], []
     with HostProbe(dev) as ttft_probe, GCPauses() as gcp:
-        for _ in timed_repeats(repeats, min_time_s):
+        for _ in timed_repeats(t["repeats"], t["min_time_s"]):
             dev.reset_peak()
-            with dev.timer() as t:
-                out = _generate(model, ids, mask, 1, engine, cache_len=P + G, deferred=deferred)
-            ttft.append(t.s)
+            with dev.timer() as tm:
+                out = _generate(model, ids, mask, 1, t["engine"], cache_len=t["prompt"] + t["gen"], deferred=deferred)
+            ttft.append(tm.s)
             peaks.append(dev.peak_allocated())
             del out
     res["ttft_repeats"] = len(ttft)
     res["gc_pause_s_per_ttft"] = gcp.summary()["gc_pause_s"] / len(ttft)
     res["host_probe_ttft_s"] = ttft_probe.summary()["host_probe_s"]  # the host's speed around the TTFT repeats
     res["peak_prefill_bytes"] = _max_or_none(peaks)
+    return ttft
 
-    # (b) E2E: exactly G new tokens.
-    state["phase"] = "generate"
+
+def _time_e2e(model, ids, mask, t: dict, deferred, dev: Device, res: dict) -> tuple[list[float], list[float]]:
+    """(b) E2E: exactly G new tokens, repeated, with NVML energy, GC pauses, the host's load and probe around the
+    repeats; returns (device-timed, wall) seconds."""
+    B, P = t["batch"], t["prompt"]
     e2e, e2e_wall, peaks, rpeaks, n_out = [], [], [], [], None
     # every timer synchronises: the energy counter covers the repeats' work; the host's load is recorded beside it
     with HostProbe(dev) as probe, PhaseEnergy(dev) as energy, GCPauses() as gcp, HostLoad() as host:
-        for _ in timed_repeats(repeats, min_time_s):
+        for _ in timed_repeats(t["repeats"], t["min_time_s"]):
             dev.reset_peak()
-            with dev.timer() as t:
-                out = _generate(model, ids, mask, G, engine, deferred=deferred)
-            e2e.append(t.s)
-            e2e_wall.append(t.wall_s)
+            with dev.timer() as tm:
+                out = _generate(model, ids, mask, t["gen"], t["engine"], deferred=deferred)
+            e2e.append(tm.s)
+            e2e_wall.append(tm.wall_s)
             peaks.append(dev.peak_allocated())
             rpeaks.append(dev.peak_reserved())
             n_out = int(out.shape[1]) - P
@@ -265,59 +249,66 @@ def _run_infer(case: dict, dev: Device, state: dict) -> dict:
     if deferred is not None:  # the timed E2E calls' decode loops (generate asks once per call, after the prefill)
         used = deferred[-len(e2e):]
         res["stop_check"] = "deferred" if all(used) else "per-token sync (transformers refused to defer)"
-    _release(dev)
+    release(dev)
+    return e2e, e2e_wall
 
-    # (c) bare prefill forward (what generate does for its first step, without the loop around it).
-    state["phase"] = "prefill_forward"
+
+def _time_prefill_forward(model, ids, mask, t: dict, dev: Device, res: dict) -> tuple[list[float], dict]:
+    """(c) The bare prefill forward (what generate does for its first step, without the loop around it), with the
+    head on the last position where the model takes ``logits_to_keep``; returns (seconds, the forward's kwargs)."""
     pf, peaks = [], []
     kw = {"logits_to_keep": 1}
     o = None
-    for _ in range(repeats):
+    for _ in range(t["repeats"]):
         o = None
         dev.reset_peak()
-        with dev.timer() as t:
+        with dev.timer() as tm:
             try:
                 o = model(input_ids=ids, attention_mask=mask, use_cache=True, **kw)
             except TypeError:  # a model without logits_to_keep
                 kw = {}
                 o = model(input_ids=ids, attention_mask=mask, use_cache=True)
-        pf.append(t.s)
+        pf.append(tm.s)
         peaks.append(dev.peak_allocated())
     res["peak_prefill_forward_bytes"] = _max_or_none(peaks)
     res["prefill_forward_logits_to_keep"] = kw.get("logits_to_keep")
-    pkv = out_cache(o)
-    res["kv_cache_bytes"] = cache_bytes(pkv)  # for the P prompt tokens of the whole batch
+    res["kv_cache_bytes"] = cache_bytes(out_cache(o))  # for the P prompt tokens of the whole batch
+    return pf, kw
 
-    # (d) bare decode-step forward with the past cache (the cache grows by one token per step), twice over the same
-    # KV lengths from a fresh prefill: the first pass visits each length for the first time in eager mode (the
-    # static-cache engines never ran them: cuDNN's SDPA builds a plan per new shape, 54 vs 12 ms a step for
-    # Llama-3.2-1B on an H200, research/results/2026-11-30-h200-f/probes_1b.json); the second is the steady state timed.
-    state["phase"] = "decode_forward"
-    del o, pkv
-    warm = 2
-    full_mask = torch.ones(B, P + warm + decode_iters, dtype=mask.dtype, device=in_dev)
+
+def _time_decode_forward(model, ids, mask, kw: dict, t: dict, in_dev, dev: Device) -> tuple[list[float], list[float]]:
+    """(d) The bare decode-step forward with the past cache (the cache grows by one token per step), twice over the
+    same KV lengths from a fresh prefill: the first pass visits each length for the first time in eager mode (the
+    static-cache engines never ran them: cuDNN's SDPA builds a plan per new shape, 54 vs 12 ms a step for
+    Llama-3.2-1B on an H200, research/results/2026-11-30-h200-f/probes_1b.json); the second is the steady state timed.
+    Returns (first pass, second pass) seconds."""
+    B, P, warm = t["batch"], t["prompt"], 2
+    full_mask = torch.ones(B, P + warm + t["decode_iters"], dtype=mask.dtype, device=in_dev)
     cache_kw = cache_kwarg(model)
     passes = []
     for _ in range(2):
         o = model(input_ids=ids, attention_mask=mask, use_cache=True, **kw)
         pkv, nxt, times = out_cache(o), o.logits[:, -1:].argmax(-1), []
-        for i in range(warm + decode_iters):
+        for i in range(warm + t["decode_iters"]):
             step_mask = full_mask[:, : P + i + 1]
-            with dev.timer() as t:
+            with dev.timer() as tm:
                 o = model(input_ids=nxt, attention_mask=step_mask, use_cache=True, **{cache_kw: pkv})
             pkv = out_cache(o)
             nxt = o.logits[:, -1:].argmax(-1)
-            times.append(t.s)
+            times.append(tm.s)
         passes.append(times[warm:])
         del o, pkv
-    first, dec = passes
-    res["decode_forward_first_visit_s"] = statistics.median(first)
-    _release(dev)
+    release(dev)
+    return passes[0], passes[1]
 
+
+def _timing_fields(t: dict, res: dict, ttft, e2e, e2e_wall, pf, dec, timer: str) -> dict:
+    """The medians, spreads and rates of the four timed phases (METRIC_FORMULAS), with their samples."""
+    B, P, G = t["batch"], t["prompt"], t["gen"]
     s_ttft, s_e2e, s_pf, s_dec = summarize(ttft), summarize(e2e), summarize(pf), summarize(dec)
-    res.update(tpot_fields(s_ttft["median"], s_e2e["median"], G, B, res["weights_bytes"]))
-    tpot = res["tpot_s"]
-    res.update({
+    out = tpot_fields(s_ttft["median"], s_e2e["median"], G, B, res["weights_bytes"])
+    tpot = out["tpot_s"]
+    out.update({
         "ttft_s": s_ttft["median"], "ttft_s_min": s_ttft["min"], "ttft_s_max": s_ttft["max"],
         "e2e_s": s_e2e["median"], "e2e_s_min": s_e2e["min"], "e2e_s_max": s_e2e["max"],
         "e2e_wall_s": statistics.median(e2e_wall),
@@ -325,15 +316,47 @@ def _run_infer(case: dict, dev: Device, state: dict) -> dict:
         "prefill_forward_s": s_pf["median"], "prefill_forward_s_min": s_pf["min"], "prefill_forward_s_max": s_pf["max"],
         "decode_forward_s": s_dec["median"], "decode_forward_s_min": s_dec["min"], "decode_forward_s_max": s_dec["max"],
         "decode_forward_iters": s_dec["n"],
-        "generate_overhead_per_token_s": (tpot - s_dec["median"]) if tpot is not None and engine == "hf-eager"
+        "generate_overhead_per_token_s": (tpot - s_dec["median"]) if tpot is not None and t["engine"] == "hf-eager"
         else None,
         "e2e_spread": (s_e2e["max"] - s_e2e["min"]) / s_e2e["median"] if s_e2e["median"] else None,
         "samples_s": {"ttft": ttft, "e2e": e2e, "prefill_forward": pf, "decode_forward": dec},
-        "timer": dev.timer_kind,
+        "timer": timer,
         "metric_formulas": METRIC_FORMULAS,
     })
+    return out
+
+
+@torch.no_grad()
+def _run_infer(case: dict, dev: Device, state: dict) -> dict:
+    t = infer_settings(case)
+    deferred = deferred_stop_log(case, t["engine"], dev)
+    torch.manual_seed(int(case.get("seed", 0)))
+
+    state["phase"] = "load"
+    model, config, res, in_dev = _load_model(case, dev, case_config(case), t)
+    ids = torch.randint(0, vocab_size(config), (t["batch"], t["prompt"]), device=in_dev)
+    mask = torch.ones_like(ids)
+
+    state["phase"] = "warmup"
+    res["engine"] = t["engine"]
+    _warm_up(model, ids, mask, t, deferred, dev, res)
+    res["mem_before_generate_bytes"] = dev.allocated()
+    if case.get("gc_freeze"):  # the live objects (the model, a compile's graphs and guards) leave the GC's reach
+        res["gc_frozen_objects"] = freeze()
+    res["gc_tracked_objects"] = len(gc.get_objects())
+
+    state["phase"] = "prefill"
+    ttft = _time_ttft(model, ids, mask, t, deferred, dev, res)
+    state["phase"] = "generate"
+    e2e, e2e_wall = _time_e2e(model, ids, mask, t, deferred, dev, res)
+    state["phase"] = "prefill_forward"
+    pf, kw = _time_prefill_forward(model, ids, mask, t, dev, res)
+    state["phase"] = "decode_forward"
+    first, dec = _time_decode_forward(model, ids, mask, kw, t, in_dev, dev)
+    res["decode_forward_first_visit_s"] = statistics.median(first)
+    res.update(_timing_fields(t, res, ttft, e2e, e2e_wall, pf, dec, dev.timer_kind))
     del model
     if case.get("gc_freeze"):
         gc.unfreeze()
-    _release(dev)
+    release(dev)
     return res

@@ -7,11 +7,7 @@ Case keys: ``kind="train"``, ``model`` / ``config`` (as for inference), ``micro_
 at least ``steps`` of them; the count run is ``timed_steps``), ``warmup`` (2), ``attn`` (sdpa), ``seed`` (0),
 optional ``device``.
 
-Precision, as in CONTRACT.md:
-- ``amp-bf16`` / ``amp-fp16``: fp32 parameters, gradients and AdamW states; forward under
-  ``torch.autocast(device_type, dtype)``; amp-fp16 scales the loss with ``GradScaler(init_scale=8192)``.
-- ``bf16``: parameters, gradients and optimizer states all bf16, no autocast.
-- ``fp32``: everything fp32, no autocast (TF32 matmul setting recorded: torch's default is off).
+Precision (amp-bf16 | amp-fp16 | bf16 | fp32, as in CONTRACT.md): measure/models/train_step.py's docstring.
 
 One step = forward (loss from the model with ``labels=input_ids``), backward, optimizer step,
 ``zero_grad(set_to_none=True)``.
@@ -22,28 +18,21 @@ between phases), then the timed steps (``steps``, or more under ``min_time_s``: 
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import math
-import warnings
 from functools import partial
 
 import torch
 
-from gpuscope.measure.device.device import Device, summarize
+from gpuscope.measure.choices import PRECISIONS as PRECISION_NAMES, RECOMPUTES, check_choice
+from gpuscope.measure.device.device import Device, release, run_as_result, summarize
 from gpuscope.measure.device.device import repeats as timed_repeats
+from gpuscope.measure.device.nvml import PhaseEnergy
 from gpuscope.measure.host.load import HostLoad
 from gpuscope.measure.host.probe import HostProbe
-from gpuscope.measure.device.nvml import PhaseEnergy
 from gpuscope.measure.models.hf_model import build_model, case_config, model_bytes, vocab_size
-from gpuscope.measure.llm.infer import _release, run_as_result
-
-PRECISIONS = {  # name -> (parameter dtype, autocast dtype or None)
-    "amp-bf16": (torch.float32, torch.bfloat16),
-    "amp-fp16": (torch.float32, torch.float16),
-    "bf16": (torch.bfloat16, None),
-    "fp32": (torch.float32, None),
-}
+from gpuscope.measure.models.train_step import (PRECISIONS, enable_recompute, grad_scaler, instrumented_step,
+                                                matmul_settings, step_functions)
 
 METRIC_FORMULAS = {
     "step_s": "median over `timed_steps` back-to-back timed steps (device events at step boundaries) of "
@@ -67,15 +56,6 @@ METRIC_FORMULAS = {
 }
 
 
-def _enable_recompute(model) -> str:
-    kw = {"use_reentrant": False}
-    if hasattr(model, "activation_checkpointing_enable"):  # newer transformers 5.x name
-        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kw)
-        return "activation_checkpointing_enable"
-    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kw)
-    return "gradient_checkpointing_enable"
-
-
 def _state_bytes(opt) -> int:
     return sum(t.numel() * t.element_size() for st in opt.state.values() for t in st.values()
                if isinstance(t, torch.Tensor))
@@ -85,209 +65,153 @@ def _grad_bytes(model) -> int:
     return sum(p.grad.numel() * p.grad.element_size() for p in model.parameters() if p.grad is not None)
 
 
-def _quiet(fn):
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return fn()
-    except Exception:
-        return None
-
-
-def matmul_settings() -> dict:
-    return {
-        "float32_matmul_precision": torch.get_float32_matmul_precision(),
-        "cuda_matmul_allow_tf32": _quiet(lambda: bool(torch.backends.cuda.matmul.allow_tf32)),
-        "cudnn_allow_tf32": _quiet(lambda: bool(torch.backends.cudnn.allow_tf32)),
-        "cuda_matmul_fp32_precision": _quiet(lambda: str(torch.backends.cuda.matmul.fp32_precision)),
-    }
-
-
-class _Autocast:
-    """torch.autocast for the device, or nothing for full-precision runs."""
-
-    def __init__(self, dev: Device, dtype):
-        self.dev, self.dtype = dev, dtype
-
-    def __call__(self):
-        return torch.autocast(device_type=self.dev.type, dtype=self.dtype) if self.dtype else contextlib.nullcontext()
-
-
-def optimizer_step(opt, scaler) -> None:
-    """The optimizer step of every training loop here: through the fp16 loss scaler when there is one (unscale,
-    skip on inf/nan, adjust the scale), then gradients dropped (``set_to_none``: no zeroing kernels, memory freed)."""
-    if scaler:
-        scaler.step(opt)
-        scaler.update()
-    else:
-        opt.step()
-    opt.zero_grad(set_to_none=True)
-
-
-def step_functions(model, opt, scaler, ac_dtype, dev: Device, batches, state: dict, stage: list):
-    """(forward, backward, optimizer step) of one training step, shared by the single-GPU and distributed
-    workloads. Each records its phase in ``state`` (for OOM results) as "<stage>/<phase>"; the forward drops the
-    model output (its logits) and returns only the loss."""
-    autocast = _Autocast(dev, ac_dtype)
-
-    def forward():
-        state["phase"] = f"{stage[0]}/forward"
-        ids = next(batches)
-        with autocast():
-            return model(input_ids=ids, labels=ids, use_cache=False).loss
-
-    def backward(loss):
-        state["phase"] = f"{stage[0]}/backward"
-        (scaler.scale(loss) if scaler else loss).backward()
-
-    def opt_step():
-        state["phase"] = f"{stage[0]}/optimizer"
-        optimizer_step(opt, scaler)
-
-    return forward, backward, opt_step
-
-
-def instrumented_step(dev: Device, forward, backward, opt_step, grad_bytes) -> tuple[dict, float]:
-    """One training step with a synchronize and a peak reset between its phases (the single-GPU and the
-    distributed workloads share it): memory at rest, peak and end of forward, of backward, of the optimizer step,
-    and ``grad_bytes()`` after backward. Returns (those figures, the step's loss)."""
-    out: dict = {"mem_rest_bytes": dev.allocated()}
-    dev.reset_peak()
-    loss = forward()
-    dev.synchronize()
-    out["peak_forward_bytes"] = dev.peak_allocated()
-    out["mem_after_forward_bytes"] = dev.allocated()
-    dev.reset_peak()
-    backward(loss)
-    dev.synchronize()
-    value = float(loss.detach().float())
-    del loss
-    out["peak_backward_bytes"] = dev.peak_allocated()
-    out["mem_after_backward_bytes"] = dev.allocated()
-    out["grad_bytes"] = grad_bytes()
-    dev.reset_peak()
-    opt_step()
-    dev.synchronize()
-    out["peak_optimizer_bytes"] = dev.peak_allocated()
-    out["mem_after_step_bytes"] = dev.allocated()
-    return out, value
-
-
 def run_train(case: dict) -> dict:
     return run_as_result(_run_train, case)
 
 
-def _run_train(case: dict, dev: Device, state: dict) -> dict:
-    B, S = int(case["micro_batch"]), int(case["seq"])
+def train_settings(case: dict) -> dict:
+    """The case's training settings with their defaults, checked (ValueError names the key and what is allowed)."""
     precision = case.get("precision", "amp-bf16")
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision: '{precision}' is not one of {', '.join(PRECISIONS)}")
-    param_dtype, ac_dtype = PRECISIONS[precision]
+    check_choice("precision", precision, PRECISION_NAMES)
     recompute = case.get("recompute", "none")
-    if recompute not in ("none", "full"):
-        raise ValueError(f"recompute: '{recompute}' is not one of none, full")
+    check_choice("recompute", recompute, RECOMPUTES)
     if case.get("optimizer", "adamw") != "adamw":
         raise ValueError(f"optimizer: '{case.get('optimizer')}' is not supported (adamw)")
-    steps = max(1, int(case.get("steps", 6)))
     accum = int(case.get("grad_accum", 1))  # micro-batches (forward + backward) per optimizer step
     if accum < 1:
         raise ValueError(f"grad_accum: {accum} is not a positive integer")
-    warmup = max(1, int(case.get("warmup", 2)))  # >= 1 so optimizer states exist before measuring
-    min_time_s = max(0.0, float(case.get("min_time_s", 0.0)))  # timed steps go on until this much wall time
-    attn = case.get("attn", "sdpa")
-    torch.manual_seed(int(case.get("seed", 0)))
+    return {"micro_batch": int(case["micro_batch"]), "seq": int(case["seq"]), "precision": precision,
+            "recompute": recompute, "steps": max(1, int(case.get("steps", 6))), "grad_accum": accum,
+            "warmup": max(1, int(case.get("warmup", 2))),  # >= 1 so optimizer states exist before measuring
+            "min_time_s": max(0.0, float(case.get("min_time_s", 0.0))),  # timed steps go on this much wall time
+            "attn": case.get("attn", "sdpa")}
 
-    state["phase"] = "load"
-    cfg = case_config(case)
+
+def _load_model(case: dict, dev: Device, cfg: dict, t: dict):
+    """The random-weight model in the precision's parameter dtype, in train mode, recompute switched on; returns
+    (model, config, the result's first fields)."""
+    param_dtype, ac_dtype = PRECISIONS[t["precision"]]
     dev.reset_peak()
-    model, config = build_model(cfg, dev, param_dtype, attn, use_cache=False)
+    model, config = build_model(cfg, dev, param_dtype, t["attn"], use_cache=False)
     model.train()
-    recompute_api = _enable_recompute(model) if recompute == "full" else None
+    recompute_api = enable_recompute(model) if t["recompute"] == "full" else None
     dev.synchronize()
     res: dict = {"status": "ok", "kind": "train", "model": case.get("model") or cfg.get("model_type"),
                  "model_type": config.model_type, "device": dev.name, "device_name": dev.device_name(),
-                 "precision": precision, "autocast_dtype": str(ac_dtype).replace("torch.", "") if ac_dtype else None,
-                 "recompute": recompute, "recompute_api": recompute_api, "micro_batch": B, "seq": S,
-                 "steps": steps, "warmup": warmup, "grad_accum": accum, "attn": attn}
+                 "precision": t["precision"],
+                 "autocast_dtype": str(ac_dtype).replace("torch.", "") if ac_dtype else None,
+                 "recompute": t["recompute"], "recompute_api": recompute_api, "micro_batch": t["micro_batch"],
+                 "seq": t["seq"], "steps": t["steps"], "warmup": t["warmup"], "grad_accum": t["grad_accum"],
+                 "attn": t["attn"]}
     res.update(model_bytes(model))
     res["mem_after_load_bytes"] = dev.allocated()
+    return model, config, res
 
-    fused = bool(case.get("fused", True)) and dev.type == "cuda"
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=fused)
-    scaler = torch.amp.GradScaler(dev.type, init_scale=8192) if ac_dtype is torch.float16 else None
-    res.update({"optimizer": "adamw", "optimizer_fused": fused, "grad_scaler": scaler is not None})
-    res.update(matmul_settings())
 
-    # A fresh random batch for every step (made up front, so no kernel of it falls inside a timed step); steps
-    # beyond ``steps`` (``min_time_s``) take them again in turn.
-    batches = itertools.cycle([torch.randint(0, vocab_size(config), (B, S), device=dev.torch_device)
-                               for _ in range(accum * (warmup + 1 + steps))])
-
-    stage = ["warmup"]  # phase names for OOM results: "<warmup|measure|timed>/<forward|backward|optimizer>"
-    forward, backward, opt_step = step_functions(model, opt, scaler, ac_dtype, dev, batches, state, stage)
-
-    def accumulate(n: int) -> None:  # n micro-batches' forward + backward, gradients summed in place
-        for _ in range(n):
-            loss = forward()
-            backward(loss)
-            del loss
-
-    for _ in range(warmup):
-        accumulate(accum)
-        opt_step()
-    _release(dev)
-
-    # One instrumented step: memory per phase.
-    stage[0] = "measure"
+def _memory_per_phase(dev: Device, model, opt, accumulate, fns) -> tuple[dict, float]:
+    """One instrumented step after the warm-up: optimizer-state bytes, then the last micro-batch's memory per
+    phase with the summed gradients held, and the activations (after forward less at rest)."""
+    forward, backward, opt_step = fns
     dev.synchronize()
-    res["optimizer_state_bytes"] = _state_bytes(opt)
-    accumulate(accum - 1)  # the phases measured are the last micro-batch's, with the summed gradients held
+    out = {"optimizer_state_bytes": _state_bytes(opt)}
+    accumulate(-1)  # all micro-batches but the last
     dev.synchronize()
-    phases, loss_warm = instrumented_step(dev, forward, backward, opt_step, partial(_grad_bytes, model))
-    res.update(phases)
-    if res["mem_after_forward_bytes"] is not None and res["mem_rest_bytes"] is not None:
-        res["activations_bytes"] = res["mem_after_forward_bytes"] - res["mem_rest_bytes"]
+    phases, loss = instrumented_step(dev, forward, backward, opt_step, partial(_grad_bytes, model))
+    out.update(phases)
+    if out["mem_after_forward_bytes"] is not None and out["mem_rest_bytes"] is not None:
+        out["activations_bytes"] = out["mem_after_forward_bytes"] - out["mem_rest_bytes"]
     else:
-        res["activations_bytes"] = None
+        out["activations_bytes"] = None
+    return out, loss
 
-    # Timed steps, back to back.
-    stage[0] = "timed"
+
+def _timed_steps(dev: Device, t: dict, accumulate, fns):
+    """The timed steps, back to back (device events at step boundaries), with the host probe, NVML energy and the
+    host's load around them; returns (step times, the step timer, last loss, probe, energy, host load)."""
+    forward, backward, opt_step = fns
     dev.reset_peak()
     st = dev.step_timer()
     with HostProbe(dev, "train") as probe, PhaseEnergy(dev) as energy, HostLoad() as host:
         st.start()
-        for _ in timed_repeats(steps, min_time_s):
-            accumulate(accum - 1)
+        for _ in timed_repeats(t["steps"], t["min_time_s"]):
+            accumulate(-1)
             loss = forward()
             backward(loss)
             opt_step()
             st.mark()
         times = st.times_s()
         dev.synchronize()  # the counter is read after the last step's kernels
-    res["peak_bytes"] = dev.peak_allocated()
-    res["peak_reserved_bytes"] = dev.peak_reserved()
     loss_last = float(loss.detach().float())
     del loss
+    return times, st, loss_last, probe, energy, host
 
+
+def _run_train(case: dict, dev: Device, state: dict) -> dict:
+    t = train_settings(case)
+    B, S, accum = t["micro_batch"], t["seq"], t["grad_accum"]
+    torch.manual_seed(int(case.get("seed", 0)))
+
+    state["phase"] = "load"
+    model, config, res = _load_model(case, dev, case_config(case), t)
+    _, ac_dtype = PRECISIONS[t["precision"]]
+    fused = bool(case.get("fused", True)) and dev.type == "cuda"
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=fused)
+    scaler = grad_scaler(dev, ac_dtype)
+    res.update({"optimizer": "adamw", "optimizer_fused": fused, "grad_scaler": scaler is not None})
+    res.update(matmul_settings())
+
+    # A fresh random batch for every step (made up front, so no kernel of it falls inside a timed step); steps
+    # beyond ``steps`` (``min_time_s``) take them again in turn.
+    batches = itertools.cycle([torch.randint(0, vocab_size(config), (B, S), device=dev.torch_device)
+                               for _ in range(accum * (t["warmup"] + 1 + t["steps"]))])
+    stage = ["warmup"]  # phase names for OOM results: "<warmup|measure|timed>/<forward|backward|optimizer>"
+    fns = step_functions(model, opt, scaler, ac_dtype, dev, batches, state, stage)
+    forward, backward, opt_step = fns
+
+    def accumulate(n: int) -> None:  # n micro-batches' forward + backward (-1: accum - 1), gradients summed
+        for _ in range(accum - 1 if n < 0 else n):
+            loss = forward()
+            backward(loss)
+            del loss
+
+    for _ in range(t["warmup"]):
+        accumulate(accum)
+        opt_step()
+    release(dev)
+
+    stage[0] = "measure"  # one instrumented step: memory per phase
+    phases, loss_warm = _memory_per_phase(dev, model, opt, accumulate, fns)
+    res.update(phases)
+
+    stage[0] = "timed"
+    times, st, loss_last, probe, energy, host = _timed_steps(dev, t, accumulate, fns)
+    res["peak_bytes"] = dev.peak_allocated()
+    res["peak_reserved_bytes"] = dev.peak_reserved()
+    res.update(_step_fields(times, st.wall_s, B * S * accum, energy, loss_warm, loss_last, scaler))
+    res["host_load_steps"] = host.summary()  # the host during the timed steps (measure/host/load.py)
+    res.update(probe.summary())  # the host's speed around them (measure/host/probe.py)
+    res["timer"] = dev.timer_kind
+    res["metric_formulas"] = METRIC_FORMULAS
+    del model, opt
+    release(dev)
+    return res
+
+
+def _step_fields(times: list[float], wall_s: float, tokens: int, energy, loss_warm: float, loss_last: float,
+                 scaler) -> dict:
+    """Step time (median, spread), tokens/s (``tokens`` per optimizer step), energy per step and token, losses."""
     s = summarize(times)
-    res.update({
+    return {
         "step_s": s["median"], "step_s_min": s["min"], "step_s_max": s["max"],
-        "tokens_per_s": B * S * accum / s["median"] if s["median"] else None,
+        "tokens_per_s": tokens / s["median"] if s["median"] else None,
         "timed_steps": len(times),
-        "tokens_per_s_wall": B * S * accum * len(times) / st.wall_s if st.wall_s else None,
+        "tokens_per_s_wall": tokens * len(times) / wall_s if wall_s else None,
         "step_energy_j": energy.joules / len(times) if energy.joules else None,
-        "j_per_token": energy.joules / (len(times) * B * S * accum) if energy.joules else None,
+        "j_per_token": energy.joules / (len(times) * tokens) if energy.joules else None,
         "energy_source": energy.source,
         "loss_instrumented_step": loss_warm,
         "loss_last": loss_last,
         "loss_finite": math.isfinite(loss_last),
         "grad_scale": float(scaler.get_scale()) if scaler else None,
         "samples_s": {"step": times},
-        "host_load_steps": host.summary(),  # the host during the timed steps (measure/host/load.py)
-        **probe.summary(),  # the host's speed around them (measure/host/probe.py)
-        "timer": "device_event" if dev._events_ok() else "perf_counter+synchronize",
-        "metric_formulas": METRIC_FORMULAS,
-    })
-    del model, opt
-    _release(dev)
-    return res
+    }

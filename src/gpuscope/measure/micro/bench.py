@@ -1,6 +1,6 @@
 """Microbenchmarks of a device's real ceilings: matmul per dtype, device memory bandwidth, host <-> device copies.
-The timing helpers are measure/micro/timing.py, the matmul bench measure/micro/matmul.py; this module holds the memory and
-transfer benches, the run configurations, the runner and the calibration ceilings.
+The timing helpers are measure/micro/timing.py, the matmul bench measure/micro/matmul.py; this module holds the memory
+and transfer benches, the run configurations, the runner and the calibration ceilings.
 
 Method (shared/DESIGN.md "Measuring right"; the ad-hoc versions are research/scripts/gpu_facts.py and
 research/scripts/gpu_decode_ceilings.py):
@@ -9,7 +9,7 @@ research/scripts/gpu_decode_ceilings.py):
   outside the timed region, so no iteration reads its operands from cache;
 - memory and transfer iterations are each timed alone with ``Device.timer()`` (CUDA/XPU events with a synchronize
   before and after; elsewhere ``perf_counter`` around a synchronize);
-- matmul iterations are QUEUED on devices with events (micro_timing.time_queued): flush, start event, matmul, end
+- matmul iterations are QUEUED on devices with events (micro/timing.time_queued): flush, start event, matmul, end
   event, next iteration, with one synchronize per batch. A synchronize before each iteration leaves the GPU idle
   when its start event is taken, so the launch latency and the clock's ramp back from idle fall inside the timed
   window (mamf-finder v4 measured 1.6-19% on B200/H200/B300, growing with the kernel's size; the H200 here: 720
@@ -49,7 +49,7 @@ import time
 import torch
 
 from gpuscope.measure.device.device import Device, is_oom, oom_result
-from gpuscope.measure.micro.matmul import BURST, MATMUL_DTYPES, _sm_count, matmul_bench, matmul_shapes
+from gpuscope.measure.micro.matmul import BURST, MATMUL_DTYPES, sm_count, matmul_bench, matmul_shapes
 from gpuscope.measure.micro.timing import MIB, L2Flusher, Settings, settings, stats, time_op
 
 MEMORY_OPS = ("copy", "read", "write")
@@ -139,7 +139,7 @@ def micro_configs(dev: Device, mode: str = "quick", dtypes=None, benches=("matmu
     out = []
     if "matmul" in benches:
         shapes_given = bool(shapes)
-        shapes = [list(s) for s in (shapes or matmul_shapes(mode, dev, sms=_sm_count(dev)))]
+        shapes = [list(s) for s in (shapes or matmul_shapes(mode, dev, sms=sm_count(dev)))]
         # the achievable (burst) rate of the fastest shape (quick) or three (sweep, given shapes); no idle on the
         # host (no boost clock to recover, and CI's CPU run stays short)
         burst = dict(BURST, idle_s=0.0, bursts=1, iters=5) if dev.type == "cpu" else dict(BURST)

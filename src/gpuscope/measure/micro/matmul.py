@@ -93,7 +93,7 @@ def dtype_support(dev: Device, dtype: str) -> str | None:
     if dtype == "fp8":
         if not hasattr(torch, "float8_e4m3fn") or not hasattr(torch, "_scaled_mm"):
             return "this torch has no float8 matmul"
-        if dev.type == "cuda" and torch.cuda.get_device_capability(dev._index()) < (8, 9):
+        if dev.type == "cuda" and torch.cuda.get_device_capability(dev.index()) < (8, 9):
             return "fp8 matmul needs compute capability 8.9 or newer"
     return None
 
@@ -232,7 +232,7 @@ def _achievable(dev, dtype, rows, burst, top_n, mm, gen, before, probe) -> list[
     return out
 
 
-def _sm_count(dev: Device) -> int | None:
+def sm_count(dev: Device) -> int | None:
     if dev.type != "cuda":
         return None
-    return int(torch.cuda.get_device_properties(dev._index()).multi_processor_count)
+    return int(torch.cuda.get_device_properties(dev.index()).multi_processor_count)

@@ -39,7 +39,7 @@ class L2Flusher:
     def __init__(self, dev: Device):
         size = 32 * MIB
         if dev.type == "cuda":
-            l2 = int(getattr(torch.cuda.get_device_properties(dev._index()), "L2_cache_size", 0) or 0)
+            l2 = int(getattr(torch.cuda.get_device_properties(dev.index()), "L2_cache_size", 0) or 0)
             size = max(4 * l2, 64 * MIB)
         elif dev.type != "cpu":
             size = 256 * MIB

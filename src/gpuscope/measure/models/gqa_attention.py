@@ -14,8 +14,8 @@ and traceable by torch.compile (no data-dependent branches). Without a mask, or 
 transformers' own ``sdpa_attention_forward``.
 
 Status: token-for-token equal to the stock path on CPU (tests/test_measure_cpu.py). Measured on the H200
-(research/results/2026-11-29-h200-c): SLOWER under gs-compile, Llama-3.1-8B b1 p2048 decode 6.77 ms against 6.55 ms for the
-stock SDPA, because Inductor already folds repeat_kv into the attention's input kernel. Kept as an option for
+(research/results/2026-11-29-h200-c): SLOWER under gs-compile, Llama-3.1-8B b1 p2048 decode 6.77 ms against 6.55 ms
+for the stock SDPA, because Inductor already folds repeat_kv into the attention's input kernel. Kept as an option for
 eager and gs-graph runs; not a recommendation.
 """
 

@@ -12,8 +12,8 @@ processes (torchrun, DataLoader workers) are profiled in the main process only.
 Steps: every ``torch.optim`` optimizer step marks a step (a global post-step hook, synchronised), so a training
 script gets step times with no change to its code. ``--bare`` runs the script once without the profiler and writes
 only those marks: ``doctor --bare-run`` does that first, so the profiler's own host cost (which varied 5.6-15.5 us
-per CPU event between two H200 runs of the same script, research/results/2026-11-29-h200-c) is measured per step instead of
-estimated per event.
+per CPU event between two H200 runs of the same script, research/results/2026-11-29-h200-c) is measured per step
+instead of estimated per event.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ import time
 from pathlib import Path
 
 from gpuscope.measure.device.device import Device, is_oom, pick_device
-from gpuscope.measure.profile.profiler import SCHEMA, _allocator, profile_run
+from gpuscope.measure.profile.profiler import profile_run
+from gpuscope.measure.profile.summary import SCHEMA, allocator
 from gpuscope.measure.runner.suite import child_env
 
 
@@ -96,7 +97,7 @@ def run_script_profiled(argv: list[str], device: str | None = None, bare_step_s:
         with optimizer_steps(p.step):
             status, error, exc = _run(argv)
         if status == "oom":
-            p.extra["oom_memory"] = _allocator(p.dev, {})
+            p.extra["oom_memory"] = allocator(p.dev, {})
     s = p.summary
     s.update(script=list(argv), script_status=status, script_error=error)
     return s

@@ -1,6 +1,6 @@
 """Profile one of gpuscope's own workloads (``gpuscope doctor infer|train``): the case's model built as the bench
-builds it, warmed up, timed once bare, then profiled (measure/profile/profiler.profile_run); an MoE model's routing counted
-in the untimed warm-up. A user's script is measure/profile/script.py."""
+builds it, warmed up, timed once bare, then profiled (measure/profile/profiler.profile_run); an MoE model's routing
+counted in the untimed warm-up. A user's script is measure/profile/script.py."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ import torch
 from gpuscope.measure.device.device import Device, is_oom, pick_device
 from gpuscope.measure.host.gc_pauses import GCPauses
 from gpuscope.measure.host.load import HostLoad
-from gpuscope.measure.profile.profiler import SCHEMA, _allocator, profile_run
+from gpuscope.measure.profile.profiler import profile_run
+from gpuscope.measure.profile.summary import SCHEMA, allocator
 
 
 def _timed(dev: Device, fn) -> float:
@@ -25,6 +26,64 @@ def _timed(dev: Device, fn) -> float:
     return time.perf_counter() - t
 
 
+def _profile_infer(case: dict, cfg: dict, dev: Device, state: dict):
+    """The infer case: routing counted and generate warmed up, one generate timed bare, then one profiled.
+    Returns (trial, profile session, GC pauses, host load, bare seconds, routing)."""
+    from gpuscope.measure.llm.infer import deferred_stop_log, generate
+    from gpuscope.measure.llm.moe_routing import prefill_routing
+    from gpuscope.measure.tune.batch import InferTrial
+
+    tr = InferTrial(cfg, dev, dtype=case.get("dtype", "bf16"), prompt=case["prompt"], gen=case["gen"],
+                    attn=case.get("attn", "sdpa"), fuse_proj=bool(case.get("fuse_proj")))
+    ids = torch.randint(0, tr.vocab, (case["batch"], case["prompt"]), device=dev.torch_device)
+    mask = torch.ones_like(ids)
+    state["phase"] = "warmup"
+    engine = case.get("engine", "hf-eager")
+    deferred = deferred_stop_log(case, engine, dev)  # --defer-stop: generate reads its stop flag a token late
+
+    def gen():
+        return generate(tr.model, ids, mask, case["gen"], engine, deferred=deferred)
+
+    with torch.no_grad():
+        routing = prefill_routing(tr.model, ids, mask)  # MoE rows per expert, in an untimed eager prefill
+        gen()
+        with GCPauses() as gcp, HostLoad() as host:  # the collector's pauses, the host's load
+            bare = _timed(dev, gen)
+        state["phase"] = "profile"
+        with profile_run(dev.name, bare_s=bare) as p:
+            gen()
+            p.step()
+    return tr, p, gcp, host, bare, routing
+
+
+def _profile_train(case: dict, cfg: dict, dev: Device, state: dict):
+    """The train case: one warm-up step (its forward's MoE routing counted), ``steps`` steps timed bare, then the
+    same profiled with a step mark after each. Returns (trial, profile session, GC pauses, host load, bare seconds,
+    routing)."""
+    from gpuscope.measure.llm.moe_routing import RoutingCounter
+    from gpuscope.measure.tune.batch import TrainTrial
+
+    tr = TrainTrial(cfg, dev, precision=case.get("precision", "amp-bf16"), seq=case["seq"])
+    if case.get("recompute", "none") == "full":
+        from gpuscope.measure.models.train_step import enable_recompute
+
+        enable_recompute(tr.model)
+    ids = torch.randint(0, tr.vocab, (case["micro_batch"], case["seq"]), device=dev.torch_device)
+    state["phase"] = "warmup"
+    with RoutingCounter(tr.model) as counter:  # eager training: the warm-up step's own forward
+        tr.step(ids)
+    routing = counter.summary()
+    n_steps = int(case.get("steps", 3))
+    with GCPauses() as gcp, HostLoad() as host:
+        bare = _timed(dev, lambda: [tr.step(ids) for _ in range(n_steps)])
+    state["phase"] = "profile"
+    with profile_run(dev.name, bare_s=bare) as p:
+        for _ in range(n_steps):
+            tr.step(ids)
+            p.step()
+    return tr, p, gcp, host, bare, routing
+
+
 def profile_workload(case: dict, device: str | None = None) -> dict:
     """Profile one of gpuscope's workloads (an infer or train case, see gpuscope.workloads) after its warm-up.
 
@@ -33,54 +92,13 @@ def profile_workload(case: dict, device: str | None = None) -> dict:
     Either is also run once bare (no profiler) just before, so ``bare_s`` and the profiler's overhead are measured.
     An out-of-memory error is a result: ``status: oom`` with the allocator's numbers at the failure."""
     from gpuscope.measure.models.hf_model import case_config
-    from gpuscope.measure.llm.infer import _deferred, _generate
-    from gpuscope.measure.llm.moe_routing import RoutingCounter, prefill_routing
-    from gpuscope.measure.tune.batch import InferTrial, TrainTrial
 
     dev = Device(pick_device(device or case.get("device")))
     cfg = case_config(case)
-    phase = "load"
+    state = {"phase": "load"}
     try:
-        if case["kind"] == "infer":
-            tr = InferTrial(cfg, dev, dtype=case.get("dtype", "bf16"), prompt=case["prompt"], gen=case["gen"],
-                            attn=case.get("attn", "sdpa"), fuse_proj=bool(case.get("fuse_proj")))
-            ids = torch.randint(0, tr.vocab, (case["batch"], case["prompt"]), device=dev.torch_device)
-            mask = torch.ones_like(ids)
-            phase = "warmup"
-            engine = case.get("engine", "hf-eager")
-            deferred = _deferred(case, engine, dev)  # --defer-stop: generate reads its stop flag a token late
-
-            def gen():
-                return _generate(tr.model, ids, mask, case["gen"], engine, deferred=deferred)
-
-            with torch.no_grad():
-                routing = prefill_routing(tr.model, ids, mask)  # MoE rows per expert, in an untimed eager prefill
-                gen()
-                with GCPauses() as gcp, HostLoad() as host:  # the collector's pauses, the host's load
-                    bare = _timed(dev, gen)
-                phase = "profile"
-                with profile_run(dev.name, bare_s=bare) as p:
-                    gen()
-                    p.step()
-        else:
-            tr = TrainTrial(cfg, dev, precision=case.get("precision", "amp-bf16"), seq=case["seq"])
-            if case.get("recompute", "none") == "full":
-                from gpuscope.measure.llm.train import _enable_recompute
-
-                _enable_recompute(tr.model)
-            ids = torch.randint(0, tr.vocab, (case["micro_batch"], case["seq"]), device=dev.torch_device)
-            phase = "warmup"
-            with RoutingCounter(tr.model) as counter:  # eager training: the warm-up step's own forward
-                tr._step(ids)
-            routing = counter.summary()
-            n_steps = int(case.get("steps", 3))
-            with GCPauses() as gcp, HostLoad() as host:
-                bare = _timed(dev, lambda: [tr._step(ids) for _ in range(n_steps)])
-            phase = "profile"
-            with profile_run(dev.name, bare_s=bare) as p:
-                for _ in range(n_steps):
-                    tr._step(ids)
-                    p.step()
+        run = _profile_infer if case["kind"] == "infer" else _profile_train
+        tr, p, gcp, host, bare, routing = run(case, cfg, dev, state)
         s = p.summary
         s["status"] = "ok"
         s["gc"] = dict(gcp.summary(), bare_s=bare, tracked_objects=len(gc.get_objects()))
@@ -94,9 +112,9 @@ def profile_workload(case: dict, device: str | None = None) -> dict:
     except Exception as e:
         if not is_oom(e):
             raise
-        s = {"schema": SCHEMA, "status": "oom", "phase": phase, "device": dev.name, "device_type": dev.type,
+        s = {"schema": SCHEMA, "status": "oom", "phase": state["phase"], "device": dev.name, "device_type": dev.type,
              "device_name": dev.device_name(), "error": f"{type(e).__name__}: {' '.join(str(e).split())[:300]}",
-             "memory": _allocator(dev, {})}
+             "memory": allocator(dev, {})}
     s["case"] = case
     gc.collect()
     dev.empty_cache()

@@ -30,7 +30,7 @@ import time
 import torch
 
 from gpuscope.measure.device.device import Device, is_oom
-from gpuscope.measure.llm.train import optimizer_step
+from gpuscope.measure.models.train_step import autocast, grad_scaler, optimizer_step
 
 SCHEMA_BATCH = "gpuscope.tune.batch/1"
 
@@ -196,18 +196,18 @@ class InferTrial:
 
     @torch.no_grad()
     def __call__(self, b: int) -> dict:
-        from gpuscope.measure.llm.infer import _generate
+        from gpuscope.measure.llm.infer import generate
 
         ids = torch.randint(0, self.vocab, (b, self.prompt), device=self.dev.torch_device)
         mask = torch.ones_like(ids)
         _guard(b, b * (self.prompt + self.gen))
-        _generate(self.model, ids, mask, self.gen)  # warm-up at full length
+        generate(self.model, ids, mask, self.gen)  # warm-up at full length
         self.dev.reset_peak()
         times = []
         with _nvml_util(self.dev) as smp:
             for _ in range(self.repeats):
                 with self.dev.timer() as t:
-                    out = _generate(self.model, ids, mask, self.gen)
+                    out = generate(self.model, ids, mask, self.gen)
                 times.append(t.s)
                 del out
         e2e = statistics.median(times)
@@ -218,7 +218,7 @@ class InferTrial:
 class TrainTrial:
     def __init__(self, cfg: dict, dev: Device, precision: str = "amp-bf16", seq: int = 128, steps: int = 2):
         from gpuscope.measure.models.hf_model import build_model, vocab_size
-        from gpuscope.measure.llm.train import PRECISIONS
+        from gpuscope.measure.models.train_step import PRECISIONS
 
         torch.manual_seed(0)
         self.dev, self.seq, self.steps = dev, seq, steps
@@ -226,12 +226,12 @@ class TrainTrial:
         self.model, config = build_model(cfg, dev, pdt, use_cache=False)
         self.model.train()
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-4, fused=dev.type == "cuda")
-        self.scaler = torch.amp.GradScaler(dev.type, init_scale=8192) if self.ac is torch.float16 else None
+        self.scaler = grad_scaler(dev, self.ac)
         self.vocab = vocab_size(config)
 
-    def _step(self, ids) -> None:
-        ctx = torch.autocast(self.dev.type, dtype=self.ac) if self.ac else contextlib.nullcontext()
-        with ctx:
+    def step(self, ids) -> None:
+        """One training step on ``ids`` (forward with the loss, backward, optimizer step)."""
+        with autocast(self.dev, self.ac):
             loss = self.model(input_ids=ids, labels=ids, use_cache=False).loss
         (self.scaler.scale(loss) if self.scaler else loss).backward()
         optimizer_step(self.opt, self.scaler)
@@ -240,13 +240,13 @@ class TrainTrial:
         ids = torch.randint(0, self.vocab, (b, self.seq), device=self.dev.torch_device)
         try:
             _guard(b, b * self.seq)
-            self._step(ids)  # warm-up
+            self.step(ids)  # warm-up
             self.dev.reset_peak()
             with _nvml_util(self.dev) as smp:
                 st = self.dev.step_timer()
                 st.start()
                 for _ in range(self.steps):
-                    self._step(ids)
+                    self.step(ids)
                     st.mark()
                 times = st.times_s()
         finally:

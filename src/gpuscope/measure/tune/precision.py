@@ -17,7 +17,7 @@ import statistics
 import torch
 
 from gpuscope.measure.device.device import Device, is_oom
-from gpuscope.measure.llm.train import optimizer_step
+from gpuscope.measure.models.train_step import optimizer_step
 from gpuscope.measure.tune.batch import release
 
 SCHEMA_PRECISION = "gpuscope.tune.precision/1"
