@@ -81,6 +81,42 @@ def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
+REQUIRED_TABLES = ("runs", "measurements")
+
+
+def _tables(conn: sqlite3.Connection) -> set[str]:
+    return {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+
+
+def _migrate(conn: sqlite3.Connection) -> None:
+    """Take the file to SCHEMA_VERSION under the write lock. The version is read again once the lock is held:
+    several processes opening one fresh file at the same instant all read version 0 before any of them writes,
+    and only the first may create the tables."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:  # statement by statement: executescript would commit half a migration
+        start = conn.execute("PRAGMA user_version").fetchone()[0]
+        for v in range(start, SCHEMA_VERSION):
+            for stmt in [s.strip() for s in MIGRATIONS[v].split(";") if s.strip()]:
+                conn.execute(stmt)
+            conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+            conn.execute(f"PRAGMA user_version = {v + 1}")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
+def _check_writable(p: Path, exists: bool) -> None:
+    """A results database is written by every command that opens it (runs, WAL files beside it): a read-only file
+    or folder gets one sentence before sqlite3 reports it as something else."""
+    if exists and not os.access(p, os.W_OK):
+        raise UserError(f"results database '{p}' is read-only; make it writable or pass another --db path "
+                        "(it was left untouched).")
+    if not os.access(p.parent, os.W_OK | os.X_OK):
+        raise UserError(f"the folder of results database '{p}' is read-only (SQLite writes its journal beside the "
+                        "file); make it writable or pass another --db path.")
+
+
 def _check_header(path: Path) -> None:
     """Refuse a non-empty file that is not SQLite, before sqlite3 touches it."""
     try:
@@ -118,6 +154,7 @@ class Store:
                 raise UserError(f"results database directory '{p.parent}' cannot be created "
                                 f"({exc.strerror}).") from None
             uri = f"file:{p}?mode=rwc"
+        _check_writable(p, exists)
         try:
             conn = sqlite3.connect(uri, uri=True, timeout=30, isolation_level=None)
         except sqlite3.Error as exc:
@@ -140,7 +177,7 @@ class Store:
     def _check_and_migrate(conn: sqlite3.Connection, p: Path, existed: bool) -> None:
         app_id = conn.execute("PRAGMA application_id").fetchone()[0]
         version = conn.execute("PRAGMA user_version").fetchone()[0]
-        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        tables = _tables(conn)
         if existed and app_id != APPLICATION_ID and (tables or version):
             raise UserError(f"results database '{p}' belongs to another program (not a gpuscope database); "
                             "pass another --db path (it was left untouched).")
@@ -151,17 +188,12 @@ class Store:
             bad = conn.execute("PRAGMA quick_check").fetchone()[0]
             if bad != "ok":
                 raise UserError(f"results database '{p}' is corrupt ({bad}); it was left untouched.")
-        for v in range(version, SCHEMA_VERSION):
-            conn.execute("BEGIN IMMEDIATE")
-            try:  # statement by statement: executescript would commit half a migration
-                for stmt in [s.strip() for s in MIGRATIONS[v].split(";") if s.strip()]:
-                    conn.execute(stmt)
-                conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-                conn.execute(f"PRAGMA user_version = {v + 1}")
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
+        if version < SCHEMA_VERSION:
+            _migrate(conn)
+        missing = [t for t in REQUIRED_TABLES if t not in _tables(conn)]
+        if missing:
+            raise UserError(f"results database '{p}' has lost its {', '.join(missing)} table; it was left "
+                            "untouched (pass another --db path).")
 
     def close(self) -> None:
         self.conn.close()
@@ -177,10 +209,21 @@ class Store:
         return self.conn.execute("PRAGMA user_version").fetchone()[0]
 
     # --- writing -------------------------------------------------------------------------------------------
+    def _write(self, sql: str, row: tuple) -> sqlite3.Cursor:
+        """One write, committed at once; a file that turned read-only (a read-only mount, another user's file) is
+        one sentence, not sqlite3's traceback."""
+        try:
+            return self.conn.execute(sql, row)
+        except sqlite3.OperationalError as exc:
+            if "readonly" in str(exc) or "read-only" in str(exc):
+                raise UserError(f"results database '{self.path}' is read-only ({exc}); nothing was written.") \
+                    from None
+            raise
+
     def new_run(self, command: str, argv: list[str] | None = None) -> str:
         run_id = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ-") + uuid.uuid4().hex[:6]
-        self.conn.execute("INSERT INTO runs (run_id, started_utc, command, argv_json, hostname) VALUES (?,?,?,?,?)",
-                          (run_id, _now(), command, json.dumps(list(argv or [])), self.hostname))
+        self._write("INSERT INTO runs (run_id, started_utc, command, argv_json, hostname) VALUES (?,?,?,?,?)",
+                    (run_id, _now(), command, json.dumps(list(argv or [])), self.hostname))
         return run_id
 
     def put(self, run_id: str, key: str, kind: str, name: str, config: dict, result: dict,
@@ -191,7 +234,7 @@ class Store:
         row = (run_id, key, kind, name, status, _now(), provenance.get("hostname") or self.hostname, device,
                provenance.get("benchmark_version"), provenance.get("git_sha"),
                json.dumps(config, sort_keys=True), json.dumps(result), json.dumps(provenance))
-        cur = self.conn.execute(
+        cur = self._write(
             "INSERT INTO measurements (run_id, key, kind, name, status, created_utc, hostname, device_name, "
             "benchmark_version, git_sha, config_json, result_json, provenance_json) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?) "
             "ON CONFLICT (run_id, key) DO UPDATE SET kind=excluded.kind, name=excluded.name, status=excluded.status, "
