@@ -1,4 +1,4 @@
-"""The host probe (measure/host_probe.py) around each run's timed phase: what it follows (generate, the training
+"""The host probe (measure/host/probe.py) around each run's timed phase: what it follows (generate, the training
 step), what it explains of the calibrated planner's misses, and what it does not (the CPU the process runs on,
 a tiny workload's time to 15%). How it is used: docs/host_calibration.md.
 

@@ -169,7 +169,7 @@ ENGINES = {PlannerEngine(e.name).value: e for e in (
     # between calls on that VM (back to back, script and bench agreed).
     EngineModel("hf-graph", launch_s=0.0, forward_s=0.0, step_s=0.4e-3, fused=True,
                             call_s=0.72e-3, call_layer_s=8.6e-6, **STATIC_CACHE_INIT),
-    # hf-graph with transformers' DeferredStopCheck switched on for CUDA (bench --defer-stop, measure/defer_stop.py):
+    # hf-graph with transformers' DeferredStopCheck switched on for CUDA (bench --defer-stop, measure/llm/defer_stop.py):
     # the same host work per token (step_s + call_s + call_layer_s x layers), now one token ahead of the GPU. The
     # GPU's own per-step residual is the graph loop's 0.4 ms (generate's sampling kernels and the replay). Measured
     # on the lent H200 (2026-11-30 session 6, research/results/2026-11-30-h200-f/): the per-token cudaStreamSynchronize is

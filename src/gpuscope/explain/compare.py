@@ -58,7 +58,7 @@ def calibrated(hw: HardwareSpec, matmul_tflops: dict[str, float] | None, copy_gb
 HOST_SECONDS = ("host_launch_s", "host_prefill_launch_s", "host_forward_s", "host_step_s", "host_setup_s")
 
 
-# a run's probe -> the calibration's probe of the same kind (measure/host_probe.py)
+# a run's probe -> the calibration's probe of the same kind (measure/host/probe.py)
 PROBE_OF_CALIBRATION = {"host_probe_s": "host_probe_s", "host_probe_ttft_s": "host_probe_s",
                         "host_probe_train_s": "host_probe_train_s"}
 
@@ -67,7 +67,7 @@ def host_scale(res: dict, hw: HardwareSpec, key: str = "host_probe_s") -> float 
     """How much slower (> 1) or faster the host ran during a measurement than during the calibration the hardware
     TOML holds: the host probe around the run's timed phase (``key``: an infer run's ``host_probe_s`` around its
     E2E repeats or ``host_probe_ttft_s`` around its TTFT repeats, a train run's ``host_probe_train_s``;
-    measure/host_probe.py) over the calibration's probe of the same kind. None where either is missing (a catalog
+    measure/host/probe.py) over the calibration's probe of the same kind. None where either is missing (a catalog
     entry, an older record)."""
     cal = (hw.measured or {}).get(PROBE_OF_CALIBRATION[key])
     run = res.get(key)

@@ -1,5 +1,5 @@
 """The ``infer`` kind: one LLM inference run (HF generate or gpuscope's graph loop, random weights or a local
-checkpoint's), timed as TTFT, TPOT and tokens/s with its peak memory (measure/llm_infer.py)."""
+checkpoint's), timed as TTFT, TPOT and tokens/s with its peak memory (measure/llm/infer.py)."""
 
 from __future__ import annotations
 

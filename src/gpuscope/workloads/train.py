@@ -1,5 +1,5 @@
 """The ``train`` kind: one LLM training step on one device (random weights, AdamW by default), timed per step with
-its memory per phase (measure/llm_train.py)."""
+its memory per phase (measure/llm/train.py)."""
 
 from __future__ import annotations
 
