@@ -103,6 +103,12 @@ def optimizer(default: str = "adamw", help: str | None = None):
     return axis_option(Optimizer, default, "optimizer", help=help)
 
 
+def offload(default: str = "none", help: str | None = None):
+    from gpuscope.specs.axes import Offload
+
+    return axis_option(Offload, default, "offload", help=help)
+
+
 # ---- checks -------------------------------------------------------------------------------------------------------
 
 def positive(**values) -> None:
@@ -215,9 +221,9 @@ def resolve_config(model: str | None, config: str | None) -> tuple[dict, str]:
     from gpuscope.specs.models import load_model
 
     load_model(model)  # a missing file or unknown preset is a UserError here
-    from gpuscope.measure.models.hf_model import case_config
+    from gpuscope.specs.models import preset_config  # (torch-free: a planner-only command needs no torch)
 
-    return case_config({"model": model}), model
+    return preset_config(model), model
 
 
 def case_model(model: str | None, config: str | None = None) -> tuple[str, dict]:

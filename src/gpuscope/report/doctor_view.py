@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-DOCTOR_SCHEMA = "gpuscope.doctor/1"
+from gpuscope.explain.doctor_report import DOCTOR_SCHEMA  # noqa: F401  (one definition)
 
 
 def _plain(obj):
