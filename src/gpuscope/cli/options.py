@@ -261,3 +261,34 @@ def console(min_width: int = 140):
 
     c = Console()
     return c if c.is_terminal else Console(width=max(c.width, min_width))
+
+
+# ---- option groups ------------------------------------------------------------------------------------------------
+
+def option_group(name: str, params: dict, build):
+    """A decorator that gives a command the options ``params`` (parameter name -> (annotation, typer.Option)) and
+    passes it ``build(**their values)`` as its parameter ``name``: several commands share one list of options
+    without restating it (e.g. the economics of `compare` and `advise`). The options come where the command's
+    parameter ``name`` stands."""
+    import functools
+    import inspect
+
+    def decorate(fn):
+        sig = inspect.signature(fn)
+        extra = [inspect.Parameter(p, inspect.Parameter.KEYWORD_ONLY, default=opt, annotation=ann)
+                 for p, (ann, opt) in params.items()]
+        new = []
+        for p in sig.parameters.values():
+            new.extend(extra if p.name == name else [p.replace(kind=inspect.Parameter.KEYWORD_ONLY)])
+
+        @functools.wraps(fn)
+        def command(**kw):
+            kw[name] = build(**{p: kw.pop(p) for p in params})
+            return fn(**kw)
+
+        command.__signature__ = sig.replace(parameters=new)
+        command.__annotations__ = {**{k: v for k, v in fn.__annotations__.items() if k != name},
+                                   **{p: ann for p, (ann, _opt) in params.items()}}
+        return command
+
+    return decorate

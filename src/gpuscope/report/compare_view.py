@@ -111,6 +111,39 @@ def advise_to_json(adv) -> dict:
             "assumptions": adv.assumptions}
 
 
+def compare_with_sources(cmp, origin: dict, store, measured: str | None) -> dict:
+    """The comparison's JSON with where each row's measured numbers came from (``measured_from`` per row,
+    ``measured_sources`` for the table); each row that used them gets a note saying so (shown by the views)."""
+    from gpuscope.explain.measured_source import note_for
+
+    for r in cmp.rows:
+        n = note_for(r.hardware, origin.get(r.hardware) or {}, store)
+        if n and any(r.sources.get(m) == "measured" for m in origin.get(r.hardware) or {}):
+            r.notes.append(n)
+    j = compare_to_json(cmp)
+    for rd in j["rows"]:
+        rd["measured_from"] = {m: o for m, o in (origin.get(rd["hardware"]) or {}).items()
+                               if rd["sources"].get(m) == "measured"}
+    j["measured_sources"] = {
+        "db": store.db if store is not None else None,
+        "db_rows": {k: v for k, v in (store.origin if store is not None else {}).items()
+                    if any(rd["hardware"] == k and rd["measured_from"] for rd in j["rows"])},
+        "file": measured,
+    }
+    return j
+
+
+def advise_with_sources(adv, origin: dict, store, measured: str | None) -> dict:
+    """The advice's JSON with the measured numbers' sources of the GPUs it ranked or ruled out."""
+    j = advise_to_json(adv)
+    used = {k: v for k, v in origin.items() if any(c.row.hardware == k for c in [*adv.ranked, *adv.ruled_out])}
+    j["measured_sources"] = {"db": store.db if store is not None else None, "file": measured,
+                             "db_rows": {k: v for k, v in (store.origin if store is not None else {}).items()
+                                         if k in used},
+                             "metrics": used}
+    return j
+
+
 def dumps(d: dict) -> str:
     return json.dumps(d, indent=2, default=float)
 
