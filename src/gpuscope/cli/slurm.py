@@ -38,12 +38,9 @@ def _word(name: str, v: str | None) -> None:
         raise UserError(f"--{name} '{v}' may hold only letters, digits and _ . , + @ % = - (no spaces or quotes).")
 
 
-def sbatch_script(nodes: int, gpus_per_node: int, module: str = DEFAULT_MODULE, worker_args: list[str] | None = None,
-                  cpus_per_task: int | None = None, time_limit: str = "00:30:00", partition: str | None = None,
-                  account: str | None = None, job_name: str = "gpuscope-bench", port: int = 29500,
-                  python: str = "python", results: str = "gpuscope-%j.jsonl", extra_sbatch: list[str] | None = None,
-                  ) -> str:
-    """The sbatch script text. Raises UserError for bad inputs (one sentence naming the field)."""
+def _check(nodes, gpus_per_node, module, cpus_per_task, time_limit, partition, account, job_name, port, results,
+           extra_sbatch) -> None:
+    """sbatch_script's inputs, each checked (one sentence naming the flag)."""
     _positive("nodes", nodes)
     _positive("gpus-per-node", gpus_per_node)
     if cpus_per_task is not None:
@@ -62,6 +59,15 @@ def sbatch_script(nodes: int, gpus_per_node: int, module: str = DEFAULT_MODULE, 
         if "\n" in line or not line.startswith("--"):
             raise UserError(f"--sbatch '{line}' must be one sbatch option starting with -- (e.g. --exclusive).")
 
+
+def sbatch_script(nodes: int, gpus_per_node: int, module: str = DEFAULT_MODULE, worker_args: list[str] | None = None,
+                  cpus_per_task: int | None = None, time_limit: str = "00:30:00", partition: str | None = None,
+                  account: str | None = None, job_name: str = "gpuscope-bench", port: int = 29500,
+                  python: str = "python", results: str = "gpuscope-%j.jsonl", extra_sbatch: list[str] | None = None,
+                  ) -> str:
+    """The sbatch script text. Raises UserError for bad inputs (one sentence naming the field)."""
+    _check(nodes, gpus_per_node, module, cpus_per_task, time_limit, partition, account, job_name, port, results,
+           extra_sbatch)
     cpus = cpus_per_task if cpus_per_task is not None else 8 * gpus_per_node
     sb = [f"--job-name={job_name}", f"--nodes={nodes}", "--ntasks-per-node=1", f"--gpus-per-node={gpus_per_node}",
           f"--cpus-per-task={cpus}", f"--time={time_limit}", "--output=%x-%j.out"]
