@@ -19,9 +19,9 @@ from validation_rows import check_row
 
 
 def test_copy_and_bench_all():
-    copies = [r["result"]["gbs"] for r in nov29_d._by(lambda c, r: c.get("bench") == "memory" and c.get("op") == "copy")]
+    copies = [r["result"]["gbs"] for r in nov29_d.by(lambda c, r: c.get("bench") == "memory" and c.get("op") == "copy")]
     assert len(copies) == 3 and min(copies) >= 4000
-    h2d = [r["result"]["gbs"] for r in nov29_d._by(lambda c, r: c.get("bench") == "transfer" and c.get("op") == "h2d"
+    h2d = [r["result"]["gbs"] for r in nov29_d.by(lambda c, r: c.get("bench") == "transfer" and c.get("op") == "h2d"
                                            and c.get("pinned"))]
     assert min(h2d) >= 50
     steps = (nov29_d.HERE / "steps.txt").read_text()
@@ -77,8 +77,8 @@ def test_the_final_suite_twice_on_a_steady_host():
     first, second = workloads[:4], workloads[4:]
     for recs, cal, plain, at_run, name in ((first, nov30_g.FINAL3_CALS["a"], 3, 3, "bench_all_1.json"),
                                            (second, nov30_g.FINAL3_CALS["b"], 4, 3, "bench_all_2.json")):
-        rows = nov30_g._rows(recs, cal)
-        assert len(rows) == 6 and nov30_g._within(rows, "error") == plain and nov30_g._within(rows, "error_at_run_host") == at_run
+        rows = nov30_g.bench_rows(recs, cal)
+        assert len(rows) == 6 and nov30_g.within(rows, "error") == plain and nov30_g.within(rows, "error_at_run_host") == at_run
         acc = json.loads((nov30_g.HERE / name).read_text())["estimate_accuracy"]
         assert (acc["time_within"], acc["time_within_at_run_host"], acc["memory_within"]) == (plain, at_run, 4)
         assert all(abs(r["error"]) < 0.5 for _, r in rows)  # the worst: tiny GPT-2 decode, -48%, run 2
@@ -96,7 +96,7 @@ def test_the_suite_with_both_probes():
     rows = [(r["case_id"], row) for r in recs for row in estimate_beside(r, str(cal))["rows"]
             if row["metric"] in ("prefill_s", "decode_s_per_token", "step_s")]
     assert len(recs) == 4 and len(rows) == 6
-    assert nov30_g._within(rows, "error") == 4 and nov30_g._within(rows, "error_at_run_host") == 0
+    assert nov30_g.within(rows, "error") == 4 and nov30_g.within(rows, "error_at_run_host") == 0
     train = [r["result"] for r in recs if r["case"]["kind"] == "train"]
     assert all(t["host_probe_train_s"] and "host_probe_s" not in t for t in train)
     acc = json.loads((nov30_g.HERE / "bench_all_4.json").read_text())["estimate_accuracy"]
@@ -104,7 +104,7 @@ def test_the_suite_with_both_probes():
 
 
 def test_nine_runs_memory_within_5_percent():
-    errs = nov30_h._errors("peak_bytes")
+    errs = nov30_h.errors("peak_bytes")
     assert len(errs) == 36 and max(abs(e) for e in errs) < 0.034
 
 
@@ -113,7 +113,7 @@ def test_decode_is_within_15_percent_in_every_run_prefill_and_training_not():
     them, low in 15, the GPT-2 fp32 full-recompute step in 8 of 9 runs (-14% to -40%). Re-planned with the
     current training host model (the checkpoint per layer, the per-call costs whole: roofline.TrainHost): 9 of 18,
     low in 14; GPT-2 -35% to +10%, below -13% in 4 of 9. These calibrations predate the split, so only the per-call change moves them."""
-    decode, prefill, step = nov30_h._errors("decode_s_per_token"), nov30_h._errors("prefill_s"), nov30_h._errors("step_s")
+    decode, prefill, step = nov30_h.errors("decode_s_per_token"), nov30_h.errors("prefill_s"), nov30_h.errors("step_s")
     assert len(decode) == len(prefill) == len(step) == 18
     assert sum(abs(e) <= 0.15 for e in decode) == 18
     assert sum(abs(e) <= 0.15 for e in prefill) == 11
@@ -136,7 +136,7 @@ def test_a_time_floor_turns_a_median_of_two_into_hundreds():
 
 def test_eight_runs_memory_within_5_percent():
     errs = [e for m in ("peak_bytes", "forward_peak_bytes", "backward_peak_bytes", "optimizer_peak_bytes")
-            for e in nov30_i._errors(nov30_i.CALLS, m)]
+            for e in nov30_i.errors(nov30_i.CALLS, m)]
     assert len(errs) == 76 and max(abs(e) for e in errs) < 0.034
 
 
@@ -145,10 +145,10 @@ def test_the_final_tree_time_rows():
     training step 5 of 11. Calls 3 and 4 met a slower host (probe 2.2-3.6 ms against 1.8-2.2 in calls 1-2): call 4
     met none, its calibration read a 2.85 ms probe and its runs 2.7-3.6 ms."""
     final = ("call2", "call3", "call4")
-    decode, prefill, step = (nov30_i._errors(final, m) for m in ("decode_s_per_token", "prefill_s", "step_s"))
+    decode, prefill, step = (nov30_i.errors(final, m) for m in ("decode_s_per_token", "prefill_s", "step_s"))
     assert (len(decode), len(prefill), len(step)) == (12, 12, 11)
     assert [sum(abs(e) <= 0.15 for e in x) for x in (decode, prefill, step)] == [8, 7, 5]
-    quiet = nov30_i._errors(("call2",), "step_s")
+    quiet = nov30_i.errors(("call2",), "step_s")
     assert len(quiet) == 4 and max(abs(e) for e in quiet) < 0.21
 
 

@@ -29,9 +29,9 @@ def test_graph_engines_decode_faster_than_plain_generate():
 def test_fused_graph_decode_reaches_70_percent_of_copy(model, prompt, at_least):
     """Graph-engine decode of a 7B-class bf16 model at batch 1 >= 70% of the copy bandwidth measured in the
     same run (weights bytes x decode steps per second)."""
-    copy = nov29_c._copy_gbs()
+    copy = nov29_c.copy_gbs()
     assert 3900 < copy < 4300  # GB/s, read + written; the H200's copy in every folder so far
-    r = nov29_c._decode(model, prompt, fused=True)
+    r = nov29_c.decode(model, prompt, fused=True)
     frac = r["weights_bytes"] / r["tpot_s"] / 1e9 / copy
     assert frac >= at_least, f"{model} p{prompt}: {frac:.1%} of {copy:.0f} GB/s"
 
@@ -39,19 +39,19 @@ def test_fused_graph_decode_reaches_70_percent_of_copy(model, prompt, at_least):
 def test_fusing_the_projections_is_what_got_there():
     """Same model, same prompt, same run: fused q|k|v and gate|up are 9-10% faster per token than the stock
     layout; at a 2048-token context the static cache's attention keeps the fused 8B below 70% (67%)."""
-    copy = nov29_c._copy_gbs()
+    copy = nov29_c.copy_gbs()
     for model in ("llama-3.1-8b", "llama-2-7b"):
-        fused, stock = nov29_c._decode(model, 128, True), nov29_c._decode(model, 128, False)
+        fused, stock = nov29_c.decode(model, 128, True), nov29_c.decode(model, 128, False)
         assert fused["fused_proj"] == {"attention": 32, "mlp": 32, "skipped": []} and "fused_proj" not in stock
         assert 1.05 < stock["tpot_s"] / fused["tpot_s"] < 1.2
-    long = nov29_c._decode("llama-3.1-8b", 2048, True)
+    long = nov29_c.decode("llama-3.1-8b", 2048, True)
     assert 0.60 < long["weights_bytes"] / long["tpot_s"] / 1e9 / copy < 0.70
 
 
 def test_graph_decode_within_5_percent_with_the_gemv_tail():
     """The per-GEMV fixed cost (roofline.EngineModel.matmul_tail_s) was fitted on this folder's kernel tables;
     with it every stock-attention decode of the folder is within 5% (before it: -8.6% to -18.1%)."""
-    for rec in nov29_c._by(lambda c: c.get("kind") == "infer" and c.get("attn", "sdpa") == "sdpa"):
+    for rec in nov29_c.by(lambda c: c.get("kind") == "infer" and c.get("attn", "sdpa") == "sdpa"):
         (row,) = [r for r in compare_record(rec, hardware_for("NVIDIA H200")) if r.metric == "decode_s_per_token"]
         assert abs(row.error) <= 0.05 or row.case.endswith("p2048-g128-bf16-gs-compile"), row
         assert abs(row.error) <= 0.08, row
@@ -60,9 +60,9 @@ def test_graph_decode_within_5_percent_with_the_gemv_tail():
 def test_fused_8b_decode_still_above_70_percent_with_ttft_in_the_kept_cache():
     """Again after the TTFT fix (TTFT inside the full run's static cache, so TPOT = (E2E - TTFT) / (G - 1)
     no longer subtracts a cache build that E2E did not pay): Llama-3.1-8B fused, p128 g256, at >= 70% of copy."""
-    (rec,) = nov29_d._by(lambda c, r: c.get("model") == "llama-3.1-8b" and c.get("fuse_proj"))
+    (rec,) = nov29_d.by(lambda c, r: c.get("model") == "llama-3.1-8b" and c.get("fuse_proj"))
     r = rec["result"]
-    copy = max(x["result"]["gbs"] for x in nov29_d._by(lambda c, _r: c.get("bench") == "memory" and c.get("op") == "copy"))
+    copy = max(x["result"]["gbs"] for x in nov29_d.by(lambda c, _r: c.get("bench") == "memory" and c.get("op") == "copy"))
     assert r["weights_bytes"] / r["tpot_s"] / 1e9 / copy >= 0.70
     assert r["decode_weights_gbs"] == pytest.approx(r["weights_bytes"] / r["tpot_s"] / 1e9)
 
@@ -71,7 +71,7 @@ def test_gs_engines_decode_two_and_three_tokens():
     """The capture's warm-up steps used to run three positions past the current one: at gen 2 the cache overflowed
     (device-side assert, call 7). Fixed: gen 2 (gs-compile) and gen 3 (gs-graph) generate exactly that many."""
     for engine, gen in (("gs-compile", 2), ("gs-graph", 3)):
-        (rec,) = nov29_d._by(lambda c, r: c.get("engine") == engine and c.get("gen") == gen)
+        (rec,) = nov29_d.by(lambda c, r: c.get("engine") == engine and c.get("gen") == gen)
         assert rec["result"]["generated_tokens"] == gen
 
 
@@ -81,7 +81,7 @@ def test_hf_graph_reaches_70_percent_of_copy_with_deferred_stop_and_fused_projec
     (50%); with --defer-stop 2790 (67%); with --defer-stop --fuse-proj 3125 (75%), the same as gpuscope's own
     gs-compile --fuse-proj loop (3124) in the same run."""
     (copy,) = [r["result"]["gbs"] for r in nov30_f.EARLY if r["case_id"].startswith("micro/memory/copy/")]
-    rate = {n: nov30_f._by_name(f"infer/llama-3.1-8b/b1-p128-g256-bf16-{n}")["decode_weights_gbs"] / copy
+    rate = {n: nov30_f.by_name(f"infer/llama-3.1-8b/b1-p128-g256-bf16-{n}")["decode_weights_gbs"] / copy
             for n in ("hf-graph", "hf-graph-defer", "hf-graph-fused-defer", "gs-compile-fused")}
     assert copy > 4000
     assert rate["hf-graph"] < 0.55 and 0.6 < rate["hf-graph-defer"] < 0.7

@@ -17,7 +17,7 @@ from results_data import nov29_c, nov29_x2
 @pytest.mark.parametrize("rec", nov29_x2.TRAIN, ids=[r["case_id"].split("#")[0] for r in nov29_x2.TRAIN])
 def test_memory_and_step_per_gpu(rec):
     case, res = rec["case"], rec["result"]
-    est = nov29_x2._estimate(case)
+    est = nov29_x2.estimate(case)
     assert abs(est.peak_bytes_per_gpu / res["peak_bytes"] - 1) <= 0.05
     for phase in ("forward", "backward"):  # the phases that decide the peak (FSDP 1B optimizer phase: +10%)
         assert abs(est.phases_bytes[phase] / res[f"peak_{phase}_bytes"] - 1) <= 0.05, phase
@@ -34,7 +34,7 @@ def test_scaling_efficiency_is_measured_and_communication_is_not_free():
             assert 0.8 < eff < 0.97
             one = estimate_train(load_model(r["case"]["model"]), nov29_x2.HW, micro_batch=r["case"]["micro_batch"],
                                  seq=r["case"]["seq"], precision=r["case"]["precision"])
-            two = nov29_x2._estimate(r["case"])
+            two = nov29_x2.estimate(r["case"])
             assert two.throughput["scaling_efficiency"] == pytest.approx(one.time["step_s"] / two.time["step_s"])
             # a ratio of two estimates, each within 8% here (FSDP 1B: one GPU +7.7%, two GPUs -2.5%, so the
             # estimated efficiency is 0.97 against 0.88 measured; DDP 1B: 0.95 against 0.92)
@@ -58,7 +58,7 @@ def test_collectives_correct_and_large_messages_near_the_link():
 def test_compression_on_two_h200s():
     """Every DDP hook measured on the same run (step time, bytes, loss deviation); the 1-bit hook now sends
     one bit per element (32x fewer bytes than fp32), and every byte count matches its formula."""
-    (rec,) = nov29_c._by(lambda c: c["kind"] == "compression")
+    (rec,) = nov29_c.by(lambda c: c["kind"] == "compression")
     r = rec["result"]
     assert r["world_size"] == 2 and r["device_name"] == "NVIDIA H200" and r["timer"] == "device_event"
     v = {x["hook"]: x for x in r["variants"]}

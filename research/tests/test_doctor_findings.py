@@ -43,7 +43,7 @@ def test_generate_waits_fires_on_the_h200_profile():
     never waits. Re-diagnosed here with the current planner from the recorded profile."""
     from gpuscope.cli.doctor import build_report
 
-    rec = nov30._json("doctor_hfg_8b.json")
+    rec = nov30.read_json("doctor_hfg_8b.json")
     summary = dict(rec["profile"])
     rep = build_report(rec["target"], summary, summary["case"], "h200", False)
     (f,) = [x for x in rep["findings"] if x.code == "generate_waits"]

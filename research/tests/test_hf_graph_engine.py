@@ -25,7 +25,7 @@ def test_hf_graph_replays_one_cuda_graph_and_waits_every_token():
     compiled step, one Dynamo graph, no breaks) and one cudaStreamSynchronize (generate's stopping check), with
     ~30 small kernels of generate's own around it; without compile the same step launches ~850 kernels."""
     for name in ("diag_logs_1b.json", "diag_logs_8b.json", "hf_trend_1b.json", "hf_layers.json", "hf_trend_8b.json"):
-        for v in nov30._json(name)["variants"]:
+        for v in nov30.read_json(name)["variants"]:
             per = v["decode_launch_per_token"]
             if v["variant"] == "no_compile":
                 assert per.get("cudaGraphLaunch", 0) == 0 and per["cudaLaunchKernel"] > 600
@@ -39,7 +39,7 @@ def test_the_hf_graph_engine_is_the_least_squares_fit_of_its_host_time():
     """roofline.ENGINES["hf-graph"]: generate's step (0.4 ms) + 0.72 ms + 8.6 us per layer in series with the GPU
     is the fit of (TPOT - GPU time) over Llama models of 2, 8, 16 and 32 layers (1.12 ms + 8.6 us per layer);
     every point lies within 0.35 ms of it."""
-    pts = nov30._host_points()
+    pts = nov30.host_points()
     assert sorted(n for n, _ in pts) == [2, 8, 16, 32, 32]
     n = len(pts)
     mx, my = sum(x for x, _ in pts) / n, sum(y for _, y in pts) / n
@@ -57,7 +57,7 @@ def test_a_kept_static_cache_does_not_make_hf_graph_faster():
     at one address, so the CUDA-graph tree stops re-recording per call; it did not lower TPOT (1B 2.64 vs 2.62 ms,
     8B 8.40 vs 7.26 ms, medians of 13-15 and 7-9 calls): the per-call re-record is not what costs per token."""
     by = {(v["layers"], v["variant"]): v for name in ("hf_trend_1b.json", "hf_trend_8b.json")
-          for v in nov30._json(name)["variants"]}
+          for v in nov30.read_json(name)["variants"]}
     for layers in (16, 32):
         d, u = by[(layers, "default")], by[(layers, "user_cache")]
         med = {k: statistics.median([x["tpot_s"], *x["tpot_trend_s"]]) for k, x in (("d", d), ("u", u))}
@@ -93,7 +93,7 @@ def test_script_and_bench_agree_back_to_back():
     """Call 6 ran research/scripts/gpu_hf_graph.py (default variant) and bench infer --engine hf-graph on Llama-3.2-1B p512
     one after the other: the bench's 2.61 ms lies within the script's 7 TPOTs (2.49-3.00 ms), so the bench's higher
     readings in calls 3-4 (2.88, 2.95) were the host's variation between calls, not the bench."""
-    (v,) = nov30._json("hf_script_1b_call6.json")["variants"]
+    (v,) = nov30.read_json("hf_script_1b_call6.json")["variants"]
     script = [v["tpot_s"], *v["tpot_trend_s"]]
     (bench,) = [r["result"] for r in nov30.WORKLOADS if r["case"].get("engine") == "hf-graph"
                 and r["provenance"]["timestamp_utc"] >= "2026-11-30T01:50"]

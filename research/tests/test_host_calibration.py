@@ -55,7 +55,7 @@ def test_calibrated_with_real_width_host_costs_in_the_same_call():
     being 1.10), then the workloads, then calibrate again (cal_real_2.toml). With it the host-bound eager cases
     land within 10%: 1B p512 prefill +9.6% / decode -1.2%, 8B p128 prefill -5.0% (catalog -15.9%) / decode +0.4%;
     hf-graph-defer decode -8.3%; 1B s128 training -11.7%; memory within 1%."""
-    err = nov30_f._calibrated_errors("cal_real_2.toml")
+    err = nov30_f.calibrated_errors("cal_real_2.toml")
     for key in (("infer/llama-3.2-1b/b1-p512-g128-bf16", "prefill_s"),
                 ("infer/llama-3.2-1b/b1-p512-g128-bf16", "decode_s_per_token"),
                 ("infer/llama-3.1-8b/b1-p128-g64-bf16", "prefill_s"),
@@ -82,7 +82,7 @@ def test_the_host_itself_moved_between_two_calibrations():
     b = load_hardware(str(nov30_f.HERE / "cal_real_2.toml")).measured
     assert a["host_launch_s"] / b["host_launch_s"] == pytest.approx(1.28, abs=0.01)
     assert a["memory_bw_gbs"] == pytest.approx(b["memory_bw_gbs"], rel=0.003)
-    err = nov30_f._calibrated_errors("cal_real_1.toml")
+    err = nov30_f.calibrated_errors("cal_real_1.toml")
     assert err[("infer/llama-3.2-1b/b1-p512-g128-bf16", "prefill_s")] > 0.35
     assert err[("infer/llama-3.1-8b/b1-p128-g64-bf16", "decode_s_per_token")] > 0.2
 
@@ -124,7 +124,7 @@ def test_the_stored_passes_give_the_written_costs(monkeypatch, call):
             "host_launch_s": p["real_width"]["decode_launch_s"], "host_probe_s": p["host_probe_s"],
             "host_detail": p})(next(stored)))
         again = cal.host_costs("cpu", passes=3)
-        hw = nov30_h._calibration(c, r["run_id"])
+        hw = nov30_h.calibration(c, r["run_id"])
         assert again["host_launch_s"] == pytest.approx(hw.measured["host_launch_s"], rel=1e-9)
         assert again["host_probe_s"] == pytest.approx(hw.measured["host_probe_s"], rel=1e-9)
 
@@ -156,8 +156,8 @@ def test_a_stored_calibration_refits_to_its_own_toml(key, monkeypatch):
     """Calls 2-4 ran the final tree: their stored fits, through train_host_costs again, give the TOML's keys."""
     import tomllib
 
-    measured = tomllib.loads(nov30_i._toml(*key).read_text())["measured"]
-    c = nov30_i._refit(nov30_i.HOST[key], monkeypatch)
+    measured = tomllib.loads(nov30_i.toml(*key).read_text())["measured"]
+    c = nov30_i.refit(nov30_i.HOST[key], monkeypatch)
     for k in ("host_train_fwd", "host_train_bwd", "host_train_recompute", "host_train_ckpt_layer",
               "host_train_fwd_fixed", "host_train_bwd_fixed", "host_opt_fixed", "host_opt_tensor"):
         assert measured[k] == pytest.approx(c[k], rel=1e-9), k

@@ -20,10 +20,10 @@ def test_the_host_probe_explains_most_of_the_calibrated_misses():
     run met. The four workloads after it: 0 of 10 as calibrated (against either calibration), 7 of 10 at the run's
     host speed (8 before the per-layer checkpoint: GPT-2 without recompute now reads +15.4% there, the per-call training costs
     counted whole, roofline.TrainHost)."""
-    own = nov30_g._rows(nov30_g.BENCH_ALL, nov30_g.BENCH_ALL_CAL)
-    assert len(own) == 6 and nov30_g._within(own, "error") == 1 and nov30_g._within(own, "error_at_run_host") == 4
-    after = nov30_g._rows(nov30_g.AFTER, nov30_g.BENCH_ALL_CAL) + nov30_g._rows(nov30_g.AFTER, nov30_g.CAL_END)
-    assert len(after) == 10 and nov30_g._within(after, "error") == 0 and nov30_g._within(after, "error_at_run_host") == 7
+    own = nov30_g.bench_rows(nov30_g.BENCH_ALL, nov30_g.BENCH_ALL_CAL)
+    assert len(own) == 6 and nov30_g.within(own, "error") == 1 and nov30_g.within(own, "error_at_run_host") == 4
+    after = nov30_g.bench_rows(nov30_g.AFTER, nov30_g.BENCH_ALL_CAL) + nov30_g.bench_rows(nov30_g.AFTER, nov30_g.CAL_END)
+    assert len(after) == 10 and nov30_g.within(after, "error") == 0 and nov30_g.within(after, "error_at_run_host") == 7
     # the misses that remain at the run's host speed, each bounded
     left = {(n, r["metric"]): r["error_at_run_host"] for n, r in own + after if abs(r["error_at_run_host"]) > 0.15}
     assert set(left) == {("infer/tiny-llama/b2-p32-g8-fp32", "prefill_s"),
@@ -45,10 +45,10 @@ def test_the_probe_follows_generate_not_the_training_step(name):
     infer = [r["infer"] for r in rounds]
     train_around = [(rounds[i]["probe_b"] + rounds[i + 1]["probe_a"]) / 2 for i in range(len(rounds) - 1)]
     train = [r["train"] for r in rounds[:-1]]
-    assert nov30_g._corr(around, infer) > 0.85
-    assert 0.4 < nov30_g._corr(train_around, train) < 0.65
+    assert nov30_g.corr(around, infer) > 0.85
+    assert 0.4 < nov30_g.corr(train_around, train) < 0.65
     assert max(pa) / min(pa) > 1.8  # 2x within a minute
-    assert nov30_g._corr(pa[:-20], pa[20:]) < 0.1  # about 8 s apart: unrelated
+    assert nov30_g.corr(pa[:-20], pa[20:]) < 0.1  # about 8 s apart: unrelated
 
 
 def test_the_training_probe_follows_the_training_step():
@@ -64,7 +64,7 @@ def test_the_training_probe_follows_the_training_step():
         return (s[int(0.9 * len(s))] - s[int(0.1 * len(s))]) / statistics.median(s)
 
     assert len(rounds) == 150
-    assert nov30_g._corr(train_probe, step) > 0.8 and nov30_g._corr(fwd_probe, step) < 0.5
+    assert nov30_g.corr(train_probe, step) > 0.8 and nov30_g.corr(fwd_probe, step) < 0.5
     assert spread([a / b for a, b in zip(step, train_probe)]) < 0.6 * spread(step)
     assert spread([a / b for a, b in zip(step, fwd_probe)]) > spread(step)
 
@@ -110,7 +110,7 @@ def test_the_final_tree_by_the_calibrations_host_speed():
         probe = nov30_i.HOST[(c, r["run_id"])]["result"]["host"]["host_probe_s"]
         assert 2.0e-3 < probe < 2.2e-3 or 2.8e-3 < probe < 3.2e-3
         tally = fast if probe < 2.5e-3 else slow
-        for row in compare_record(r, load_hardware(str(nov30_i._toml(c, r["run_id"])))):
+        for row in compare_record(r, load_hardware(str(nov30_i.toml(c, r["run_id"])))):
             if row.metric in ("prefill_s", "decode_s_per_token", "step_s"):
                 tally[0] += abs(row.error) <= 0.15
                 tally[1] += 1
@@ -127,7 +127,7 @@ def test_the_run_host_speed_did_not_add_rows():
     for c, r in nov30_i.WORKLOADS:
         if c == "call1":
             continue
-        for row in estimate_beside(r, str(nov30_i._toml(c, r["run_id"])))["rows"]:
+        for row in estimate_beside(r, str(nov30_i.toml(c, r["run_id"])))["rows"]:
             if row["metric"] in ("prefill_s", "decode_s_per_token", "step_s"):
                 n += 1
                 plain += abs(row["error"]) <= 0.15
@@ -153,7 +153,7 @@ def test_the_same_step_timed_a_minute_earlier_predicts_no_better():
         assert n["layers"][0] == 2 and n["precision"] == "amp-bf16"
         two = (n["forward_s"][0] + n["backward_s"][0] + n["optimizer_s"][0]) * to
         direct.append(two / r["result"]["step_s"] - 1)
-        planned += [row.error for row in compare_record(r, load_hardware(str(nov30_i._toml(c, r["run_id"]))))
+        planned += [row.error for row in compare_record(r, load_hardware(str(nov30_i.toml(c, r["run_id"]))))
                     if row.metric == "step_s"]
     assert len(direct) == len(planned) == 8
     assert sum(abs(e) <= 0.15 for e in direct) == 4 and sum(abs(e) <= 0.15 for e in planned) == 3

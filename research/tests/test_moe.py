@@ -47,7 +47,7 @@ def test_generate_decode_experts_read_as_batched_mm():
 def test_mixtral_batch8_decode_is_generates_batched_mm():
     """At batch 8 plain generate gathers 16 expert copies per layer and step: planned (from the batch-1 kernel
     table) 136 ms per token, measured 128.5; the bare decode forward (grouped_mm) of the same run is 2.8x faster."""
-    (rec,) = nov29_d._by(lambda c, r: c.get("model") == "mixtral-8x7b")
+    (rec,) = nov29_d.by(lambda c, r: c.get("model") == "mixtral-8x7b")
     r = rec["result"]
     assert r["tpot_s"] / r["decode_forward_s"] > 2.5
     (row,) = [x for x in compare_record(rec, hardware_for("NVIDIA H200")) if x.metric == "decode_s_per_token"]

@@ -96,8 +96,8 @@ def test_h200_i_training_phases_set():
     """Two sweeps of eight cases (the second in reverse order), each at 2/4/8 layers, kernels counted in the first."""
     assert nov30_i.PHASES["probe_unit_s"] == 0.005 and len(nov30_i.PHASES["runs"]) == 16
     for sweep in (0, 1):
-        assert len(nov30_i._by_sweep(sweep)) == 8
-    k = nov30_i._by_sweep(0)
+        assert len(nov30_i.by_sweep(sweep)) == 8
+    k = nov30_i.by_sweep(0)
     # the profiler's forward kernels at 2/4/8 layers: GPT-2 fp32 19 a layer, Llama amp-bf16 49
     assert k[("gpt2", "fp32", "full")]["kernels"]["forward"] == [60, 98, 174]
     assert k[("llama", "amp-bf16", "none")]["kernels"]["forward"] == [132, 230, 426]

@@ -22,12 +22,12 @@ def test_the_static_cache_term_is_what_brought_the_last_row_in(monkeypatch):
     """Without the StaticCache's creation in the TTFT (the planner bench printed in calls 1-3), call 2's first run
     planned the 8B TTFT 16.0% short; with it every prefill row moves up by 3.2-5.1 points (the term is in
     units of each calibration's prefill launch cost)."""
-    rows = {(run, r.metric): r.error for run, r in nov30_j._rows() if r.metric == "prefill_s"}
+    rows = {(run, r.metric): r.error for run, r in nov30_j.rows() if r.metric == "prefill_s"}
     assert len(rows) == 7 and max(abs(e) for e in rows.values()) < 0.12
     for name in ("hf-graph", "hf-graph-defer"):
         monkeypatch.setitem(roofline.ENGINES, name, replace(roofline.ENGINES[name], cache_init_units=0.0,
                                                               cache_init_layer_units=0.0))
-    before = {(run, r.metric): r.error for run, r in nov30_j._rows() if r.metric == "prefill_s"}
+    before = {(run, r.metric): r.error for run, r in nov30_j.rows() if r.metric == "prefill_s"}
     assert before[("20261130T090147Z-cbab2d", "prefill_s")] == pytest.approx(-0.160, abs=0.002)
     assert all(0.03 < rows[k] - before[k] < 0.055 for k in rows)
 

@@ -128,8 +128,8 @@ def test_the_missing_training_kernels_are_autocasts_weight_casts():
 def test_interleaved_training_fits_are_lines():
     """The same 16 fits (4 models x 2 recompute x forward/backward): timed depth by depth in call 1, a point lay
     51% off its line; timed round-robin in call 2, at most 14%."""
-    assert nov30_g._max_residual(nov30_g.HERE / "train_width_seq.json") > 0.45
-    assert nov30_g._max_residual(nov30_g.HERE / "train_width_interleaved.json") < 0.15
+    assert nov30_g.max_residual(nov30_g.HERE / "train_width_seq.json") > 0.45
+    assert nov30_g.max_residual(nov30_g.HERE / "train_width_interleaved.json") < 0.15
 
 
 def test_the_checkpoint_costs_per_layer_and_its_backward_per_kernel():
@@ -137,7 +137,7 @@ def test_the_checkpoint_costs_per_layer_and_its_backward_per_kernel():
     kernels, Llama: 42; Llama fp32 runs SDPA's math path, more kernels still); what it adds to the backward does."""
     ckpt, per_kernel = {}, {}
     for sweep in (0, 1):
-        by = nov30_i._by_sweep(sweep)
+        by = nov30_i.by_sweep(sweep)
         for fam, prec, k in (("gpt2", "fp32", 21), ("gpt2", "amp-bf16", 25), ("llama", "amp-bf16", 42)):
             f, n = by[(fam, prec, "full")], by[(fam, prec, "none")]
             ckpt.setdefault(fam, []).append(f["forward_layer_s"] - n["forward_layer_s"])
@@ -155,7 +155,7 @@ def test_one_llama_calibration_plans_the_other_cases(sweep, within, monkeypatch,
     -10%. The planner at daba888 (the whole recompute per kernel, the per-call costs net of Llama's 22 kernels
     outside the layers plus the model's own) missed 7 of 16 here: GPT-2 fp32 full -21% and -25%, GPT-2 amp-bf16
     full -26% and -25% (results README, section 2)."""
-    steps = nov30_i._planned_steps(sweep, monkeypatch, tmp_path)
+    steps = nov30_i.planned_steps(sweep, monkeypatch, tmp_path)
     errors = {k: est / meas - 1 for k, (est, meas) in steps.items()}
     assert sum(abs(e) <= 0.15 for e in errors.values()) == within and all(abs(e) < 0.16 for e in errors.values())
     assert -0.11 < errors[("gpt2", "fp32", "full")] < -0.06
@@ -166,7 +166,7 @@ def test_the_same_in_call3_on_a_slower_host(monkeypatch, tmp_path):
     -6%. GPT-2 amp-bf16 full stays the low one (-19%; -15% and -12% in call 1): autocast's casts, 11 a GPT-2 layer
     against the planner's 4 (research/results/2026-11-30-h200-g, section 3). The planner at daba888 missed 4 of 8."""
     errors = {k: est / meas - 1 for k, (est, meas) in
-              nov30_i._planned_steps(0, monkeypatch, tmp_path, nov30_i.PHASES_CALL3).items()}
+              nov30_i.planned_steps(0, monkeypatch, tmp_path, nov30_i.PHASES_CALL3).items()}
     assert sum(abs(e) <= 0.15 for e in errors.values()) == 7
     assert -0.20 < errors[("gpt2", "amp-bf16", "full")] < -0.15 and abs(errors[("gpt2", "fp32", "full")]) < 0.07
 
@@ -183,8 +183,8 @@ def test_call1_replanned_with_the_checkpoint_per_layer(monkeypatch, tmp_path):
     for c, r in nov30_i.WORKLOADS:
         if c != "call1" or r["case"]["kind"] != "train":
             continue
-        keys = nov30_i._training_keys(nov30_i._refit(nov30_i.HOST[(c, r["run_id"])], monkeypatch))
-        text = nov30_i._toml(c, r["run_id"]).read_text()
+        keys = nov30_i.training_keys(nov30_i.refit(nov30_i.HOST[(c, r["run_id"])], monkeypatch))
+        text = nov30_i.toml(c, r["run_id"]).read_text()
         lines = [ln for ln in text.splitlines() if not ln.split("=")[0].strip() in keys]
         i = lines.index("[measured]") + 1
         lines[i:i] = [f"{k} = {v!r}" for k, v in keys.items()]
@@ -201,7 +201,7 @@ def test_full_recompute_re_runs_the_layers_only():
     printed = [m["estimate"] for b in nov30_j.BENCH.values() for m in b["measurements"] if "rc_full" in m["name"]]
     printed = [r["error"] for e in printed for r in e["rows"] if r["metric"] == "step_s"]
     assert len(printed) == 6 and all(0.08 <= e <= 0.125 for e in printed)
-    now = [r.error for run, r in nov30_j._rows() if r.metric == "step_s" and "rc_full" in r.case]
+    now = [r.error for run, r in nov30_j.rows() if r.metric == "step_s" and "rc_full" in r.case]
     assert len(now) == 7 and all(0.015 < e < 0.06 for e in now)
-    twin = [r.error for run, r in nov30_j._rows() if r.metric == "step_s" and "rc_none" in r.case]
+    twin = [r.error for run, r in nov30_j.rows() if r.metric == "step_s" and "rc_none" in r.case]
     assert len(twin) == 7 and all(abs(e) < 0.02 for e in twin)

@@ -12,17 +12,17 @@ RESULTS = Path(__file__).resolve().parents[2] / "results" / "2026-11-29-h200-c" 
 RECORDS = read_records(RESULTS)
 
 
-def _by(pred) -> list[dict]:
+def by(pred) -> list[dict]:
     return [r for r in RECORDS if pred(r["case"])]
 
 
-def _copy_gbs() -> float:
-    (rec,) = _by(lambda c: c.get("kind") == "micro" and c.get("bench") == "memory" and c.get("op") == "copy")
+def copy_gbs() -> float:
+    (rec,) = by(lambda c: c.get("kind") == "micro" and c.get("bench") == "memory" and c.get("op") == "copy")
     return rec["result"]["gbs"]
 
 
-def _decode(model: str, prompt: int, fused: bool) -> dict:
-    (rec,) = _by(lambda c: c.get("kind") == "infer" and c["model"] == model and c["prompt"] == prompt
+def decode(model: str, prompt: int, fused: bool) -> dict:
+    (rec,) = by(lambda c: c.get("kind") == "infer" and c["model"] == model and c["prompt"] == prompt
                  and c.get("engine") == "gs-compile" and bool(c.get("fuse_proj")) == fused
                  and c.get("attn", "sdpa") == "sdpa")
     return rec["result"]

@@ -12,11 +12,11 @@ HERE = Path(__file__).resolve().parents[2] / "results" / "2026-11-29-h200-d"
 RECORDS = read_records(HERE / "measurements.jsonl")
 
 
-def _by(pred) -> list[dict]:
+def by(pred) -> list[dict]:
     return [r for r in RECORDS if pred(r["case"], r)]
 
 
-def _matmul(argv_has: str) -> dict:
-    (rec,) = _by(lambda c, r: c.get("bench") == "matmul" and c.get("dtype") == "bf16"
+def matmul(argv_has: str) -> dict:
+    (rec,) = by(lambda c, r: c.get("bench") == "matmul" and c.get("dtype") == "bf16"
                  and argv_has in " ".join(r["provenance"].get("argv", [])) and "burst" in c)
     return rec["result"]

@@ -15,5 +15,5 @@ COLL = [json.loads(line) for line in (DIR / "collectives.jsonl").read_text().spl
 HW = load_hardware("h200")
 
 
-def _estimate(case: dict):
+def estimate(case: dict):
     return estimate_for(case, HW)  # the same estimate `bench train-dist` prints beside the measurement

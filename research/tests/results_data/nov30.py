@@ -17,15 +17,15 @@ CALL4 = [r for r in WORKLOADS  # after its calibrate, before call 5
          if "2026-11-30T01:30" <= r["provenance"]["timestamp_utc"] < "2026-11-30T01:40"]
 
 
-def _json(name: str) -> dict:
+def read_json(name: str) -> dict:
     return json.loads((HERE / name).read_text())
 
 
-def _host_points(variant: str = "default") -> list[tuple[int, float]]:
+def host_points(variant: str = "default") -> list[tuple[int, float]]:
     """(layers, TPOT - profiled GPU kernel time per token) per model: the host time the GPU waits for."""
     pts = []
     for name in ("hf_layers.json", "hf_trend_1b.json", "hf_trend_8b.json"):
-        for v in _json(name)["variants"]:
+        for v in read_json(name)["variants"]:
             if v["variant"] == variant:
                 tpot = statistics.median([v["tpot_s"], *v["tpot_trend_s"]])
                 pts.append((v["layers"], tpot - v["decode_gpu_us_per_token"] * 1e-6))

@@ -20,13 +20,13 @@ RUN_CAL = HERE / "nvidia-h200-20261130T034811Z-cc1948.toml"  # the calibration b
 EARLY = [r for r in RECORDS if r not in CALL3 and r not in CALL5 and r not in CALL6]  # calls 1-2: deferred stop, 70% of copy
 
 
-def _by_name(name: str) -> dict:
+def by_name(name: str) -> dict:
     """A workload of calls 1-2 by case name."""
     (r,) = [r for r in EARLY if r["case_id"].split("#")[0] == name]
     return r["result"]
 
 
-def _calibrated_errors(toml: str) -> dict:
+def calibrated_errors(toml: str) -> dict:
     from gpuscope.explain.compare import compare_record
     from gpuscope.specs.hardware import load_hardware
 

@@ -20,7 +20,7 @@ BENCH_ALL_CAL = HERE / "nvidia-h200-20261130T044452Z-c3dca7.toml"  # bench all w
 CAL_END = HERE / "cal_end.toml"
 
 
-def _rows(records, cal) -> list[tuple[str, dict]]:
+def bench_rows(records, cal) -> list[tuple[str, dict]]:
     """The time rows as bench printed them in calls 2 and 3: every row, training included, set against the
     forward-only probe (``host_probe_s``; the TTFT row against ``host_probe_ttft_s`` where the run had it). Since
     call 7, bench sets a training run against the training probe only (test_training_runs_...)."""
@@ -41,11 +41,11 @@ def _rows(records, cal) -> list[tuple[str, dict]]:
     return out
 
 
-def _within(rows, key: str) -> int:
+def within(rows, key: str) -> int:
     return sum(abs(r[key]) <= 0.15 for _, r in rows)
 
 
-def _max_residual(path: Path) -> float:
+def max_residual(path: Path) -> float:
     out = []
     for c in json.loads(path.read_text())["cases"]:
         for k in ("forward_s", "backward_s"):
@@ -60,7 +60,7 @@ FINAL3_CALS = {"a": HERE / "nvidia-h200-20261130T045647Z-0d633b.toml",
                "b": HERE / "nvidia-h200-20261130T045852Z-52e79b.toml"}
 
 
-def _corr(a, b) -> float:
+def corr(a, b) -> float:
     ma, mb = statistics.fmean(a), statistics.fmean(b)
     num = sum((x - ma) * (y - mb) for x, y in zip(a, b))
     return num / (sum((x - ma) ** 2 for x in a) * sum((y - mb) ** 2 for y in b)) ** 0.5

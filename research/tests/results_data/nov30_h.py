@@ -14,15 +14,15 @@ WORKLOADS = [(c, r) for c in CALLS for r in RECORDS[c] if r["case"]["kind"] in (
 HOST = [(c, r) for c in CALLS for r in RECORDS[c] if r["case"]["kind"] == "host"]
 
 
-def _calibration(call: str, run_id: str):
+def calibration(call: str, run_id: str):
     from gpuscope.specs.hardware import load_hardware
 
     (path,) = HERE.glob(f"{call}_nvidia-h200-{run_id}.toml")
     return load_hardware(str(path))
 
 
-def _errors(metric: str, calls=CALLS) -> list[float]:
+def errors(metric: str, calls=CALLS) -> list[float]:
     from gpuscope.explain.compare import compare_record
 
     return [row.error for c, r in WORKLOADS if c in calls
-            for row in compare_record(r, _calibration(c, r["run_id"])) if row.metric == metric]
+            for row in compare_record(r, calibration(c, r["run_id"])) if row.metric == metric]

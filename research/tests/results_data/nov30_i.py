@@ -13,17 +13,17 @@ PHASES = json.loads((HERE / "call1_train_phases.json").read_text())
 PHASES_CALL3 = json.loads((HERE / "call3_train_phases.json").read_text())  # one sweep, a slower host state
 
 
-def _by_sweep(sweep: int, phases=None) -> dict:
+def by_sweep(sweep: int, phases=None) -> dict:
     return {(r["family"], r["precision"], r["recompute"]): r for r in (phases or PHASES)["runs"]
             if r["sweep"] == sweep}
 
 
-def _training_keys(costs: dict) -> dict:
+def training_keys(costs: dict) -> dict:
     """The hardware-TOML keys of a train_host_costs result (its detail left out)."""
     return {k: v for k, v in costs.items() if k.startswith(("host_train_", "host_opt_")) and k != "host_train_detail"}
 
 
-def _planned_steps(sweep: int, monkeypatch, tmp_path, phases=None) -> dict:
+def planned_steps(sweep: int, monkeypatch, tmp_path, phases=None) -> dict:
     """Each case's 2-layer step as the planner plans it on a calibration whose training fits are this sweep's
     Llama amp-bf16 ones: the calibration's own code (calibrate.train_host_costs) on the recorded fits, its TOML
     written and loaded, then estimate_train for the case's tiny model (host-bound: GPU time is microseconds)."""
@@ -34,12 +34,12 @@ def _planned_steps(sweep: int, monkeypatch, tmp_path, phases=None) -> dict:
     from gpuscope.specs.hardware import load_hardware
     from gpuscope.specs.hf_config import spec_from_config
 
-    by = _by_sweep(sweep, phases)
+    by = by_sweep(sweep, phases)
     monkeypatch.setattr(ho, "measure_train_family", lambda fam, dev, precision, recompute, steps, **kw:
                         by[(fam, precision, recompute)])
     launch = 10e-6  # any unit: the fits are in seconds at the probe unit, and the planner multiplies back
     c = train_host_costs(launch, "cpu")
-    measured = {"memory_bw_gbs": 4170.0, "host_launch_s": launch, **_training_keys(c)}
+    measured = {"memory_bw_gbs": 4170.0, "host_launch_s": launch, **training_keys(c)}
     path = tmp_path / f"sweep{sweep}.toml"
     path.write_text(calibration_toml("NVIDIA H200", "cuda", measured, None, "Mode: test."))
     hw = load_hardware(str(path))
@@ -56,12 +56,12 @@ WORKLOADS = [(c, r) for c in CALLS for r in RECORDS[c] if r["case"]["kind"] in (
 HOST = {(c, r["run_id"]): r for c in CALLS for r in RECORDS[c] if r["case"]["kind"] == "host"}
 
 
-def _toml(call: str, run_id: str) -> Path:
+def toml(call: str, run_id: str) -> Path:
     (path,) = HERE.glob(f"{call}_nvidia-h200-{run_id}.toml")
     return path
 
 
-def _refit(host_row: dict, monkeypatch) -> dict:
+def refit(host_row: dict, monkeypatch) -> dict:
     """The training keys calibrate.train_host_costs writes from a stored calibration's own fits and probes."""
     import gpuscope.measure.host.overhead as ho
     import gpuscope.measure.host.probe as hp
@@ -81,9 +81,9 @@ def _refit(host_row: dict, monkeypatch) -> dict:
     return train_host_costs(d["launch_s"], "cpu", train_probe_s=d["train_probe_at_passes_s"])
 
 
-def _errors(calls, metric) -> list[float]:
+def errors(calls, metric) -> list[float]:
     from gpuscope.explain.compare import compare_record
     from gpuscope.specs.hardware import load_hardware
 
     return [row.error for c, r in WORKLOADS if c in calls
-            for row in compare_record(r, load_hardware(str(_toml(c, r["run_id"])))) if row.metric == metric]
+            for row in compare_record(r, load_hardware(str(toml(c, r["run_id"])))) if row.metric == metric]

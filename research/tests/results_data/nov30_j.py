@@ -16,10 +16,10 @@ BENCH = {p.stem.split("_", 1)[1]: json.loads(p.read_text()) for p in sorted(HERE
 TIME = ("prefill_s", "decode_s_per_token", "step_s")
 
 
-def _calibration(run_id: str):
+def calibration(run_id: str):
     (path,) = HERE.glob(f"call*_nvidia-h200-{run_id}.toml")
     return load_hardware(path)
 
 
-def _rows(records=WORKLOADS):
-    return [(rec["run_id"], row) for rec in records for row in compare_record(rec, _calibration(rec["run_id"]))]
+def rows(records=WORKLOADS):
+    return [(rec["run_id"], row) for rec in records for row in compare_record(rec, calibration(rec["run_id"]))]
