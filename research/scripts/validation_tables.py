@@ -42,7 +42,8 @@ def _summary(rows, metric, target) -> str:
         return ""
     worst = max(rows, key=lambda r: abs(r.error) if r.metric == metric else -1)
     within = sum(abs(e) <= target for e in errs)
-    return (f"| {LABEL[metric]} | {target:.0%} | {len(errs)} | {within} | {statistics.median(abs(e) for e in errs):.1%} "
+    median = statistics.median(abs(e) for e in errs)
+    return (f"| {LABEL[metric]} | {target:.0%} | {len(errs)} | {within} | {median:.1%} "
             f"| {worst.error:+.1%} ({worst.case}) |")
 
 

@@ -78,7 +78,8 @@ def test_the_final_suite_twice_on_a_steady_host():
     for recs, cal, plain, at_run, name in ((first, nov30_g.FINAL3_CALS["a"], 3, 3, "bench_all_1.json"),
                                            (second, nov30_g.FINAL3_CALS["b"], 4, 3, "bench_all_2.json")):
         rows = nov30_g.bench_rows(recs, cal)
-        assert len(rows) == 6 and nov30_g.within(rows, "error") == plain and nov30_g.within(rows, "error_at_run_host") == at_run
+        assert len(rows) == 6 and nov30_g.within(rows, "error") == plain \
+            and nov30_g.within(rows, "error_at_run_host") == at_run
         acc = json.loads((nov30_g.HERE / name).read_text())["estimate_accuracy"]
         assert (acc["time_within"], acc["time_within_at_run_host"], acc["memory_within"]) == (plain, at_run, 4)
         assert all(abs(r["error"]) < 0.5 for _, r in rows)  # the worst: tiny GPT-2 decode, -48%, run 2
@@ -86,12 +87,14 @@ def test_the_final_suite_twice_on_a_steady_host():
 
 def test_the_suite_with_both_probes():
     """Call 8: bench all with the training probe: 5 of 6 time rows within 15% as calibrated, 1 of 6 at the run's
-    host speed (re-planned with the per-layer checkpoint: 4 and 0; the tiny GPT-2 step reads +17%, the per-call training costs
-    counted whole, roofline.TrainHost). The calibration (passes spread 72%) wrote a 3.12 ms probe beside a 17.6 us launch cost; the runs'
+    host speed (re-planned with the per-layer checkpoint: 4 and 0; the tiny GPT-2 step reads +17%, the per-call
+    training costs counted whole, roofline.TrainHost). The calibration (passes spread 72%) wrote a 3.12 ms probe
+    beside a 17.6 us launch cost; the runs'
     probes read 2.05-2.19 ms. host_costs now pairs the probe with the median launch's pass (not run on a GPU)."""
     from gpuscope.pipeline.estimate import estimate_beside
 
-    recs = [r for r in read_records(nov30_g.HERE / "measurements_final4.jsonl") if r["case"]["kind"] in ("infer", "train")]
+    recs = [r for r in read_records(nov30_g.HERE / "measurements_final4.jsonl")
+            if r["case"]["kind"] in ("infer", "train")]
     cal = nov30_g.HERE / "nvidia-h200-20261130T052321Z-ed2913.toml"
     rows = [(r["case_id"], row) for r in recs for row in estimate_beside(r, str(cal))["rows"]
             if row["metric"] in ("prefill_s", "decode_s_per_token", "step_s")]
@@ -112,7 +115,8 @@ def test_decode_is_within_15_percent_in_every_run_prefill_and_training_not():
     """Decode per token: 18 of 18 within 15%. Prefill: 11 of 18. Training step: 6 of 18 as the runs planned
     them, low in 15, the GPT-2 fp32 full-recompute step in 8 of 9 runs (-14% to -40%). Re-planned with the
     current training host model (the checkpoint per layer, the per-call costs whole: roofline.TrainHost): 9 of 18,
-    low in 14; GPT-2 -35% to +10%, below -13% in 4 of 9. These calibrations predate the split, so only the per-call change moves them."""
+    low in 14; GPT-2 -35% to +10%, below -13% in 4 of 9. These calibrations predate the split, so only the per-call
+    change moves them."""
     decode, prefill, step = nov30_h.errors("decode_s_per_token"), nov30_h.errors("prefill_s"), nov30_h.errors("step_s")
     assert len(decode) == len(prefill) == len(step) == 18
     assert sum(abs(e) <= 0.15 for e in decode) == 18
@@ -161,7 +165,8 @@ def test_bench_printed_the_same_accuracy_and_ran_under_five_minutes():
         assert (acc["memory_within"], acc["memory_rows"]) == (3, 3)
         assert acc["time_rows"] == 4
         assert acc["time_within"] == (3 if name == "bench_all_3" else 4), name  # run 3: the -16.0% above
-    assert 168 < min(b["wall_s"] for b in nov30_j.BENCH.values()) < max(b["wall_s"] for b in nov30_j.BENCH.values()) < 215
+    walls = [b["wall_s"] for b in nov30_j.BENCH.values()]
+    assert 168 < min(walls) < max(walls) < 215
     assert "estimates: 4 of 4 time rows within 15%" in (nov30_j.HERE / "call1_bench_all_1.stderr.txt").read_text()
 
 

@@ -62,7 +62,8 @@ def test_fused_8b_decode_still_above_70_percent_with_ttft_in_the_kept_cache():
     no longer subtracts a cache build that E2E did not pay): Llama-3.1-8B fused, p128 g256, at >= 70% of copy."""
     (rec,) = nov29_d.by(lambda c, r: c.get("model") == "llama-3.1-8b" and c.get("fuse_proj"))
     r = rec["result"]
-    copy = max(x["result"]["gbs"] for x in nov29_d.by(lambda c, _r: c.get("bench") == "memory" and c.get("op") == "copy"))
+    copy = max(x["result"]["gbs"]
+               for x in nov29_d.by(lambda c, _r: c.get("bench") == "memory" and c.get("op") == "copy"))
     assert r["weights_bytes"] / r["tpot_s"] / 1e9 / copy >= 0.70
     assert r["decode_weights_gbs"] == pytest.approx(r["weights_bytes"] / r["tpot_s"] / 1e9)
 

@@ -90,9 +90,9 @@ def test_the_same_step_without_generates_wait():
 
 
 def test_script_and_bench_agree_back_to_back():
-    """Call 6 ran research/scripts/gpu_hf_graph.py (default variant) and bench infer --engine hf-graph on Llama-3.2-1B p512
-    one after the other: the bench's 2.61 ms lies within the script's 7 TPOTs (2.49-3.00 ms), so the bench's higher
-    readings in calls 3-4 (2.88, 2.95) were the host's variation between calls, not the bench."""
+    """Call 6 ran research/scripts/gpu_hf_graph.py (default variant) and bench infer --engine hf-graph on
+    Llama-3.2-1B p512 one after the other: the bench's 2.61 ms lies within the script's 7 TPOTs (2.49-3.00 ms), so
+    the bench's higher readings in calls 3-4 (2.88, 2.95) were the host's variation between calls, not the bench."""
     (v,) = nov30.read_json("hf_script_1b_call6.json")["variants"]
     script = [v["tpot_s"], *v["tpot_trend_s"]]
     (bench,) = [r["result"] for r in nov30.WORKLOADS if r["case"].get("engine") == "hf-graph"
@@ -101,8 +101,8 @@ def test_script_and_bench_agree_back_to_back():
 
 
 def test_deferred_stop_removes_the_per_token_sync_and_keeps_the_tokens():
-    """research/scripts/gpu_hf_graph.py on Llama-3.2-1B p128 g128 (torch.profiler over generate of 16 tokens less 1): the
-    static-cache generate's one cudaStreamSynchronize per token becomes one event wait on the token before; plain
+    """research/scripts/gpu_hf_graph.py on Llama-3.2-1B p128 g128 (torch.profiler over generate of 16 tokens less 1):
+    the static-cache generate's one cudaStreamSynchronize per token becomes one event wait on the token before; plain
     generate's two syncs a token become one. The greedy tokens equal the reference's; TPOT 2.57 -> 1.64 ms with
     the same GPU work (1.43 / 1.42 ms a token)."""
     d, dd, e, ed = nov30_f.DIAG["default"], nov30_f.DIAG["defer"], nov30_f.DIAG["eager"], nov30_f.DIAG["eager_defer"]

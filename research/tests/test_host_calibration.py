@@ -98,7 +98,8 @@ def test_the_host_moved_without_steal():
     for r in nov30_g.WORKLOADS:
         load = r["result"].get("host_load_steps") or r["result"].get("host_load_generate")
         assert load["steal_fraction"] == 0.0
-    gpt2 = [r["result"]["step_s"] for r in nov30_g.WORKLOADS if r["case_id"].startswith("train/gpt2/mb2-s128-amp-bf16-rc_none")]
+    gpt2 = [r["result"]["step_s"] for r in nov30_g.WORKLOADS
+            if r["case_id"].startswith("train/gpt2/mb2-s128-amp-bf16-rc_none")]
     assert [round(x * 1e3, 1) for x in gpt2] == [38.3, 34.9]
 
 

@@ -18,11 +18,12 @@ from results_data import nov30_g, nov30_h, nov30_i
 def test_the_host_probe_explains_most_of_the_calibrated_misses():
     """bench all on its own calibration: 1 of 6 time rows within 15% as calibrated, 4 of 6 at the host speed each
     run met. The four workloads after it: 0 of 10 as calibrated (against either calibration), 7 of 10 at the run's
-    host speed (8 before the per-layer checkpoint: GPT-2 without recompute now reads +15.4% there, the per-call training costs
-    counted whole, roofline.TrainHost)."""
+    host speed (8 before the per-layer checkpoint: GPT-2 without recompute now reads +15.4% there, the per-call
+    training costs counted whole, roofline.TrainHost)."""
     own = nov30_g.bench_rows(nov30_g.BENCH_ALL, nov30_g.BENCH_ALL_CAL)
     assert len(own) == 6 and nov30_g.within(own, "error") == 1 and nov30_g.within(own, "error_at_run_host") == 4
-    after = nov30_g.bench_rows(nov30_g.AFTER, nov30_g.BENCH_ALL_CAL) + nov30_g.bench_rows(nov30_g.AFTER, nov30_g.CAL_END)
+    after = (nov30_g.bench_rows(nov30_g.AFTER, nov30_g.BENCH_ALL_CAL)
+             + nov30_g.bench_rows(nov30_g.AFTER, nov30_g.CAL_END))
     assert len(after) == 10 and nov30_g.within(after, "error") == 0 and nov30_g.within(after, "error_at_run_host") == 7
     # the misses that remain at the run's host speed, each bounded
     left = {(n, r["metric"]): r["error_at_run_host"] for n, r in own + after if abs(r["error_at_run_host"]) > 0.15}

@@ -54,7 +54,8 @@ def test_h200_e_set_45_records():
 
 
 def test_h200_f_set_56_records():
-    assert len(nov30_f.RECORDS) == 56 and len(nov30_f.WORKLOADS) == 19 and len(nov30_f.CALL3) == 21 and len(nov30_f.CALL5) == 4
+    assert len(nov30_f.RECORDS) == 56 and len(nov30_f.WORKLOADS) == 19 and len(nov30_f.CALL3) == 21 \
+        and len(nov30_f.CALL5) == 4
     assert len(nov30_f.CALL6) == 17
     assert all(r["result"]["status"] == "ok" and r["result"]["device_name"] == "NVIDIA H200" for r in nov30_f.RECORDS)
     deferred = [r for r in nov30_f.WORKLOADS if r["case"].get("defer_stop")]
@@ -62,7 +63,8 @@ def test_h200_f_set_56_records():
 
 
 def test_h200_g_set_40_records():
-    assert len(nov30_g.RECORDS) == 40 and len(nov30_g.CALL1) == 3 and len(nov30_g.BENCH_ALL) == 4 and len(nov30_g.AFTER) == 4
+    assert len(nov30_g.RECORDS) == 40 and len(nov30_g.CALL1) == 3 and len(nov30_g.BENCH_ALL) == 4 \
+        and len(nov30_g.AFTER) == 4
     assert all(r["result"]["status"] == "ok" for r in nov30_g.RECORDS)
     assert all(r["result"].get("host_probe_s") for r in nov30_g.CALL2)  # call 2 ran with the probe
 
@@ -70,7 +72,8 @@ def test_h200_g_set_40_records():
 def test_h200_h_nine_suite_runs():
     """Nine suite runs of 17 measurements each, all ok, each under the five-minute target."""
     runs = sorted(nov30_h.HERE.glob("call*_bench_all_*.json"))
-    assert len(runs) == 9 and len(nov30_h.WORKLOADS) == 36 and len(nov30_h.HOST) == 7  # call 1 predates the stored host fits
+    # call 1 predates the stored host fits
+    assert len(runs) == 9 and len(nov30_h.WORKLOADS) == 36 and len(nov30_h.HOST) == 7
     for p in runs:
         d = json.loads(p.read_text())
         assert len(d["measurements"]) == 17 and all(m["status"] == "ok" for m in d["measurements"])
@@ -89,7 +92,8 @@ def test_h200_i_eight_suite_runs():
         assert len(d["measurements"]) == 17 and all(m["status"] == "ok" for m in d["measurements"])
         walls.append(d["wall_s"])
     assert 150 < min(walls) and max(walls) < 195
-    assert len(nov30_i.HOST) == 8 and len(nov30_i.WORKLOADS) == 31  # call 3 run 1: three workloads, the GPT-2 training not reached
+    # call 3 run 1: three workloads, the GPT-2 training not reached
+    assert len(nov30_i.HOST) == 8 and len(nov30_i.WORKLOADS) == 31
 
 
 def test_h200_i_training_phases_set():

@@ -91,7 +91,8 @@ def test_the_planner_under_counts_training_kernels():
     from gpuscope.measure.host.overhead import TINY
     from gpuscope.specs.hf_config import spec_from_config
 
-    cases = {(c["name"], c["recompute"]): c for c in json.loads((nov30_g.HERE / "train_width_seq.json").read_text())["cases"]}
+    cases = {(c["name"], c["recompute"]): c
+             for c in json.loads((nov30_g.HERE / "train_width_seq.json").read_text())["cases"]}
 
     def per_layer(c, phase):
         k, n = c["kernels"][phase], c["layers"]

@@ -17,7 +17,8 @@ CALL3 = [r for r in RECORDS if "2026-11-30T03:16" <= r["provenance"]["timestamp_
 CALL5 = [r for r in RECORDS if "2026-11-30T03:34" <= r["provenance"]["timestamp_utc"] < "2026-11-30T03:45"]
 CALL6 = [r for r in RECORDS if r["provenance"]["timestamp_utc"] >= "2026-11-30T03:45"]  # bench all, final tree
 RUN_CAL = HERE / "nvidia-h200-20261130T034811Z-cc1948.toml"  # the calibration bench all wrote and planned on
-EARLY = [r for r in RECORDS if r not in CALL3 and r not in CALL5 and r not in CALL6]  # calls 1-2: deferred stop, 70% of copy
+# calls 1-2: deferred stop, 70% of copy
+EARLY = [r for r in RECORDS if r not in CALL3 and r not in CALL5 and r not in CALL6]
 
 
 def by_name(name: str) -> dict:
