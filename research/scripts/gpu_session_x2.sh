@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 4 acceptance runs on two GPUs of one host (nvidia-h200-x2); run from the repo root on the GPU machine:
+# Multi-GPU checks on two GPUs of one host (collectives, DDP/FSDP training, compression hooks); run from the repo root on the GPU machine:
 # bash research/scripts/gpu_session_x2.sh [collectives] [ddp_1b] [fsdp_1b] [fsdp_7b] [compression] [ddp_7b] (default: all).
 # Every step writes under $W; $OUT/session_x2.tgz is re-bundled after each step (the device returns 8 files).
 set -u
