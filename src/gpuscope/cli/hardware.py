@@ -8,12 +8,9 @@ JSON_HELP = "Print JSON (schema gpuscope.hardware/1) instead of a table."
 
 
 def _console():
-    from rich.console import Console
+    from gpuscope.cli.options import console
 
-    console = Console()
-    if not console.is_terminal:  # piped or captured: do not squeeze the table into 80 columns
-        console = Console(width=max(console.width, 180))
-    return console
+    return console(180)  # piped or captured: do not squeeze the table into 80 columns
 
 
 def _print_list(as_json: bool) -> None:

@@ -6,21 +6,22 @@ import json
 
 import typer
 
+from gpuscope.cli import options as o
+
 
 def register(app: typer.Typer) -> None:
     @app.command("models")
     def models(
         name: str = typer.Argument(None, help="Show one preset or config.json in detail."),
-        as_json: bool = typer.Option(False, "--json"),
+        as_json: bool = o.json_out(help="Print JSON (schemas gpuscope.models/1, gpuscope.model/1)."),
     ) -> None:
         """List model presets (or show one: architecture and exact parameter counts)."""
-        from rich.console import Console
         from rich.table import Table
 
         from gpuscope.estimate.params import count_params
         from gpuscope.specs.models import load_model, preset_meta, preset_names
 
-        console = Console() if Console().is_terminal else Console(width=160)
+        console = o.console(160)
         if name:
             spec = load_model(name)
             pc = count_params(spec)
