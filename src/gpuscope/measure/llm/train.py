@@ -71,6 +71,7 @@ def run_train(case: dict) -> dict:
 
 def train_settings(case: dict) -> dict:
     """The case's training settings with their defaults, checked (ValueError names the key and what is allowed)."""
+    B, S = int(case["micro_batch"]), int(case["seq"])
     precision = case.get("precision", "amp-bf16")
     check_choice("precision", precision, PRECISION_NAMES)
     recompute = case.get("recompute", "none")
@@ -80,7 +81,7 @@ def train_settings(case: dict) -> dict:
     accum = int(case.get("grad_accum", 1))  # micro-batches (forward + backward) per optimizer step
     if accum < 1:
         raise ValueError(f"grad_accum: {accum} is not a positive integer")
-    return {"micro_batch": int(case["micro_batch"]), "seq": int(case["seq"]), "precision": precision,
+    return {"micro_batch": B, "seq": S, "precision": precision,
             "recompute": recompute, "steps": max(1, int(case.get("steps", 6))), "grad_accum": accum,
             "warmup": max(1, int(case.get("warmup", 2))),  # >= 1 so optimizer states exist before measuring
             "min_time_s": max(0.0, float(case.get("min_time_s", 0.0))),  # timed steps go on this much wall time

@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import torch
 
+from gpuscope.specs.axes import Attention
+
 NAME = "gs_gqa_sdpa"  # the attention implementation name registered with transformers
-CLI_NAME = "gs-gqa"
+CLI_NAME = Attention.GS_GQA.value  # what a case or --attn calls it
 
 
 def gqa_fold_sdpa(module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None, is_causal=None,

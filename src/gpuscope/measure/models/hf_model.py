@@ -13,8 +13,11 @@ from pathlib import Path
 import torch
 
 from gpuscope.measure.device.device import Device
+from gpuscope.specs.axes import InferDtype
 
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+# a measured inference dtype (specs/axes.InferDtype; also the compute dtype of a measured training precision)
+DTYPES = {InferDtype.BF16.value: torch.bfloat16, InferDtype.FP16.value: torch.float16,
+          InferDtype.FP32.value: torch.float32}
 
 
 # Config keys that only describe a checkpoint (or would ask for remote code / quantized loading).
