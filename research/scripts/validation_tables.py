@@ -62,6 +62,11 @@ def measured() -> None:
     misses = [r for r in rows if r.metric == "step_s" and abs(r.error) > 0.15]
     if misses:
         print("\nTraining steps outside 15%: " + "; ".join(f"{r.case} {r.error:+.1%}" for r in misses))
+    every = [r for s in sets.values() for _, r in s.rows() if r.metric.endswith("bytes")]
+    peaks = [r for r in every if r.metric == "peak_bytes"]
+    print(f"\nEvery memory row of the manifest ({len(sets)} sets): peak {sum(abs(r.error) <= 0.05 for r in peaks)} of "
+          f"{len(peaks)} within 5% (median {statistics.median(abs(r.error) for r in peaks):.1%}); with the phase peaks "
+          f"{sum(abs(r.error) <= 0.05 for r in every)} of {len(every)}")
     j = [r for _, r in sets["2026-11-30-h200-j"].rows()]
     print("\n### `bench all --quick`, seven runs, each on its own calibration (2026-11-30-h200-j)\n")
     print("| metric | target | rows | within | median abs. error | worst |\n|---|---|---|---|---|---|")
