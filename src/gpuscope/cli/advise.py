@@ -9,7 +9,7 @@ import typer
 
 from gpuscope.cli import options as o
 from gpuscope.cli.compare import (ECONOMICS, GPU_HELP, INFER_WORKLOAD, MODEL_HELP, SOURCES, TRAIN_WORKLOAD, Sources,
-                                  emit, gpus_from)
+                                  gpus_from)
 from gpuscope.explain.measured_inputs import gather_measured
 
 CANDIDATES_HELP = "Candidates (default: the whole catalog). " + GPU_HELP
@@ -32,7 +32,7 @@ def _constraints(budget, max_power_w, max_ttft_ms, max_tpot_ms, min_tokens_per_s
 def _run(model, gpu, workload, cons, econ, src: Sources, as_json, as_md):
     from gpuscope.errors import UserError
     from gpuscope.explain.advise import advise
-    from gpuscope.report.compare_view import advise_markdown, advise_with_sources, render_advise
+    from gpuscope.report.compare_view import advise_markdown, advise_with_sources, dumps, render_advise
     from gpuscope.specs.prices import load_prices
 
     table = load_prices(src.prices)
@@ -42,7 +42,7 @@ def _run(model, gpu, workload, cons, econ, src: Sources, as_json, as_md):
     meas, origin, store = gather_measured(m, workload, src.measured, src.db, src.no_db)
     a = advise(m, gpus_from(gpu or []), workload, cons, prices=table, econ=econ, measured=meas)
     j = advise_with_sources(a, origin, store, src.measured)
-    emit(j, advise_markdown(a) if as_md else None, as_json, as_md, lambda con: render_advise(a, con))
+    o.emit(a, as_json, as_md, lambda _a: dumps(j), advise_markdown, render_advise, 160)
 
 
 adv = typer.Typer(name="advise", no_args_is_help=True,

@@ -106,17 +106,6 @@ def gpus_from(names: list[str]):
     return out
 
 
-def emit(obj_json: dict, markdown: str | None, as_json: bool, as_md: bool, render) -> None:
-    from gpuscope.report.compare_view import dumps
-
-    if as_json:
-        typer.echo(dumps(obj_json))
-    elif as_md:
-        typer.echo(markdown)
-    else:
-        render(o.console(160))
-
-
 cmp_app = typer.Typer(name="compare", no_args_is_help=True,
                       help="Hardware side by side: fit, speed, energy, cost per token, TCO, training budget.")
 
@@ -150,7 +139,7 @@ def _inputs(ctx: typer.Context, model, gpu):
 def _run(ctx, model, gpu, w, econ, src: Sources, as_json, as_md) -> None:
     """One comparison: the workload on every GPU asked, with stored or given measurements beside it."""
     from gpuscope.explain.compare_hw import compare
-    from gpuscope.report.compare_view import compare_markdown, compare_with_sources, render_compare
+    from gpuscope.report.compare_view import compare_markdown, compare_with_sources, dumps, render_compare
     from gpuscope.specs.prices import load_prices
 
     table = load_prices(src.prices)
@@ -158,7 +147,7 @@ def _run(ctx, model, gpu, w, econ, src: Sources, as_json, as_md) -> None:
     meas, origin, store = gather_measured(m, w, src.measured, src.db, src.no_db)
     c = compare(m, gpus, w, prices=table, econ=econ, measured=meas)
     j = compare_with_sources(c, origin, store, src.measured)
-    emit(j, compare_markdown(c) if as_md else None, as_json, as_md, lambda con: render_compare(c, con))
+    o.emit(c, as_json, as_md, lambda _c: dumps(j), compare_markdown, render_compare, 160)
 
 
 @cmp_app.command("infer")

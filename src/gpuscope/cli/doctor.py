@@ -142,9 +142,4 @@ def _script_report(args: list[str], gpu, device, timeout, bare_run: bool) -> dic
 def _emit(report: dict, as_json: bool, markdown: bool) -> None:
     from gpuscope.report.doctor_view import doctor_markdown, render_doctor, to_json_text
 
-    if as_json:
-        typer.echo(to_json_text(report))
-    elif markdown:
-        typer.echo(doctor_markdown(report))
-    else:
-        render_doctor(report, o.console())
+    o.emit(report, as_json, markdown, to_json_text, doctor_markdown, render_doctor)

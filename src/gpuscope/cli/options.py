@@ -255,6 +255,17 @@ def hardware(gpu: str, calibrated: bool = False):
     return load_hardware(gpu)
 
 
+def emit(value, as_json: bool, as_markdown: bool, to_json_text, to_markdown, render, min_width: int = 140) -> None:
+    """Print a result as --json asks (``to_json_text(value)``), as --markdown asks, or as a rich table
+    (``render(value, console)``)."""
+    if as_json:
+        typer.echo(to_json_text(value))
+    elif as_markdown:
+        typer.echo(to_markdown(value))
+    else:
+        render(value, console(min_width))
+
+
 def console(min_width: int = 140):
     """A rich console (imported here, only when printing): a pipe gets at least ``min_width`` columns."""
     from rich.console import Console

@@ -24,12 +24,7 @@ def register(app: typer.Typer) -> None:
 def _emit(res: dict, as_json: bool, markdown: bool, md_fn, render_fn) -> None:
     from gpuscope.report.doctor_view import to_json_text
 
-    if as_json:
-        typer.echo(to_json_text(res))
-    elif markdown:
-        typer.echo(md_fn(res))
-    else:
-        render_fn(res, o.console())
+    o.emit(res, as_json, markdown, to_json_text, md_fn, render_fn)
 
 
 def _batch_workload(kind: str, prompt: int, gen: int, dtype: str, seq: int, precision: str) -> dict:
