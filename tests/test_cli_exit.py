@@ -114,3 +114,34 @@ def test_help_imports_no_command_module():
             "print(sorted(m for m in sys.modules if m.startswith('gpuscope.cli.')))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.stdout.strip() == "[]", r.stderr
+
+
+NO_TORCH = textwrap.dedent("""
+    import sys
+
+    class NoTorch:  # as if torch were not installed
+        def find_spec(self, name, path=None, target=None):
+            if name == "torch" or name.startswith("torch."):
+                raise ModuleNotFoundError(f"No module named '{name}'", name=name)
+
+    sys.meta_path.insert(0, NoTorch())
+    from gpuscope.cli import main
+    main(sys.argv[1:])
+""")
+
+
+@pytest.mark.parametrize("args, code", [
+    (("tune", "batch", "infer", "--model", "llama-3.2-1b"), 2),
+    (("tune", "precision", "train", "--model", "llama-3.2-1b"), 2),
+    (("doctor", "infer", "--model", "llama-3.2-1b"), 2),
+    (("doctor", "--", "python", "train.py"), 2),
+    (("doctor", "train", "--model", "llama-3.2-1b", "--plan-only", "--gpu", "h100", "--json"), 0),
+    (("plan", "train", "--model", "llama-3.2-1b", "--gpu", "h100", "--json"), 0),
+    (("tune", "plan", "--model", "llama-3.2-1b", "--gpu", "h100", "--json"), 0),
+])
+def test_without_torch_one_sentence_or_the_plan(args, code):
+    r = subprocess.run([sys.executable, "-c", NO_TORCH, *args], capture_output=True, text=True, timeout=60)
+    assert r.returncode == code, r.stderr
+    assert "Traceback" not in r.stderr
+    if code == 2:
+        assert "needs PyTorch" in r.stderr and len(r.stderr.strip().splitlines()) == 1

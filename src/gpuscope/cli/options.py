@@ -165,9 +165,10 @@ def has_torch() -> bool:
         return False
 
 
-def require_torch() -> None:
+def require_torch(what: str = "this command") -> None:
+    """One sentence (exit 2) where a measuring command finds no PyTorch; planner-only paths never call it."""
     if not has_torch():
-        raise UserError("benchmarks need PyTorch, which is not installed; install the `bench` extra "
+        raise UserError(f"{what} needs PyTorch, which is not installed; install the `bench` extra "
                         "(pip install 'gpuscope[bench]') with a torch build for your device.")
 
 
