@@ -145,3 +145,12 @@ def test_without_torch_one_sentence_or_the_plan(args, code):
     assert "Traceback" not in r.stderr
     if code == 2:
         assert "needs PyTorch" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_a_command_imports_only_its_own_module_and_json_no_rich():
+    code = ("import sys, io, contextlib, gpuscope.cli as c\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            "    c.main(['plan', 'infer', '--model', 'llama-3.2-1b', '--gpu', 'h100', '--json'])\n"
+            "print(sorted(m for m in sys.modules if m.startswith('gpuscope.cli.')), 'rich' in sys.modules)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.stdout.strip() == "['gpuscope.cli.options', 'gpuscope.cli.plan'] False", r.stderr
