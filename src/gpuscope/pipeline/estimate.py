@@ -3,6 +3,7 @@ lists it for every stored one): the same hardware resolution and the same rows f
 
 from __future__ import annotations
 
+from gpuscope import workloads
 from gpuscope.errors import UserError
 
 
@@ -54,11 +55,11 @@ def estimate_beside(rec: dict, gpu: str | None, derived: bool = True, calibrated
         hw, why = hardware_for_estimate(gpu, res.get("device_name"), calibrated)
         if hw is None:
             return {"unavailable": why}
-        # a training step follows the training probe (forward + backward), not the forward-only one
-        train = str((rec.get("case") or {}).get("kind", "")).startswith("train")
-        scale = host_scale(res, hw, "host_probe_train_s" if train else "host_probe_s")
+        # the probe around the kind's timed phase: a training step's is forward + backward, TTFT's its own
+        kind = workloads.case_class((rec.get("case") or {}).get("kind"))
+        scale = host_scale(res, hw, kind.HOST_PROBE)
         at_run = compare_record(rec, at_host_speed(hw, scale), derived=derived) if scale else None
-        ttft_scale = None if train else host_scale(res, hw, "host_probe_ttft_s")  # TTFT repeats: their own probes
+        ttft_scale = host_scale(res, hw, kind.TTFT_PROBE) if kind.TTFT_PROBE else None
         at_ttft = compare_record(rec, at_host_speed(hw, ttft_scale), derived=derived) if ttft_scale else at_run
         rows = _rows(rec, hw, derived, at_run, at_ttft)
     except UserError as e:

@@ -34,14 +34,14 @@ def _fit_one(case: dict, hw) -> dict | None:
 
 
 def _device_kind_notes(c: dict, dev_type: str, notes: list[str]) -> None:
-    if c["kind"] == "infer" and c.get("engine", "hf-eager") != "hf-eager" and dev_type != "cuda":
+    if workloads.from_dict(c).needs_cuda_graphs and dev_type != "cuda":
         c.pop("defer_stop", None)
         c["engine"] = "hf-eager"
         notes.append(f"{c['model']}: plain generate on {dev_type} (the graph engines need CUDA graphs)")
 
 
 def _no_bf16(c: dict, hw, notes: list[str]) -> None:
-    key, fp16, bf16 = ("dtype", "fp16", "bf16") if c["kind"] == "infer" else ("precision", "amp-fp16", "amp-bf16")
+    key, fp16, bf16 = workloads.case_class(c["kind"]).HALF
     if c.get(key, bf16) != fp16:
         notes.append(f"{c['model']} ({c['kind']}): {fp16}, {hw.name} has no bf16")
         c[key] = fp16

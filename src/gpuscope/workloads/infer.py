@@ -22,6 +22,8 @@ class InferCase(Case):
     KIND = WorkloadKind.INFER
     ALWAYS = ("model", "batch", "prompt", "gen", "dtype", "attn", "repeats")
     FLAGS = {"min_time_s": "min-time", "decode_iters": "decode-iters"}
+    HALF = ("dtype", "fp16", "bf16")  # the field a device without bf16 sets to fp16, and its default
+    HOST_PROBE, TTFT_PROBE = "host_probe_s", "host_probe_ttft_s"  # the probes around its E2E and TTFT repeats
 
     model: str
     batch: int
@@ -71,6 +73,10 @@ class InferCase(Case):
     def size_field(self) -> str:
         """The field a smaller device halves first (pipeline/fit.py)."""
         return "batch"
+
+    @property
+    def needs_cuda_graphs(self) -> bool:
+        return self.engine is not Engine.HF_EAGER
 
 
 CASE = InferCase

@@ -19,6 +19,9 @@ class TrainCase(Case):
     KIND = WorkloadKind.TRAIN
     ALWAYS = ("model", "micro_batch", "seq", "precision", "optimizer", "fused", "recompute", "steps", "warmup")
     FLAGS = {"min_time_s": "min-time"}
+    HALF = ("precision", "amp-fp16", "amp-bf16")  # the field a device without bf16 sets to fp16, and its default
+    HOST_PROBE, TTFT_PROBE = "host_probe_train_s", None  # a step follows the training probe (forward + backward)
+    needs_cuda_graphs = False
 
     model: str
     micro_batch: int

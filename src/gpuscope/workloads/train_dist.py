@@ -22,6 +22,7 @@ class TrainDistCase(DistCase):
     ALWAYS = ("strategy", "micro_batch", "seq", "precision", "recompute", "steps", "warmup", "baseline", "nproc",
               "nnodes", "timeout_s")
     FLAGS = {"timeout_s": "timeout", "gradient_as_bucket_view": "gradient-as-bucket-view"}
+    HOST_PROBE, TTFT_PROBE = "host_probe_train_s", None
 
     strategy: Strategy = Strategy.DDP
     model: str | None = None
