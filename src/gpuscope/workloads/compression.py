@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from gpuscope.errors import UserError
 from gpuscope.specs.axes import MEASURED_PRECISIONS, Precision, WorkloadKind
-from gpuscope.workloads.dist import DistCase
+from gpuscope.workloads.dist import DistCase, run_job
 from gpuscope.workloads.notes import not_ok
 
 WORKER = "gpuscope.measure.distributed.compression"
@@ -58,12 +58,7 @@ estimate = None  # the planner does not model gradient compression
 
 
 def run(case: CompressionCase) -> list[dict]:
-    import json
-
-    from gpuscope.measure.distributed.launch import run_torchrun
-
-    return run_torchrun(WORKER, ["--case", json.dumps(case.to_dict())], case.nproc, nnodes=case.nnodes,
-                        timeout_s=case.timeout_s)
+    return run_job(case, WORKER)
 
 
 def headline(r: dict) -> str:

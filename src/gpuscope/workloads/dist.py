@@ -33,3 +33,14 @@ class DistCase(Case):
     @property
     def key(self) -> str:
         return f"{self.name}#{digest(self.to_dict(), compact=False)}"
+
+
+def run_job(case: DistCase, worker: str) -> list[dict]:
+    """The records of one torchrun job of ``worker`` for the case (rank 0's final one last); pipeline/dist.py turns
+    a failed job into a result."""
+    import json
+
+    from gpuscope.measure.distributed.launch import run_torchrun
+
+    return run_torchrun(worker, ["--case", json.dumps(case.to_dict())], case.nproc, nnodes=case.nnodes,
+                        timeout_s=case.timeout_s)

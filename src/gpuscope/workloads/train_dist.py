@@ -9,9 +9,9 @@ from gpuscope.errors import UserError
 from gpuscope.specs.axes import (MEASURED_PRECISIONS, MEASURED_RECOMPUTE, MEASURED_STRATEGIES, Precision, Recompute,
                                  Strategy, WorkloadKind)
 from gpuscope.workloads.case import model_spec
-from gpuscope.workloads.dist import DistCase
+from gpuscope.workloads.dist import DistCase, run_job
 from gpuscope.workloads.notes import not_ok
-from gpuscope.workloads.train import PHASES
+from gpuscope.workloads.train import rows  # noqa: F401  (peak, step and phase peaks, as one GPU's)
 
 WORKER = "gpuscope.measure.distributed.train"
 
@@ -75,13 +75,7 @@ def estimate(case: TrainDistCase, hw):
 
 
 def run(case: TrainDistCase) -> list[dict]:
-    """The job's records (rank 0's final one last); pipeline/dist.py turns a failed job into a result."""
-    import json
-
-    from gpuscope.measure.distributed.launch import run_torchrun
-
-    return run_torchrun(WORKER, ["--case", json.dumps(case.to_dict())], case.nproc, nnodes=case.nnodes,
-                        timeout_s=case.timeout_s)
+    return run_job(case, WORKER)
 
 
 def headline(r: dict) -> str:
@@ -91,11 +85,3 @@ def headline(r: dict) -> str:
     eff = f", scaling efficiency {r['scaling_efficiency']:.1%}" if r.get("scaling_efficiency") else ""
     tps = f", {r['tokens_per_s']:.0f} tok/s" if r.get("tokens_per_s") else ""
     return f"{r.get('strategy')} on {r.get('world_size')} ranks: step {r['step_s'] * 1e3:.2f} ms{tps}{eff}"
-
-
-def rows(case, est, res: dict) -> list[tuple[str, float, float]]:
-    out = [("peak_bytes", est.peak_bytes_per_gpu, res["peak_bytes"]), ("step_s", est.time["step_s"], res["step_s"])]
-    for phase, key in PHASES:
-        if res.get(key):
-            out.append((f"{phase}_peak_bytes", est.phases_bytes[phase], res[key]))
-    return out
