@@ -47,7 +47,6 @@ import sys
 
 from gpuscope.measure.distributed import launch
 from gpuscope.measure.collectives.bench import SCHEMA, Bench  # noqa: F401  (re-exported: tests use coll.Bench)
-from gpuscope.measure.collectives.comm import Watchdog  # noqa: F401  (re-exported: was defined here)
 from gpuscope.measure.collectives.sizes import (  # noqa: F401  (re-exported for the CLI and tests)
     element_counts, fmt_bytes, gpu_topology, parse_size, parse_topo_matrix, size_sweep, tolerance,
 )
@@ -55,10 +54,10 @@ from gpuscope.measure.collectives.sizes import (  # noqa: F401  (re-exported for
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")
 DTYPES = ("fp32", "bf16", "fp16")
 
-# The worker's names, including those re-exported from the collectives_* modules: parse_size is imported by
-# pipeline/dist.py, and tests/test_collectives.py uses coll.Bench, coll.parse_topo_matrix, ...
+# The worker's names, including those re-exported from bench.py and sizes.py: parse_size is imported by
+# cli/bench_dist.py, and tests/test_collectives.py uses coll.Bench, coll.parse_topo_matrix, ...
 __all__ = [
-    "SCHEMA", "OPS", "DTYPES", "Bench", "Watchdog", "parser", "main",
+    "SCHEMA", "OPS", "DTYPES", "Bench", "parser", "main",
     "element_counts", "fmt_bytes", "gpu_topology", "parse_size", "parse_topo_matrix", "size_sweep", "tolerance",
 ]
 
