@@ -15,7 +15,7 @@ import typer
 from gpuscope.cli import options as o
 from gpuscope.estimate.cost import (DEFAULT_HOURS_PER_YEAR, DEFAULT_PUE, DEFAULT_USD_PER_KWH, DEFAULT_UTILISATION,
                                     DEFAULT_YEARS, IDLE_FRACTION)
-from gpuscope.explain.measured_inputs import gather_measured, measured_file as measured_from  # noqa: F401
+from gpuscope.explain.measured_inputs import gather_measured
 
 MODEL_HELP = o.MODEL_HELP
 GPU_HELP = "Catalog name/alias or hardware TOML; repeat (or comma-separate) for several."

@@ -6,7 +6,6 @@ from __future__ import annotations
 import typer
 
 from gpuscope.cli import options as o
-from gpuscope.cli.options import case_model, resolve_config  # noqa: F401  (their names of old)
 from gpuscope.errors import UserError
 
 JSON_HELP = "Print JSON (schemas gpuscope.tune.batch/1, gpuscope.tune.precision/1)."
@@ -68,7 +67,7 @@ def batch(
         raise UserError(f"--max-batch ({max_batch}) must be at least --start ({start}).")
     kw = _batch_workload(kind, prompt, gen, dtype, seq, precision)
     o.require_torch()
-    cfg, name = resolve_config(model, config)
+    cfg, name = o.resolve_config(model, config)
     dev = o.open_device(device)
     from gpuscope.measure.tune.batch import tune_batch
 
@@ -101,7 +100,7 @@ def precision_cmd(
     from gpuscope.measure.tune.precision import PRECISION_MODES, precision_sweep
 
     ms = ["fp32"] + [m for m in o.choices("modes", modes, PRECISION_MODES) if m != "fp32"]
-    cfg, name = resolve_config(model, config)
+    cfg, name = o.resolve_config(model, config)
     dev = o.open_device(device)
     res = precision_sweep(kind, cfg, dev, batch=batch, seq=seq, modes=tuple(ms), steps=steps)
     res["model"] = name
