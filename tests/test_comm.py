@@ -13,13 +13,12 @@ import pytest
 from gpuscope.errors import UserError
 from gpuscope.estimate.comm import (
     OPS,
-    Topology,
     alg_bandwidth_gbs,
     bus_bandwidth_gbs,
     bus_factor,
     collective_time,
-    topology_for,
 )
+from gpuscope.estimate.topology import Topology, topology_for
 from gpuscope.specs.hardware import list_hardware, load_hardware
 
 GIB = 2**30

@@ -25,12 +25,13 @@ from __future__ import annotations
 
 from gpuscope.errors import UserError
 from gpuscope.estimate import ops as opsmod
-from gpuscope.estimate.comm import collective_time, topology_for
+from gpuscope.estimate.comm import collective_time
 from gpuscope.estimate.dtypes import check_dtype, compute_dtype, nbytes, quantized_weight_bytes_per_param
 from gpuscope.estimate.params import count_params
 from gpuscope.estimate.result import Estimate
 from gpuscope.estimate.roofline import STATIC_CACHE_ENGINES, engine_for, forward_time, sm_count
 from gpuscope.estimate.runtime import CUBLAS_WORKSPACE_BYTES, runtime_overheads
+from gpuscope.estimate.topology import topology_for
 from gpuscope.specs.axes import PlannerEngine
 from gpuscope.specs.model import ModelSpec
 

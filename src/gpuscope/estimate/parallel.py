@@ -40,11 +40,12 @@ from dataclasses import dataclass, replace
 
 from gpuscope.errors import UserError
 from gpuscope.estimate.activations import korthikanti_layer_bytes
-from gpuscope.estimate.comm import collective_time, topology_for
+from gpuscope.estimate.comm import collective_time
 from gpuscope.estimate.params import count_params
 from gpuscope.estimate.roofline import sm_count, wave_efficiency
 from gpuscope.estimate.result import Estimate
 from gpuscope.estimate.runtime import runtime_overheads
+from gpuscope.estimate.topology import topology_for
 from gpuscope.specs.axes import Recompute
 from gpuscope.specs.model import ModelSpec
 

@@ -19,12 +19,13 @@ from dataclasses import replace
 
 from gpuscope.errors import UserError
 from gpuscope.estimate import ops as opsmod
-from gpuscope.estimate.comm import collective_time, topology_for
+from gpuscope.estimate.comm import collective_time
 from gpuscope.estimate.memory_train import ddp_bucket_bytes, fsdp_train_memory, precision_bytes, train_memory
 from gpuscope.estimate.params import count_params
 from gpuscope.estimate.result import Estimate
 from gpuscope.estimate.roofline import TrainHost, engine_for, forward_time, sm_count, train_host_for
 from gpuscope.estimate.runtime import runtime_overheads
+from gpuscope.estimate.topology import topology_for
 from gpuscope.specs.axes import Offload, Optimizer, Precision, Recompute, Strategy
 from gpuscope.specs.hardware_template import typical_h2d_gbs
 from gpuscope.specs.model import ModelSpec

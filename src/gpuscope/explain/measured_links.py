@@ -1,5 +1,5 @@
 """Measured interconnect bandwidths from the results store (`gpuscope bench collectives` rows) for the planner's
-topology: they replace the datasheet-derived link figures of estimate/comm.topology_for.
+topology: they replace the datasheet-derived link figures of estimate/topology.topology_for.
 
 - intra_gbs: the ring all-reduce bus bandwidth measured inside one node (nnodes 1, NCCL/RCCL, result checked
   correct), at the largest size measured of at least 256 MiB (the bandwidth regime; small sizes measure latency);

@@ -63,7 +63,7 @@ class EnvironmentMixin:
 
     def _load_estimate(self, device_name: str) -> None:
         from gpuscope.errors import UserError
-        from gpuscope.estimate.comm import topology_for
+        from gpuscope.estimate.topology import topology_for
         from gpuscope.specs.hardware import load_hardware
 
         self._hw, self._topo = None, None
