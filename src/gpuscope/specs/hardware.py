@@ -38,19 +38,9 @@ else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
 from gpuscope.errors import UserError, nearest
-from gpuscope.specs.hardware_fields import (  # noqa: F401  (re-exported: DTYPES, normalize_dtype)
-    _KNOWN_KEYS, DTYPES, _check_keys, _efficiency, _measured, _norm, _num, _peaks, _str, _strs, normalize_dtype,
-)
+from gpuscope.specs.hardware_fields import DTYPES, GIB, entry_fields, lookup_form, normalize_dtype
 
 CATALOG_PATH = Path(__file__).parent / "data" / "hardware.toml"
-GIB = 2**30
-
-# Default efficiencies for a user-defined device with none given (same as the catalog's "other" default).
-DEFAULT_MATMUL_EFFICIENCY = 0.70
-DEFAULT_MEMORY_BW_EFFICIENCY = 0.80
-_DEFAULT_EFFICIENCY_SOURCE = "matmul 0.70 and bandwidth 0.80: default, not measured."
-
-_REQUIRED = ("name", "vendor", "memory_gb", "memory_bw_gbs")
 # Fields that are not passed from a base entry to the entry built on it.
 _NOT_INHERITED = ("aliases", "key")
 
@@ -193,7 +183,7 @@ def _index() -> dict[str, str]:
     index: dict[str, str] = {}
 
     def add(name: str, key: str) -> None:
-        n = _norm(name)
+        n = lookup_form(name)
         if index.get(n, key) != key:
             raise RuntimeError(f"hardware catalog: name '{name}' is used by both {index[n]} and {key}")
         index[n] = key
@@ -204,7 +194,7 @@ def _index() -> dict[str, str]:
             add(alias, key)
     for key in _catalog():  # vendor-less forms ("h100_sxm"), only where they do not clash
         short = key.split("_", 1)[1] if "_" in key else key
-        index.setdefault(_norm(short), key)
+        index.setdefault(lookup_form(short), key)
     return index
 
 
@@ -233,12 +223,12 @@ def list_hardware() -> list[HardwareSpec]:
 
 
 def _lookup(name: str) -> HardwareSpec:
-    n = _norm(name)
+    n = lookup_form(name)
     index = _index()
     if n in index:
         return _fresh(_catalog()[index[n]])
     if len(n) >= 2:  # a unique substring of one catalog key ("a100 80gb sxm") also works
-        hits = sorted({k for k in _catalog() if n in _norm(k)})
+        hits = sorted({k for k in _catalog() if n in lookup_form(k)})
         if len(hits) == 1:
             return _fresh(_catalog()[hits[0]])
         if len(hits) > 1:
@@ -264,7 +254,7 @@ def catalog_key_for_device(device_name: str | None) -> str | None:
     text = re.sub(r"\((r|tm)\)", " ", (device_name or "").lower())
     words = [w for w in re.split(r"[\s_\-/,]+", text) if w and w not in _DEVICE_NOISE]
     for n in range(len(words), 0, -1):
-        key = _index().get(_norm(" ".join(words[:n])))
+        key = _index().get(lookup_form(" ".join(words[:n])))
         if key:
             return key if _device_words_fit(key, words) else None
     return None
@@ -302,7 +292,7 @@ def load_hardware(arg: str | Path) -> HardwareSpec:
         raise UserError("--gpu is empty; give a catalog name (see `gpuscope hardware`) or a path to a TOML file.")
     path = Path(text).expanduser()
     looks_like_path = text.lower().endswith(".toml") or "/" in text or "\\" in text
-    if looks_like_path or (path.is_file() and _norm(text) not in _index()):
+    if looks_like_path or (path.is_file() and lookup_form(text) not in _index()):
         return _load_file(path)
     return _lookup(text)
 
@@ -374,49 +364,5 @@ def _resolve_base(key: str, entry: dict, raw: dict[str, dict], where: str) -> di
     return merged
 
 
-# --- validation ------------------------------------------------------------------------------------
 def _build(key: str, entry: dict, origin: str) -> HardwareSpec:
-    where = "the hardware catalog entry " + key if origin == "catalog" else origin
-    _check_keys(entry, where)
-    for f in _REQUIRED:
-        if f not in entry:
-            raise UserError(f"field '{f}' is missing in {where}.")
-    peaks = _peaks(entry, where)
-    if not peaks:
-        raise UserError(f"{where} gives no dense peak; add e.g. `bf16_tflops_dense` (TFLOPS, without sparsity).")
-    memory_bytes = int(round(_num(entry, "memory_gb", where, required=True) * GIB))
-    device_total = _num(entry, "device_total_bytes", where)
-    by_dtype = entry.get("matmul_efficiency_by_dtype", {})
-    if not isinstance(by_dtype, dict):
-        raise UserError(f"field 'matmul_efficiency_by_dtype' in {where} must be a table of dtype = fraction.")
-    by_dtype = {normalize_dtype(d): _efficiency(by_dtype, d, where, 0) for d in by_dtype}
-    tdp = _num(entry, "tdp_w", where)
-    price = _num(entry, "launch_price_usd", where)
-    sms = _num(entry, "sm_count", where)
-    return HardwareSpec(
-        key=key,
-        name=_str(entry, "name", where),
-        vendor=_str(entry, "vendor", where),
-        memory_bytes=memory_bytes,
-        device_total_bytes=int(device_total) if device_total is not None else memory_bytes,
-        memory_bw_gbs=float(_num(entry, "memory_bw_gbs", where, required=True)),
-        peak_tflops=peaks,
-        matmul_efficiency=_efficiency(entry, "matmul_efficiency", where, DEFAULT_MATMUL_EFFICIENCY),
-        memory_bw_efficiency=_efficiency(entry, "memory_bw_efficiency", where, DEFAULT_MEMORY_BW_EFFICIENCY),
-        interconnect_name=_str(entry, "interconnect_name", where, "none"),
-        interconnect_gbs_bidir=float(_num(entry, "interconnect_gbs_bidir", where, allow_zero=True) or 0.0),
-        host_interface=_str(entry, "host_interface", where, "unknown"),
-        tdp_w=float(tdp) if tdp is not None else None,
-        launch_price_usd=float(price) if price is not None else None,
-        source=_str(entry, "source", where, f"user file {origin}" if origin != "catalog" else None),
-        efficiency_source=_str(entry, "efficiency_source", where, _DEFAULT_EFFICIENCY_SOURCE),
-        notes=_str(entry, "notes", where, ""),
-        unconfirmed=_strs(entry, "unconfirmed", where),
-        not_supported=_strs(entry, "not_supported", where),
-        aliases=_strs(entry, "aliases", where),
-        measured=_measured(entry, where, peaks),
-        origin=origin,
-        matmul_efficiency_by_dtype=by_dtype,
-        halved_from_sparse=_strs(entry, "halved_from_sparse", where),
-        sm_count=int(sms) if sms is not None else None,
-    )
+    return HardwareSpec(**entry_fields(key, entry, origin))

@@ -6,6 +6,13 @@ import re
 
 from gpuscope.errors import UserError, nearest
 
+GIB = 2**30
+# Default efficiencies for a user-defined device with none given (same as the catalog's "other" default).
+DEFAULT_MATMUL_EFFICIENCY = 0.70
+DEFAULT_MEMORY_BW_EFFICIENCY = 0.80
+_DEFAULT_EFFICIENCY_SOURCE = "matmul 0.70 and bandwidth 0.80: default, not measured."
+_REQUIRED = ("name", "vendor", "memory_gb", "memory_bw_gbs")
+
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "int4", "fp4")
 # Spellings accepted for a dtype (normalised to the names in DTYPES).
 _DTYPE_ALIASES = {
@@ -37,13 +44,13 @@ _MEASURED_MAY_BE_ZERO = {"host_forward_s", "host_step_s", "host_setup_s", "host_
                          "host_train_bwd_fixed", "host_opt_fixed", "host_train_ckpt_layer", "host_train_other_kernels"}
 
 
-def _norm(name: str) -> str:
+def lookup_form(name: str) -> str:
     """Lookup form of a name: lower case, with '_', '-' and spaces dropped ('H100-SXM' == 'h100 sxm')."""
     return re.sub(r"[\s_\-]+", "", name.strip().lower())
 
 
 def normalize_dtype(dtype: str) -> str:
-    d = _norm(str(dtype))
+    d = lookup_form(str(dtype))
     return _DTYPE_ALIASES.get(d, d)
 
 
@@ -146,3 +153,51 @@ def _check_keys(entry: dict, where: str) -> None:
             )
         if k not in _KNOWN_KEYS and not _PEAK_KEY.match(k):
             raise UserError(f"field '{k}' in {where} is not a hardware field." + nearest(k, sorted(_KNOWN_KEYS)))
+
+
+def entry_fields(key: str, entry: dict, origin: str) -> dict:
+    """The HardwareSpec fields of one catalog entry or user TOML (its base already merged), each checked."""
+    where = "the hardware catalog entry " + key if origin == "catalog" else origin
+    _check_keys(entry, where)
+    for f in _REQUIRED:
+        if f not in entry:
+            raise UserError(f"field '{f}' is missing in {where}.")
+    peaks = _peaks(entry, where)
+    if not peaks:
+        raise UserError(f"{where} gives no dense peak; add e.g. `bf16_tflops_dense` (TFLOPS, without sparsity).")
+    memory_bytes = int(round(_num(entry, "memory_gb", where, required=True) * GIB))
+    device_total = _num(entry, "device_total_bytes", where)
+    by_dtype = entry.get("matmul_efficiency_by_dtype", {})
+    if not isinstance(by_dtype, dict):
+        raise UserError(f"field 'matmul_efficiency_by_dtype' in {where} must be a table of dtype = fraction.")
+    by_dtype = {normalize_dtype(d): _efficiency(by_dtype, d, where, 0) for d in by_dtype}
+    tdp = _num(entry, "tdp_w", where)
+    price = _num(entry, "launch_price_usd", where)
+    sms = _num(entry, "sm_count", where)
+    return dict(
+        key=key,
+        name=_str(entry, "name", where),
+        vendor=_str(entry, "vendor", where),
+        memory_bytes=memory_bytes,
+        device_total_bytes=int(device_total) if device_total is not None else memory_bytes,
+        memory_bw_gbs=float(_num(entry, "memory_bw_gbs", where, required=True)),
+        peak_tflops=peaks,
+        matmul_efficiency=_efficiency(entry, "matmul_efficiency", where, DEFAULT_MATMUL_EFFICIENCY),
+        memory_bw_efficiency=_efficiency(entry, "memory_bw_efficiency", where, DEFAULT_MEMORY_BW_EFFICIENCY),
+        interconnect_name=_str(entry, "interconnect_name", where, "none"),
+        interconnect_gbs_bidir=float(_num(entry, "interconnect_gbs_bidir", where, allow_zero=True) or 0.0),
+        host_interface=_str(entry, "host_interface", where, "unknown"),
+        tdp_w=float(tdp) if tdp is not None else None,
+        launch_price_usd=float(price) if price is not None else None,
+        source=_str(entry, "source", where, f"user file {origin}" if origin != "catalog" else None),
+        efficiency_source=_str(entry, "efficiency_source", where, _DEFAULT_EFFICIENCY_SOURCE),
+        notes=_str(entry, "notes", where, ""),
+        unconfirmed=_strs(entry, "unconfirmed", where),
+        not_supported=_strs(entry, "not_supported", where),
+        aliases=_strs(entry, "aliases", where),
+        measured=_measured(entry, where, peaks),
+        origin=origin,
+        matmul_efficiency_by_dtype=by_dtype,
+        halved_from_sparse=_strs(entry, "halved_from_sparse", where),
+        sm_count=int(sms) if sms is not None else None,
+    )
