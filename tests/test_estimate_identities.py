@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from gpuscope.errors import UserError
-from gpuscope.estimate.infer import estimate_infer, kv_cache_bytes, weight_bytes
+from gpuscope.estimate.infer import estimate_infer
+from gpuscope.estimate.infer_memory import kv_cache_bytes, weight_bytes
 from gpuscope.estimate.params import count_params
 from gpuscope.estimate.runtime import TRAIN_WORKSPACE_BYTES
 from gpuscope.estimate.train import estimate_train
@@ -258,7 +259,7 @@ def test_static_cache_attention_pays_repeat_kv_unless_folded():
 def test_generate_moe_decode_holds_both_gathered_expert_copies():
     """batched_mm decode (generate on a GPU) keeps the gate|up and the down copies of each routed row's expert live
     at once: batch x top-k x 3 x I x H x bytes on top of the decode peak; dense models are unaffected."""
-    from gpuscope.estimate.infer import _memory
+    from gpuscope.estimate.infer_memory import phase_memory as _memory
 
     m = load_model("mixtral-8x7b")
     args = (m, 4, 512, 32, "bf16", "bf16", 2.0, 1)

@@ -1,20 +1,6 @@
 """Inference estimate: memory at the peak and time for prefill and decode, as Hugging Face `generate` runs it.
 
-Memory (per GPU, bytes), each term named as in the JSON breakdown:
-- weights: parameters x bytes of the weight dtype; quantized formats keep embeddings, norms and the LM head in
-  16 bit and add their scales (dtypes.py).
-- kv_cache: batch x cached tokens x 2 (K, V) x kv_heads x head_dim x layers x bytes of the KV dtype (MLA: the
-  per-head K and V transformers caches). At the end of generation the cache holds prompt + gen - 1 tokens (the last
-  sampled token is never fed back). Sliding-window layers keep at most `window` tokens.
-- kv_append: DynamicCache appends with torch.cat, so while one layer's K is re-copied the old and new copies coexist.
-- activations: the transient peak inside one decoder layer during prefill (T = batch x prompt tokens):
-  MLP:       residual + normed input (2 T h) + act(gate), up and their product (3 T I)   [x act bytes]
-  attention: residual + normed input + q, rotary temporaries (3 q-sized), output and its transpose (2 q)
-  RMSNorm:   its fp32 copies (3 T h x 4 bytes) next to the 16-bit input.
-  With MoE, I is the expert width times the tokens routed to the busiest expert (top-k share, uniform routing).
-- logits: generate keeps only the last position (logits_to_keep=1), cast to fp32 for the logits processors.
-- workspace: cuBLAS/cuBLASLt workspaces from the caching allocator.
-The reported peak is max(prefill peak, end-of-decode peak), comparable with torch.cuda.max_memory_allocated.
+Memory: infer_memory.py (weights, KV cache, the prefill layer's transient peak, logits, workspace).
 
 Time: prefill (TTFT) = one forward over the prompt + generate's setup and first step (+ the StaticCache's creation
 under HF's static-cache engines, roofline.STATIC_CACHE_INIT); decode = one forward of one token at the mean context
@@ -23,14 +9,17 @@ under HF's static-cache engines, roofline.STATIC_CACHE_INIT); decode = one forwa
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from gpuscope.errors import UserError
 from gpuscope.estimate import ops as opsmod
 from gpuscope.estimate.comm import collective_time
 from gpuscope.estimate.dtypes import check_dtype, compute_dtype, nbytes, quantized_weight_bytes_per_param
 from gpuscope.estimate.params import count_params
 from gpuscope.estimate.result import Estimate
-from gpuscope.estimate.roofline import STATIC_CACHE_ENGINES, engine_for, forward_time, sm_count
-from gpuscope.estimate.runtime import CUBLAS_WORKSPACE_BYTES, runtime_overheads
+from gpuscope.estimate.infer_memory import max_fit, phase_memory
+from gpuscope.estimate.roofline import STATIC_CACHE_ENGINES, EngineModel, engine_for, forward_time, sm_count
+from gpuscope.estimate.runtime import runtime_overheads
 from gpuscope.estimate.topology import topology_for
 from gpuscope.specs.axes import PlannerEngine
 from gpuscope.specs.model import ModelSpec
@@ -64,54 +53,55 @@ def check_tp(m: ModelSpec, tp: int, num_gpus: int) -> None:
         raise UserError(f"--tp ({tp}) and the model's {m.num_kv_heads} KV heads must divide one another.")
 
 
-def weight_bytes(m: ModelSpec, dtype: str, tp: int = 1) -> dict[str, float]:
-    pc = count_params(m)
-    linear = pc.attention + pc.mlp  # projections and experts (norm-free parts dominate; norms below)
-    b16 = 2.0 if dtype not in ("fp32",) else 4.0
-    w_linear = linear * (quantized_weight_bytes_per_param(dtype, m.hidden_size) if dtype in ("int8", "int4")
-                         else nbytes(dtype))
-    other = (pc.embedding + pc.lm_head) * b16 / tp + pc.norms * b16
-    return {"weights": w_linear / tp + other}
-
-
-def kv_cache_bytes(m: ModelSpec, batch: int, tokens: int, kv_dtype: str, tp: int = 1) -> float:
-    per_layer_full = m.kv_cache_elems_per_token() / m.num_layers
-    if m.mla_latent_cache:
-        kv_shard = 1  # the shared latent is replicated on every tensor-parallel rank
-    else:
-        kv_shard = max(1, min(tp, m.num_kv_heads)) if not m.mla else tp
-    full_layers = m.num_layers - m.sliding_window_layers
-    window_tokens = min(tokens, m.sliding_window) if m.sliding_window else tokens
-    elems = per_layer_full * (full_layers * tokens + m.sliding_window_layers * window_tokens)
-    return batch * elems * nbytes(kv_dtype) / kv_shard
-
-
-def prefill_activation_bytes(m: ModelSpec, batch: int, prompt: int, act_b: float, tp: int = 1) -> dict[str, float]:
-    t = batch * prompt
-    h = m.hidden_size
-    q = (m.q_dim if not m.mla else m.num_heads * (m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim)) / tp
-    if m.is_moe and m.moe:
-        e = m.moe
-        # tokens reaching one expert when routing is uniform: T * k / E (at least one token)
-        width = e.expert_intermediate_size * max(1.0, e.experts_per_token / e.num_experts) \
-            + e.shared_intermediate_size
-        mlp_width = max(width, m.intermediate_size if m.num_dense_layers else 0)
-    else:
-        mlp_width = m.intermediate_size
-    mlp_width /= tp
-    n_mlp = 3 if m.gated_mlp else 2
-    mlp = t * (2 * h + n_mlp * mlp_width) * act_b
-    attn = t * (2 * h + 6 * q) * act_b
-    if m.eager_attention:  # scores, soft-capped scores, fp32 softmax and 16-bit probabilities of one layer
-        attn += batch * m.num_heads / tp * prompt * prompt * (2 * act_b + 4 + act_b)
-    norm = t * h * (act_b + 3 * 4)
-    return {"mlp": mlp, "attention": attn, "norm": norm}
-
-
 def estimate_infer(m: ModelSpec, hw, *, batch: int, prompt: int, gen: int, dtype: str = "bf16",
                    kv_dtype: str | None = None, engine: str = "eager", num_gpus: int = 1, tp: int = 1,
                    with_ops: bool = False, mla_cache: str = "full", gqa_fold: bool = False,
                    fuse_proj: bool = False, moe_batched: bool | None = None, _alternatives: bool = True) -> Estimate:
+    m, dtype, kv_dtype, engine = _checked(m, hw, batch, prompt, gen, dtype, kv_dtype, engine, num_gpus, tp, mla_cache)
+    cdt = compute_dtype(dtype)
+    act_b = nbytes(cdt) if cdt != "fp8" else 2.0  # fp8 GEMMs still produce 16-bit activations
+    if moe_batched is None:  # generate's decode on a GPU: batched_mm experts
+        moe_batched = engine in GENERATE_ENGINES
+    static = engine in STATIC_CACHE_ENGINES
+    memory = phase_memory(m, batch, prompt, gen, dtype, kv_dtype, act_b, tp, static=static, moe_batched=moe_batched)
+    peak = max(memory["phases"].values())
+    overheads = runtime_overheads(peak)
+    t = _timing(m, hw, batch, prompt, gen, dtype, kv_dtype, engine, tp, act_b, gqa_fold, fuse_proj, moe_batched)
+    pc = count_params(m)
+    est = Estimate(
+        kind="infer", model=m.name, hardware=hw.key,
+        inputs=dict(batch=batch, prompt=prompt, gen=gen, dtype=dtype, kv_dtype=kv_dtype, engine=engine,
+                    num_gpus=num_gpus, tp=tp),
+        fits=peak + sum(overheads.values()) <= hw.device_total_bytes, peak_bytes_per_gpu=peak,
+        breakdown_bytes=memory["breakdown"], device_total_bytes=hw.device_total_bytes,
+        runtime_overhead_bytes=overheads, phases_bytes=memory["phases"], time=t.time,
+        throughput={"decode_tokens_per_s": batch / t.time["decode_s_per_token"],
+                    "prefill_tokens_per_s": batch * prompt / t.time["prefill_s"],
+                    "e2e_tokens_per_s": batch * gen / t.time["e2e_s"]},
+        flops={"prefill": opsmod.total(t.pre_ops, "flops") * 1.0, "decode_per_token": opsmod.total(t.dec_ops, "flops")},
+        params={"total": pc.total, "active": pc.active},
+        calibrated=bool(getattr(hw, "is_calibrated", False)),
+    )
+    est.assumptions = _assumptions(m, hw, engine, t, cdt, tp, memory["breakdown"]["weights"], prompt + gen - 1,
+                                   moe_batched)
+    est.limits = max_fit(m, hw, batch, prompt, gen, dtype, kv_dtype, act_b, tp, static, moe_batched)
+    if _alternatives and engine in GENERATE_ENGINES:  # what the same decode would take under the other engines
+        for e in ("hf-graph", "hf-graph-defer", "graph"):
+            if e != engine:
+                est.time[alt_key(e)] = estimate_infer(
+                    m, hw, batch=batch, prompt=prompt, gen=gen, dtype=dtype, kv_dtype=kv_dtype, engine=e,
+                    num_gpus=num_gpus, tp=tp, gqa_fold=gqa_fold, fuse_proj=fuse_proj,
+                    _alternatives=False).time["decode_s_per_token"]
+    est.verdict, est.suggestions = verdict_infer(est, m, hw, dtype, tp)
+    if with_ops:
+        est.ops = [dict(phase="prefill", **o.__dict__) for o in t.pre_times] + \
+                  [dict(phase="decode", **o.__dict__) for o in t.dec_times]
+    return est
+
+
+def _checked(m: ModelSpec, hw, batch, prompt, gen, dtype, kv_dtype, engine, num_gpus, tp, mla_cache):
+    """(model, dtype, kv dtype, planner engine) after checking every input: one sentence for the first bad one.
+    ``mla_cache`` latent: the model caches MLA's shared latent instead of per-head K and V."""
     _positive("batch", batch)
     _positive("prompt", prompt)
     _positive("gen", gen)
@@ -130,26 +120,35 @@ def estimate_infer(m: ModelSpec, hw, *, batch: int, prompt: int, gen: int, dtype
     cdt = compute_dtype(dtype)
     if not hw.supports(cdt):
         raise UserError(f"--dtype {dtype} needs {cdt} compute, which {hw.name} does not support.")
-    act_b = nbytes(cdt) if cdt != "fp8" else 2.0  # fp8 GEMMs still produce 16-bit activations
-    ctx_end = prompt + gen - 1
-    if ctx_end > m.max_position_embeddings:
-        note_ctx = f"context {ctx_end} exceeds the model's max_position_embeddings ({m.max_position_embeddings})"
-    else:
-        note_ctx = ""
+    return m, dtype, kv_dtype, engine
 
-    if moe_batched is None:  # generate's decode on a GPU: batched_mm experts
-        moe_batched = engine in GENERATE_ENGINES
-    memory = _memory(m, batch, prompt, gen, dtype, kv_dtype, act_b, tp, static=engine in STATIC_CACHE_ENGINES,
-                     moe_batched=moe_batched)
-    peak = max(memory["phases"].values())
-    overheads = runtime_overheads(peak)
-    fits = peak + sum(overheads.values()) <= hw.device_total_bytes
 
-    # ---- time ----------------------------------------------------------------------------------------------
+@dataclass
+class _Timing:
+    """One estimate's times (``time``: the JSON's keys) and what the assumptions and the op table read from it."""
+
+    time: dict
+    eng: EngineModel
+    pre_ops: list
+    dec_ops: list
+    pre_times: list
+    dec_times: list
+    dec_gpu: float
+    dec_host: float  # launches of one decode forward
+    host_step: float  # the engine's host time per step outside the launches
+    serial: float  # of it, what the GPU waits for
+    tflops: float  # achievable over the TP group
+    bw: float
+
+
+def _timing(m: ModelSpec, hw, batch, prompt, gen, dtype, kv_dtype, engine, tp, act_b, gqa_fold, fuse_proj,
+            moe_batched) -> _Timing:
+    """Prefill (TTFT) and the decode step at the mean context (see the module docstring and roofline.py)."""
     eng = engine_for(engine, hw)
     graph = engine in STATIC_CACHE_ENGINES
     w_b = (quantized_weight_bytes_per_param(dtype, m.hidden_size) if dtype in ("int8", "int4") else nbytes(dtype))
     kv_b = nbytes(kv_dtype)
+    cdt = compute_dtype(dtype)
     tflops = hw.achievable_tflops(cdt) * tp
     bw = hw.achievable_bw_gbs() * tp
     sms = sm_count(hw)
@@ -175,14 +174,10 @@ def estimate_infer(m: ModelSpec, hw, *, batch: int, prompt: int, gen: int, dtype
     host_step = eng.serial_host_s(m.num_layers)  # host per step outside the launches (generate; the compiled call)
     serial = 0.0 if eng.ahead else host_step  # of it, what the GPU waits for
     decode_s = eng.decode_step_s(dec_wall, m.num_layers) + comm[1]
-    e2e = prefill_s + (gen - 1) * decode_s
-    pc = count_params(m)
-    flops_prefill = opsmod.total(pre_ops, "flops") * 1.0
-    weights_read = memory["breakdown"]["weights"]
     time = {
         "prefill_s": prefill_s,
         "decode_s_per_token": decode_s,
-        "e2e_s": e2e,
+        "e2e_s": prefill_s + (gen - 1) * decode_s,
         "decode_gpu_s": dec_gpu,
         "decode_host_s": dec_host + host_step,
         "decode_serial_host_s": serial,  # of it, what the GPU waits for every step (not overlapped)
@@ -190,124 +185,70 @@ def estimate_infer(m: ModelSpec, hw, *, batch: int, prompt: int, gen: int, dtype
         "prefill_cache_init_s": cache_init,
         "tp_comm_s_per_token": comm[1],
     }
-    throughput = {
-        "decode_tokens_per_s": batch / decode_s,
-        "prefill_tokens_per_s": batch * prompt / prefill_s,
-        "e2e_tokens_per_s": batch * gen / e2e,
-    }
-    bound = "host (launch)" if dec_host + host_step > dec_gpu + eng.gpu_step_s else "GPU"
-    est = Estimate(
-        kind="infer", model=m.name, hardware=hw.key,
-        inputs=dict(batch=batch, prompt=prompt, gen=gen, dtype=dtype, kv_dtype=kv_dtype, engine=engine,
-                    num_gpus=num_gpus, tp=tp),
-        fits=fits, peak_bytes_per_gpu=peak, breakdown_bytes=memory["breakdown"],
-        device_total_bytes=hw.device_total_bytes, runtime_overhead_bytes=overheads, phases_bytes=memory["phases"],
-        time=time, throughput=throughput,
-        flops={"prefill": flops_prefill, "decode_per_token": opsmod.total(dec_ops, "flops")},
-        params={"total": pc.total, "active": pc.active},
-        calibrated=bool(getattr(hw, "is_calibrated", False)),
-    )
-    host_src = (" (this machine's, from the hardware TOML)" if (getattr(hw, "measured", None) or {}).get(
-        "host_launch_s") else " (the lent H200 host's; `gpuscope hardware calibrate` measures yours)")
-    loop = not eng.launch_s and not eng.call_s  # gpuscope's graph loops: one replay per token, never waiting
-    if eng.ahead:
-        engine_line = (f"engine {engine}: HF generate over the compiled step, its stop flag read one token late "
-                       f"(bench --defer-stop), so its host {host_step * 1e3:.2f} ms/token ({eng.step_s * 1e3:.2f} in "
-                       f"generate{host_src} + {eng.call_s * 1e3:.2f} ms + {eng.call_layer_s * 1e6:.1f} us/layer per "
-                       "compiled call, the lent H200 host's) runs ahead of the GPU")
-        decode_line = (f"decode: the larger of GPU {dec_gpu * 1e3:.2f} + {eng.gpu_step_s * 1e3:.2f} ms (generate's "
-                       f"own kernels and the replay) and host {host_step * 1e3:.2f} ms per step")
-    elif eng.call_s:
-        engine_line = (f"engine {engine}: host {eng.step_s * 1e3:.2f} ms/token in generate{host_src} + "
-                       f"{eng.call_s * 1e3:.2f} ms + {eng.call_layer_s * 1e6:.1f} us/layer per compiled call (the "
-                       "lent H200 host's; calibrate does not measure it)")
-        decode_line = (f"decode: GPU {dec_gpu * 1e3:.2f} ms + host {serial * 1e3:.2f} ms per step in series (generate "
-                       "waits on the GPU every token, so the compiled call's host work never overlaps it)")
-    elif loop:
-        engine_line = (f"engine {engine}: one CUDA-graph replay per token from a loop that never waits on the GPU; "
-                       + (f"{eng.step_s * 1e3:.2f} ms/token outside the layers' modelled kernels (sampling over the "
-                          "vocabulary, replay gaps: measured gs-compile TPOTs less the op list's GPU time)"
-                          if eng.step_s else
-                          f"replay gaps counted in its {eng.kernel_min_s * 1e6:.1f} us floor per small kernel"))
-        decode_line = f"decode: GPU {dec_gpu * 1e3:.2f} ms" + (
-            f" + {eng.step_s * 1e3:.2f} ms per step" if eng.step_s else " per step (GPU-bound)")
-    else:
-        engine_line = (f"engine {engine}: host {eng.launch_s * 1e6:.1f} us/kernel, {eng.step_s * 1e3:.1f} ms/token "
-                       f"outside the model{host_src}")
-        decode_line = (f"decode is {bound}-bound: GPU {dec_gpu * 1e3:.2f} ms vs host {(dec_host + serial) * 1e3:.2f} "
-                       "ms per step")
-    est.assumptions = [
+    return _Timing(time, eng, pre_ops, dec_ops, pre_times, dec_times, dec_gpu, dec_host, host_step, serial, tflops,
+                   bw)
+
+
+def _assumptions(m: ModelSpec, hw, engine: str, t: _Timing, cdt: str, tp: int, weights: float, ctx_end: int,
+                 moe_batched: bool) -> list[str]:
+    """What the estimate assumed, in the order the report prints it: the engine, the ceilings, the decode bound,
+    the weights a step reads, then the model's caveats (context, MLA cache, batched MoE experts)."""
+    engine_line, decode_line = _engine_lines(engine, t, hw)
+    out = [
         engine_line,
-        f"achievable {tflops / tp:.0f} TFLOP/s ({cdt}) and {bw / tp:.0f} GB/s per GPU",
+        f"achievable {t.tflops / tp:.0f} TFLOP/s ({cdt}) and {t.bw / tp:.0f} GB/s per GPU",
         decode_line,
-        f"weights per GPU: {weights_read / 1e9:.2f} GB"
+        f"weights per GPU: {weights / 1e9:.2f} GB"
         + (" (a MoE decode step reads only the experts its tokens are routed to)" if m.is_moe else
            " (all read once per decode step)"),
-    ] + ([note_ctx] if note_ctx else [])
+    ]
+    if ctx_end > m.max_position_embeddings:
+        out.append(f"context {ctx_end} exceeds the model's max_position_embeddings ({m.max_position_embeddings})")
     if m.mla and not m.mla_latent_cache:
         a = m.mla
         latent = (a.kv_lora_rank + a.qk_rope_head_dim) / (m.kv_cache_elems_per_token() / m.num_layers)
-        est.assumptions.append(
+        out.append(
             f"KV cache as transformers keeps MLA: per-head K and V; engines that cache the {a.kv_lora_rank}+"
             f"{a.qk_rope_head_dim} latent (vLLM, SGLang, FlashMLA) need {latent:.1%} of it")
     if moe_batched and m.is_moe:
-        est.assumptions.append(
+        out.append(
             "MoE decode as HF generate runs it on a GPU (batched_mm experts): each of the batch x top-k routed rows "
             "gathers a copy of its expert's weights, so a step reads them three times and holds both copies "
             "(--engine graph, a static-cache loop with grouped_mm, reads each routed expert once)")
-    est.limits = max_fit(m, hw, batch, prompt, gen, dtype, kv_dtype, act_b, tp, engine in STATIC_CACHE_ENGINES,
-                         moe_batched)
-    if _alternatives and engine in GENERATE_ENGINES:  # what the same decode would take under the other engines
-        for e in ("hf-graph", "hf-graph-defer", "graph"):
-            if e != engine:
-                est.time[alt_key(e)] = estimate_infer(
-                    m, hw, batch=batch, prompt=prompt, gen=gen, dtype=dtype, kv_dtype=kv_dtype, engine=e,
-                    num_gpus=num_gpus, tp=tp, gqa_fold=gqa_fold, fuse_proj=fuse_proj,
-                    _alternatives=False).time["decode_s_per_token"]
-    est.verdict, est.suggestions = verdict_infer(est, m, hw, dtype, tp)
-    if with_ops:
-        est.ops = [dict(phase="prefill", **t.__dict__) for t in pre_times] + \
-                  [dict(phase="decode", **t.__dict__) for t in dec_times]
-    return est
+    return out
 
 
-def _memory(m: ModelSpec, batch: int, prompt: int, gen: int, dtype: str, kv_dtype: str, act_b: float,
-            tp: int, static: bool = False, moe_batched: bool = False) -> dict:
-    """Phase peaks. ``static``: a StaticCache of prompt + gen tokens is allocated before the prefill and updated
-    in place (no torch.cat copies). ``moe_batched``: generate's batched_mm experts in decode gather a copy of the
-    gate|up and then the down weights for each of the batch x top-k routed rows; the first copy is still referenced
-    while the second is made (``selected_weights`` is reassigned), so both are live: batch x k x 3 x I x H."""
-    w = weight_bytes(m, dtype, tp)["weights"]
-    if static:
-        kv_prefill = kv_end = kv_cache_bytes(m, batch, prompt + gen, kv_dtype, tp)
-    else:
-        kv_prefill = kv_cache_bytes(m, batch, prompt, kv_dtype, tp)
-        kv_end = kv_cache_bytes(m, batch, prompt + gen - 1, kv_dtype, tp)
-    kv_one_layer_k = 0.0 if static else kv_end / m.num_layers / 2
-    acts = prefill_activation_bytes(m, batch, prompt, act_b, tp)
-    act_peak = max(acts.values())
-    logits = batch * m.vocab_size / tp * (act_b + 4 + 4)
-    ws = CUBLAS_WORKSPACE_BYTES
-    prefill = w + kv_prefill + act_peak + ws
-    gathered = 0.0
-    if moe_batched and m.moe:
-        n_mats = 3 if m.gated_mlp else 2
-        gathered = batch * m.moe.experts_per_token * n_mats * m.hidden_size * m.moe.expert_intermediate_size \
-            * nbytes(dtype) / tp
-    decode_end = w + kv_end + kv_one_layer_k + logits + ws + gathered
-    phases = {"prefill": prefill, "decode_end": decode_end}
-    at_peak_prefill = prefill >= decode_end
-    breakdown = {
-        "weights": w,
-        "kv_cache": kv_prefill if at_peak_prefill else kv_end,
-        "activations": act_peak if at_peak_prefill else 0.0,
-        "kv_append": 0.0 if at_peak_prefill else kv_one_layer_k,
-        "logits": 0.0 if at_peak_prefill else logits,
-        "workspace": ws,
-    }
-    if gathered:
-        breakdown["moe_gathered_weights"] = 0.0 if at_peak_prefill else gathered
-    return {"phases": phases, "breakdown": breakdown}
+def _engine_lines(engine: str, t: _Timing, hw) -> tuple[str, str]:
+    """(how the engine feeds the GPU, what bounds the decode step), with the host costs it used and whose."""
+    eng, dec_gpu, host_step, serial = t.eng, t.dec_gpu, t.host_step, t.serial
+    host_src = (" (this machine's, from the hardware TOML)" if (getattr(hw, "measured", None) or {}).get(
+        "host_launch_s") else " (an H200 host's; `gpuscope hardware calibrate` measures yours)")
+    if eng.ahead:
+        return ((f"engine {engine}: HF generate over the compiled step, its stop flag read one token late "
+                 f"(bench --defer-stop), so its host {host_step * 1e3:.2f} ms/token ({eng.step_s * 1e3:.2f} in "
+                 f"generate{host_src} + {eng.call_s * 1e3:.2f} ms + {eng.call_layer_s * 1e6:.1f} us/layer per "
+                 "compiled call, an H200 host's) runs ahead of the GPU"),
+                (f"decode: the larger of GPU {dec_gpu * 1e3:.2f} + {eng.gpu_step_s * 1e3:.2f} ms (generate's "
+                 f"own kernels and the replay) and host {host_step * 1e3:.2f} ms per step"))
+    if eng.call_s:
+        return ((f"engine {engine}: host {eng.step_s * 1e3:.2f} ms/token in generate{host_src} + "
+                 f"{eng.call_s * 1e3:.2f} ms + {eng.call_layer_s * 1e6:.1f} us/layer per compiled call (an H200 "
+                 "host's; calibrate does not measure it)"),
+                (f"decode: GPU {dec_gpu * 1e3:.2f} ms + host {serial * 1e3:.2f} ms per step in series (generate "
+                 "waits on the GPU every token, so the compiled call's host work never overlaps it)"))
+    if not eng.launch_s:  # gpuscope's graph loops: one replay per token, never waiting
+        return ((f"engine {engine}: one CUDA-graph replay per token from a loop that never waits on the GPU; "
+                 + (f"{eng.step_s * 1e3:.2f} ms/token outside the layers' modelled kernels (sampling over the "
+                    "vocabulary, replay gaps: measured gs-compile TPOTs less the op list's GPU time)"
+                    if eng.step_s else
+                    f"replay gaps counted in its {eng.kernel_min_s * 1e6:.1f} us floor per small kernel")),
+                f"decode: GPU {dec_gpu * 1e3:.2f} ms" + (
+                    f" + {eng.step_s * 1e3:.2f} ms per step" if eng.step_s else " per step (GPU-bound)"))
+    bound = "host (launch)" if t.dec_host + host_step > dec_gpu + eng.gpu_step_s else "GPU"
+    return ((f"engine {engine}: host {eng.launch_s * 1e6:.1f} us/kernel, {eng.step_s * 1e3:.1f} ms/token "
+             f"outside the model{host_src}"),
+            (f"decode is {bound}-bound: GPU {dec_gpu * 1e3:.2f} ms vs host {(t.dec_host + serial) * 1e3:.2f} "
+             "ms per step"))
 
 
 def _tp_comm_s(m: ModelSpec, hw, tp: int, tokens: int, act_b: float) -> float:
@@ -317,30 +258,6 @@ def _tp_comm_s(m: ModelSpec, hw, tp: int, tokens: int, act_b: float) -> float:
         return 0.0
     topo = topology_for(hw, tp)
     return 2 * m.num_layers * collective_time("all_reduce", tokens * m.hidden_size * act_b, tp, topo)
-
-
-def max_fit(m: ModelSpec, hw, batch: int, prompt: int, gen: int, dtype: str, kv_dtype: str, act_b: float,
-            tp: int, static: bool = False, moe_batched: bool = False) -> dict[str, int | None]:
-    """Largest batch (at this prompt+gen) and largest prompt (at this batch, within the model's context) that fit."""
-
-    def fits(b: int, p: int) -> bool:
-        peak = max(_memory(m, b, p, gen, dtype, kv_dtype, act_b, tp, static, moe_batched)["phases"].values())
-        return peak + sum(runtime_overheads(peak).values()) <= hw.device_total_bytes
-
-    def search(f, hi_cap: int) -> int | None:
-        if not f(1):
-            return None
-        lo, hi = 1, 2
-        while hi <= hi_cap and f(hi):
-            lo, hi = hi, hi * 2
-        hi = min(hi, hi_cap + 1)
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            lo, hi = (mid, hi) if f(mid) else (lo, mid)
-        return lo
-
-    return {"max_batch": search(lambda b: fits(b, prompt), 1 << 20),
-            "max_prompt": search(lambda p: fits(batch, p), max(1, m.max_position_embeddings - gen + 1))}
 
 
 def verdict_infer(est: Estimate, m: ModelSpec, hw, dtype: str, tp: int) -> tuple[str, list[str]]:
