@@ -10,12 +10,17 @@ MFU (PaLM, Chowdhery et al. 2022, appendix B; the convention of Megatron and tor
   (non-causal attention counted in full); MFU = model FLOPs per second / dense peak of the compute dtype.
 Full recompute runs each decoder layer's forward again (not the embeddings, head or loss); HFU adds those FLOPs
 (and counts the same attention convention).
+
+Data parallel (``strategy``): ``ddp`` (DistributedDataParallel, full replicas + gradient buckets, bucketed
+all-reduce overlapped with backward), ``fsdp`` (FSDP2 full shard with a bf16 mixed-precision policy, or pure bf16;
+memory_train.fsdp_train_memory) or ``hsdp`` (FSDP2 hybrid shard: sharded over the GPUs of a node, replicated
+across nodes).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from gpuscope.errors import UserError
 from gpuscope.estimate import ops as opsmod
@@ -131,57 +136,140 @@ def estimate_train(m: ModelSpec, hw, *, micro_batch: int, seq: int, precision: s
                    optimizer: str = "adamw", recompute: str = "none", grad_accum: int = 1, offload: str = "none",
                    fused: bool = True, num_gpus: int = 1, strategy: str = "ddp", with_ops: bool = False,
                    gpus_per_node: int | None = None, bucket_view: bool = False) -> Estimate:
-    """One GPU, or `num_gpus` data-parallel replicas as PyTorch runs them: ``ddp`` (DistributedDataParallel,
-    full replicas + gradient buckets, bucketed all-reduce overlapped with backward), ``fsdp`` (FSDP2 full shard
-    with a bf16 mixed-precision policy, or pure bf16; memory_train.fsdp_train_memory) or ``hsdp`` (FSDP2 hybrid
-    shard: sharded over the GPUs of a node, replicated across nodes)."""
-    for name, v in (("micro-batch", micro_batch), ("seq", seq), ("grad-accum", grad_accum), ("num-gpus", num_gpus)):
-        if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-            raise UserError(f"--{name} must be a positive integer, got {v!r}.")
-    precision = Precision.parse(precision, "precision").value
-    optimizer = Optimizer.parse(optimizer, "optimizer").value
-    recompute = Recompute.parse(recompute, "recompute").value
-    offload = Offload.parse(offload, "offload").value
-    strategy = Strategy.parse(strategy, "strategy").value
+    """One GPU, or `num_gpus` data-parallel replicas as PyTorch runs them (``strategy``: module docstring)."""
+    precision, optimizer, recompute, offload, strategy = _checked(
+        micro_batch, seq, grad_accum, num_gpus, precision, optimizer, recompute, offload, strategy)
     fsdp = strategy in ("fsdp", "hsdp") and num_gpus > 1
-    if fsdp and (precision not in ("amp-bf16", "bf16") or offload != "none" or grad_accum != 1):
-        raise UserError(f"--strategy {strategy} is planned for --precision amp-bf16 (FSDP2 with a bf16 "
-                        "mixed-precision policy) or bf16, no offload and --grad-accum 1.")
     shard = num_gpus
     if fsdp and strategy == "hsdp":
         shard = _shard_group(num_gpus, topology_for(hw, num_gpus, gpus_per_node=gpus_per_node))
-    w_b, act_b, cdt = precision_bytes(precision)
+    cdt = precision_bytes(precision)[2]
     if not hw.supports(cdt):
         raise UserError(f"--precision {precision} needs {cdt} compute, which {hw.name} does not support.")
-    amp = precision.startswith("amp") or precision == "fp8"
     pc = count_params(m)
-    P = pc.total
-    T = micro_batch * seq
-
-    if fsdp:
-        mem = fsdp_train_memory(m, pc, num_gpus=shard, micro_batch=micro_batch, seq=seq, optimizer=optimizer,
-                                recompute=recompute, precision=precision)
-    else:
-        mem = train_memory(m, pc, micro_batch=micro_batch, seq=seq, precision=precision, optimizer=optimizer,
-                           recompute=recompute, grad_accum=grad_accum, offload=offload, fused=fused)
-        if num_gpus > 1:  # DDP's gradient buckets live beside everything, in every phase
-            buckets = ddp_bucket_bytes(pc, precision)
-            # gradient_as_bucket_view: the gradients ARE the buckets. The single-GPU walk counts gradients in the
-            # optimizer phase (already the buckets' bytes) and frees them before the forward (a view never is):
-            # the buffer is added to the forward and backward phases only. In backward this counts the gradients
-            # produced before the peak twice; the walk's peak is at its start (two H200s, Llama-2-7B: +0.3%).
-            grown = ("forward", "backward") if bucket_view else tuple(mem.phases)
-            mem = replace(mem, phases={k: v + (buckets if k in grown else 0.0) for k, v in mem.phases.items()},
-                          breakdown={**mem.breakdown, "ddp_buckets": buckets})
-    phases, breakdown = mem.phases, mem.breakdown
-    peak = max(phases.values())
+    mem = _memory(m, pc, micro_batch, seq, precision, optimizer, recompute, grad_accum, offload, fused, num_gpus,
+                  fsdp, shard, bucket_view)
+    peak = max(mem.phases.values())
     overheads = runtime_overheads(peak)
-    fits = peak + sum(overheads.values()) <= hw.device_total_bytes
+    st = _step_time(m, hw, pc, micro_batch, seq, precision, optimizer, recompute, grad_accum, offload, fused, fsdp,
+                    shard)
+    comm_s = _data_parallel_comm_s(pc, hw, num_gpus, strategy, precision, st.b_gpu * grad_accum, st.micro_s,
+                                   gpus_per_node, m.num_layers) if num_gpus > 1 else 0.0
+    step_s = st.step_s + comm_s
+    tokens_per_step = grad_accum * micro_batch * seq
+    model_flops_token, hw_flops_token = _flops_per_token(m, pc, seq, recompute == "full")
+    peak_tf = hw.peak(cdt) * 1e12
+    throughput = {"tokens_per_s": tokens_per_step * num_gpus / step_s, "tokens_per_s_per_gpu": tokens_per_step / step_s}
+    if num_gpus > 1:
+        # scaling efficiency: one GPU's step for the same per-GPU work / this step (what `bench train-dist
+        # --baseline` measures); time only, whether or not one GPU could hold the job
+        throughput["scaling_efficiency"] = estimate_train(
+            m, hw, micro_batch=micro_batch, seq=seq, precision=precision, optimizer=optimizer, recompute=recompute,
+            grad_accum=grad_accum, offload=offload, fused=fused).time["step_s"] / step_s
+    est = Estimate(
+        kind="train", model=m.name, hardware=hw.key,
+        inputs=dict(micro_batch=micro_batch, seq=seq, precision=precision, optimizer=optimizer, fused=fused,
+                    recompute=recompute, grad_accum=grad_accum, offload=offload, num_gpus=num_gpus,
+                    strategy=strategy if num_gpus > 1 else "single"),
+        fits=peak + sum(overheads.values()) <= hw.device_total_bytes, peak_bytes_per_gpu=peak,
+        breakdown_bytes=mem.breakdown, device_total_bytes=hw.device_total_bytes, runtime_overhead_bytes=overheads,
+        phases_bytes=mem.phases,
+        time=st.times(step_s, grad_accum, comm_s), throughput=throughput,
+        mfu=model_flops_token * tokens_per_step / step_s / peak_tf,
+        hfu=hw_flops_token * tokens_per_step / step_s / peak_tf,
+        flops={"model_per_token": model_flops_token, "hardware_per_token": hw_flops_token,
+               "per_step": model_flops_token * tokens_per_step},
+        params={"total": pc.total, "active": pc.active, "matmul_active": pc.matmul_active},
+        calibrated=bool(getattr(hw, "is_calibrated", False)),
+    )
+    est.time["host_s_per_micro_batch"], est.time["gpu_s_per_micro_batch"] = st.host_micro, st.micro_gpu
+    est.assumptions = _assumptions(hw, st, cdt, offload, recompute, mem.host_bytes)
+    est.verdict, est.suggestions = _verdict(est, m, hw, precision, recompute, micro_batch, num_gpus)
+    if est.fits and st.host_micro > st.micro_gpu:
+        est.suggestions.append(HOST_BOUND_TIP)
+    if with_ops:
+        est.ops = [dict(phase="forward", **t.__dict__) for t in st.f_times] + \
+                  [dict(phase="backward", **t.__dict__) for t in st.b_times]
+    return est
+
+
+def _checked(micro_batch, seq, grad_accum, num_gpus, precision, optimizer, recompute, offload, strategy):
+    """The axes' values after checking every input (one sentence for the first bad one)."""
+    for name, v in (("micro-batch", micro_batch), ("seq", seq), ("grad-accum", grad_accum), ("num-gpus", num_gpus)):
+        if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+            raise UserError(f"--{name} must be a positive integer, got {v!r}.")
+    out = (Precision.parse(precision, "precision").value, Optimizer.parse(optimizer, "optimizer").value,
+           Recompute.parse(recompute, "recompute").value, Offload.parse(offload, "offload").value,
+           Strategy.parse(strategy, "strategy").value)
+    if out[4] in ("fsdp", "hsdp") and num_gpus > 1 and (out[0] not in ("amp-bf16", "bf16") or out[3] != "none"
+                                                        or grad_accum != 1):
+        raise UserError(f"--strategy {out[4]} is planned for --precision amp-bf16 (FSDP2 with a bf16 "
+                        "mixed-precision policy) or bf16, no offload and --grad-accum 1.")
+    return out
+
+
+def _memory(m, pc, micro_batch, seq, precision, optimizer, recompute, grad_accum, offload, fused, num_gpus, fsdp,
+            shard, bucket_view):
+    """The allocator's phase peaks: FSDP2's sharded walk, or one replica's walk plus DDP's gradient buckets."""
+    if fsdp:
+        return fsdp_train_memory(m, pc, num_gpus=shard, micro_batch=micro_batch, seq=seq, optimizer=optimizer,
+                                 recompute=recompute, precision=precision)
+    mem = train_memory(m, pc, micro_batch=micro_batch, seq=seq, precision=precision, optimizer=optimizer,
+                       recompute=recompute, grad_accum=grad_accum, offload=offload, fused=fused)
+    if num_gpus > 1:  # DDP's gradient buckets live beside everything, in every phase
+        buckets = ddp_bucket_bytes(pc, precision)
+        # gradient_as_bucket_view: the gradients ARE the buckets. The single-GPU walk counts gradients in the
+        # optimizer phase (already the buckets' bytes) and frees them before the forward (a view never is):
+        # the buffer is added to the forward and backward phases only. In backward this counts the gradients
+        # produced before the peak twice; the walk's peak is at its start (two H200s, Llama-2-7B: +0.3%).
+        grown = ("forward", "backward") if bucket_view else tuple(mem.phases)
+        mem = replace(mem, phases={k: v + (buckets if k in grown else 0.0) for k, v in mem.phases.items()},
+                      breakdown={**mem.breakdown, "ddp_buckets": buckets})
+    return mem
+
+
+HOST_BOUND_TIP = ("the step is host (launch)-bound: a larger --micro-batch or --seq does more work per kernel launch "
+                  "(the step time barely grows until the GPU catches up), or compile the model (torch.compile) to "
+                  "cut the kernel count")
+
+
+@dataclass
+class _StepTime:
+    """One GPU's optimizer step before data-parallel communication, and its parts."""
+
+    step_s: float
+    micro_s: float  # one micro-batch: max(GPU, host)
+    micro_gpu: float
+    host_micro: float
+    f_wall: float
+    b_wall: float
+    b_gpu: float
+    r_gpu: float
+    opt_s: float
+    offload_s: float
+    f_times: list
+    b_times: list
+    launch_s: float
+    tflops: float
+    bw: float
+
+    def times(self, step_s: float, grad_accum: int, comm_s: float) -> dict:
+        """The estimate's ``time`` keys for a step of ``step_s`` (communication included)."""
+        return {"step_s": step_s, "forward_s": self.f_wall * grad_accum, "backward_s": self.b_wall * grad_accum,
+                "recompute_s": self.r_gpu * grad_accum, "optimizer_s": self.opt_s, "offload_s": self.offload_s,
+                "exposed_comm_s": comm_s}
+
+
+def _step_time(m, hw, pc, micro_batch, seq, precision, optimizer, recompute, grad_accum, offload, fused, fsdp,
+               shard) -> _StepTime:
+    """Forward, backward and recompute at the roofline (each phase max(GPU, host)), then the optimizer, the autocast
+    casts and offload's transfers (see the module docstring)."""
+    w_b, act_b, cdt = precision_bytes(precision)
+    amp = precision.startswith("amp") or precision == "fp8"
     full = recompute == "full"
+    P = pc.total
     # the residual stream's dtype: fp32 under autocast; FSDP's bf16 policy runs the layers in bf16
     stream_b = 4.0 if ((amp and not fsdp) or precision == "fp32") else 2.0
-
-    # ---- time --------------------------------------------------------------------------------------------------
     tflops = hw.achievable_tflops(cdt)
     bw = hw.achievable_bw_gbs()
     train_engine = engine_for("eager", hw)
@@ -198,9 +286,8 @@ def estimate_train(m: ModelSpec, hw, *, micro_batch: int, seq: int, precision: s
     r_gpu = sum(t.gpu_s for o, t in zip(fwd_ops, f_times) if opsmod.in_layers(o)) if full else 0.0
     micro_gpu = f_gpu + b_gpu + r_gpu
     host = train_host_s(fwd_ops, m, train_engine.launch_s, full, train_host_for(hw))
-    f_wall, b_wall = max(f_gpu, host["forward"]), max(b_gpu + r_gpu, host["backward"] + host["recompute"])
-    micro_s = max(micro_gpu, host["forward"] + host["backward"] + host["recompute"])
-    opt_host = host["optimizer"]
+    host_micro = host["forward"] + host["backward"] + host["recompute"]
+    micro_s = max(micro_gpu, host_micro)
     # Per optimizer step: AdamW reads p, g, m, v and writes p, m, v; autocast re-casts weights every forward
     # (read fp32, write 16 bit) and casts 16-bit weight grads back (read 2, write 4).
     if optimizer == "adamw-8bit":
@@ -209,84 +296,51 @@ def estimate_train(m: ModelSpec, hw, *, micro_batch: int, seq: int, precision: s
         opt_bytes = {"adamw": 7, "adam": 7, "sgd": 5}[optimizer] * P * w_b
     cast_bytes = 12.0 * (P - pc.embedding) if (amp and offload == "none") else 0.0
     foreach_launch_s = 0.0 if fused else 12 * m.num_layers * 12 * train_engine.launch_s  # ~12 lists x 12 tensors
-    opt_s = max(opt_bytes / (bw * 1e9), opt_host) + foreach_launch_s
+    opt_s = max(opt_bytes / (bw * 1e9), host["optimizer"]) + foreach_launch_s
     offload_s = 0.0
     if offload != "none":
         link = host_link_gbs(hw) * 1e9
         # ZeRO-Offload: 16-bit grads stream down during backward (hidden behind it when the link keeps up), the
         # CPU runs Adam, 16-bit params come back up before the next forward.
-        grads_down = max(0.0, 2.0 * P / link - b_gpu * grad_accum)
+        offload_s = max(0.0, 2.0 * P / link - b_gpu * grad_accum)
         opt_s = P / CPU_ADAM_PARAMS_PER_S + 2.0 * P / link
-        offload_s = grads_down
         if offload == "params":  # weights stream up for forward and backward (and the recompute), overlapped
-            passes = 3 if full else 2
-            micro_s = max(micro_s, passes * 2.0 * P / link)
+            micro_s = max(micro_s, (3 if full else 2) * 2.0 * P / link)
     if fsdp:  # parameters arrive in bf16 from the all-gathers: no autocast casts; the optimizer works on shards
         cast_bytes = 0.0
         opt_s /= shard
     step_s = grad_accum * (micro_s + cast_bytes / (bw * 1e9)) + opt_s + offload_s
-    comm_s = _data_parallel_comm_s(pc, hw, num_gpus, strategy, precision, b_gpu * grad_accum, micro_s,
-                                   gpus_per_node, m.num_layers) if num_gpus > 1 else 0.0
-    step_s += comm_s
-    tokens_per_step = grad_accum * T
+    return _StepTime(step_s, micro_s, micro_gpu, host_micro, max(f_gpu, host["forward"]),
+                     max(b_gpu + r_gpu, host["backward"] + host["recompute"]), b_gpu, r_gpu, opt_s, offload_s,
+                     f_times, b_times, train_engine.launch_s, tflops, bw)
+
+
+def _flops_per_token(m: ModelSpec, pc, seq: int, full: bool) -> tuple[float, float]:
+    """(model FLOPs, hardware FLOPs) per token: PaLM's 6N + 12 L s d (module docstring); full recompute adds the
+    decoder layers' forward again (2N less the head, + 4 L s d)."""
     attn_width = (m.num_heads * (m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim + m.mla.v_head_dim) / 2
                   if m.mla else m.q_dim)
-    model_flops_token = 6.0 * pc.matmul_active + 12.0 * m.num_layers * seq * attn_width
-    recompute_flops = (2.0 * (pc.matmul_active - pc.lm_head_matmul) + 4.0 * m.num_layers * seq * attn_width
-                       if full else 0.0)
-    hw_flops_token = model_flops_token + recompute_flops
-    peak_tf = hw.peak(cdt) * 1e12
-    mfu = model_flops_token * tokens_per_step / step_s / peak_tf
-    hfu = hw_flops_token * tokens_per_step / step_s / peak_tf
-    time = {"step_s": step_s, "forward_s": f_wall * grad_accum, "backward_s": b_wall * grad_accum,
-            "recompute_s": r_gpu * grad_accum, "optimizer_s": opt_s, "offload_s": offload_s,
-            "exposed_comm_s": comm_s}
-    throughput = {"tokens_per_s": tokens_per_step * num_gpus / step_s,
-                  "tokens_per_s_per_gpu": tokens_per_step / step_s}
-    if num_gpus > 1:
-        # scaling efficiency: one GPU's step for the same per-GPU work / this step (what `bench train-dist
-        # --baseline` measures); time only, whether or not one GPU could hold the job
-        one = estimate_train(m, hw, micro_batch=micro_batch, seq=seq, precision=precision, optimizer=optimizer,
-                             recompute=recompute, grad_accum=grad_accum, offload=offload, fused=fused)
-        throughput["scaling_efficiency"] = one.time["step_s"] / step_s
-    est = Estimate(
-        kind="train", model=m.name, hardware=hw.key,
-        inputs=dict(micro_batch=micro_batch, seq=seq, precision=precision, optimizer=optimizer, fused=fused,
-                    recompute=recompute, grad_accum=grad_accum, offload=offload, num_gpus=num_gpus,
-                    strategy=strategy if num_gpus > 1 else "single"),
-        fits=fits, peak_bytes_per_gpu=peak, breakdown_bytes=breakdown, device_total_bytes=hw.device_total_bytes,
-        runtime_overhead_bytes=overheads, phases_bytes=phases, time=time, throughput=throughput,
-        mfu=mfu, hfu=hfu,
-        flops={"model_per_token": model_flops_token, "hardware_per_token": hw_flops_token,
-               "per_step": model_flops_token * tokens_per_step},
-        params={"total": P, "active": pc.active, "matmul_active": pc.matmul_active},
-        calibrated=bool(getattr(hw, "is_calibrated", False)),
-    )
-    est.assumptions = [
+    model = 6.0 * pc.matmul_active + 12.0 * m.num_layers * seq * attn_width
+    recompute = (2.0 * (pc.matmul_active - pc.lm_head_matmul) + 4.0 * m.num_layers * seq * attn_width
+                 if full else 0.0)
+    return model, model + recompute
+
+
+def _assumptions(hw, st: _StepTime, cdt: str, offload: str, recompute: str, host_bytes: float) -> list[str]:
+    out = [
         "activations as saved by Hugging Face transformers in eager mode with SDPA attention",
-        f"achievable {tflops:.0f} TFLOP/s ({cdt}) and {bw:.0f} GB/s",
+        f"achievable {st.tflops:.0f} TFLOP/s ({cdt}) and {st.bw:.0f} GB/s",
         "MFU: 6N + 12 L s d per token (PaLM convention) against the dense peak",
-        f"offload {offload}: {mem.host_bytes / 2**30:.1f} GiB in host memory, {host_link_gbs(hw):.0f} GB/s host link, "
+        f"offload {offload}: {host_bytes / 2**30:.1f} GiB in host memory, {host_link_gbs(hw):.0f} GB/s host link, "
         f"CPU Adam at {CPU_ADAM_PARAMS_PER_S / 1e9:.0f}B params/s (rough)" if offload != "none" else "",
         "selective recompute has no s^2 attention term to drop with SDPA/flash, so it saves what 'none' saves"
         if recompute == "selective" else "",
     ]
-    host_micro = host["forward"] + host["backward"] + host["recompute"]
-    est.time["host_s_per_micro_batch"], est.time["gpu_s_per_micro_batch"] = host_micro, micro_gpu
-    if host_micro > micro_gpu:
-        est.assumptions.append(f"host (launch)-bound: {host_micro * 1e3:.1f} ms of host time per micro-batch "
-                               f"against {micro_gpu * 1e3:.1f} ms of GPU work (eager, {train_engine.launch_s * 1e6:.1f}"
-                               " us per kernel)")
-    est.assumptions = [a for a in est.assumptions if a]
-    est.verdict, est.suggestions = _verdict(est, m, hw, precision, recompute, micro_batch, num_gpus)
-    if est.fits and host_micro > micro_gpu:
-        est.suggestions.append("the step is host (launch)-bound: a larger --micro-batch or --seq does more work per "
-                               "kernel launch (the step time barely grows until the GPU catches up), or compile the "
-                               "model (torch.compile) to cut the kernel count")
-    if with_ops:
-        est.ops = [dict(phase="forward", **t.__dict__) for t in f_times] + \
-                  [dict(phase="backward", **t.__dict__) for t in b_times]
-    return est
+    if st.host_micro > st.micro_gpu:
+        out.append(f"host (launch)-bound: {st.host_micro * 1e3:.1f} ms of host time per micro-batch "
+                   f"against {st.micro_gpu * 1e3:.1f} ms of GPU work (eager, {st.launch_s * 1e6:.1f}"
+                   " us per kernel)")
+    return [a for a in out if a]
 
 
 def _verdict(est: Estimate, m: ModelSpec, hw, precision: str, recompute: str, micro_batch: int,
