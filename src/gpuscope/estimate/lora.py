@@ -86,16 +86,20 @@ def _moe_mlp_sites(m: ModelSpec) -> list[tuple[str, int, int]]:
     return out
 
 
+def layer_sites(m: ModelSpec, index: int) -> list[LinearSite]:
+    """The linear modules of decoder layer ``index`` (count 1 each)."""
+    mlp = _moe_mlp_sites(m) if (m.is_moe and index in m.moe_layers) else _dense_mlp_sites(m, m.intermediate_size)
+    return [LinearSite(name, n_in, n_out, 1, part)
+            for part, sites in (("attention", _attention_sites(m)), ("mlp", mlp)) for name, n_in, n_out in sites]
+
+
 def linear_sites(m: ModelSpec) -> list[LinearSite]:
     """Every linear module of the decoder layers (not the LM head), grouped by (name, shape)."""
     counts: dict[tuple[str, int, int, str], int] = {}
-    moe = set(m.moe_layers) if m.is_moe else set()
     for i in range(m.num_layers):
-        mlp = _moe_mlp_sites(m) if i in moe else _dense_mlp_sites(m, m.intermediate_size)
-        for part, sites in (("attention", _attention_sites(m)), ("mlp", mlp)):
-            for name, n_in, n_out in sites:
-                key = (name, n_in, n_out, part)
-                counts[key] = counts.get(key, 0) + 1
+        for s in layer_sites(m, i):
+            key = (s.name, s.n_in, s.n_out, s.part)
+            counts[key] = counts.get(key, 0) + 1
     return [LinearSite(name, n_in, n_out, c, part) for (name, n_in, n_out, part), c in counts.items()]
 
 
@@ -170,3 +174,24 @@ def lora_params(m: ModelSpec, r: int, targets=ALL_LINEAR) -> int:
 def targeted_weight_params(m: ModelSpec, targets=ALL_LINEAR) -> int:
     """Parameters of the frozen weights the module adapters sit beside (no biases)."""
     return sum(s.n_in * s.n_out * s.count for s in resolve_targets(m, targets).sites)
+
+
+@dataclass(frozen=True)
+class LoraShape:
+    """One LoRA plan's sizes: rank, dropout, trainable parameters and the targeted modules of each layer."""
+
+    r: int
+    dropout: float
+    trainable: int
+    sites_per_layer: tuple[tuple[LinearSite, ...], ...]
+    targets: tuple[str, ...]
+
+
+def lora_shape(m: ModelSpec, r: int, targets=ALL_LINEAR, dropout: float = 0.0) -> LoraShape:
+    check_rank(r)
+    if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
+        raise UserError(f"--lora-dropout must be in [0, 1), got {dropout!r}.")
+    t = resolve_targets(m, targets)
+    chosen = {s.name for s in t.sites}
+    per_layer = tuple(tuple(s for s in layer_sites(m, i) if s.name in chosen) for i in range(m.num_layers))
+    return LoraShape(r, float(dropout), lora_params(m, r, targets), per_layer, parse_targets(m, targets))

@@ -31,6 +31,7 @@ class Estimate:
     assumptions: list[str] = field(default_factory=list)
     ops: list[dict] = field(default_factory=list)  # per-operation breakdown (on request)
     calibrated: bool = False
+    lora: dict = field(default_factory=dict)  # LoRA / QLoRA plans: trainable_params, r, alpha, targets, ...
 
     @property
     def required_bytes(self) -> float:
@@ -64,6 +65,8 @@ class Estimate:
             "limits": self.limits,
             "assumptions": self.assumptions,
         }
+        if self.lora:
+            d["lora"] = self.lora
         if self.ops:
             d["ops"] = self.ops
         return d

@@ -1,0 +1,163 @@
+"""LoRA / QLoRA fine-tuning memory on one GPU: the walk of memory_train.py with a frozen base.
+
+What runs (peft ``get_peft_model`` on a transformers model, HF ``Trainer``), by ``--precision``:
+- ``amp-bf16`` (``Trainer(bf16=True)``): base weights loaded in bf16 and frozen, adapters fp32 (peft's
+  ``autocast_adapter_dtype=True`` upcasts them), bf16 autocast; the residual stream is bf16 (the embedding is).
+- ``amp-fp16`` (``Trainer(fp16=True)``): the same in fp16, with a GradScaler.
+- ``bf16``: bf16 base, fp32 adapters, no autocast: peft casts each adapter's input to fp32 (``_cast_input_dtype``),
+  so the adapter GEMMs run in fp32 and each target saves its own fp32 copy of its input.
+- ``fp32``: everything fp32.
+- ``--qlora`` (bitsandbytes ``load_in_4bit``, ``bnb_4bit_quant_type="nf4"``, ``bnb_4bit_use_double_quant=True``,
+  compute dtype = the precision's half dtype): every ``nn.Linear`` of the decoder layers is stored 4-bit whether or
+  not it carries an adapter; embeddings, norms, biases, lm_head (bitsandbytes skips the output layer) and the
+  fused 3-D MoE experts (not ``nn.Linear`` in transformers 5) stay in the compute dtype.
+  NF4 storage (Dettmers et al. 2023, arXiv 2305.14314, section 3, "Double Quantization"): 4 bits a weight, one
+  absmax per 64-weight block quantized to 8 bits, and one fp32 second-level constant per 256 blocks:
+  4 + 8/64 + 32/(64 x 256) = 4.127 bits = NF4_BYTES_PER_WEIGHT.
+
+Memory parts (bytes):
+- base weights: P x 2 (P x 4 in fp32), or (P - Q) x 2 + Q x NF4_BYTES_PER_WEIGHT under QLoRA (Q: decoder Linear
+  weights). No gradients, no optimizer states for them.
+- adapters: A trainable parameters (estimate/lora.py) in fp32: weights 4A, gradients 4A, AdamW exp_avg and
+  exp_avg_sq 8A (adamw-8bit: 2A + one fp32 absmax per 256; sgd: a 4A momentum); autocast's 16-bit copies 2A.
+  Paged optimizers (bitsandbytes ``paged_*``) keep their states in CUDA unified memory, outside PyTorch's caching
+  allocator: not modelled (they would not show in ``torch.cuda.max_memory_allocated``).
+- activations, per decoder layer (``lora_layer_saved_bytes``), from activations.hf_layer_saved_bytes with what a
+  frozen weight does not need removed: a Linear whose weight needs no gradient saves only its weight (for dX),
+  not its input; a norm whose weight is frozen saves only its fp32 input copy (RMSNorm; LayerNorm its input).
+  Checked on CPU with ``torch.autograd.graph.saved_tensors_hooks``: a frozen Linear under autocast saves one
+  tensor, its 16-bit weight; a LoRA Linear adds x (16 bit) for lora_A, A.x (T x r) for lora_B and their weights'
+  16-bit copies. So an input a target reads (a norm's output, the attention output before o_proj, the MLP
+  product before down_proj) is saved once per distinct input when no adapter reads it through dropout; with
+  ``--lora-dropout`` > 0 each target saves its own dropped copy and a 1-byte mask (CUDA's bool dropout mask).
+- gradient checkpointing (``--recompute full``): each decoder layer's input (T x h in the stream dtype) is kept and
+  its activations come back one layer at a time in backward.
+- the head: lm_head frozen: the final norm's fp32 copy (4 T h) and log_softmax's fp32 output (4 T V) are saved;
+  the logits (T x V, stream dtype) and their fp32 upcast are forward transients; backward's loss head is 8 T V.
+- QLoRA: one Linear's weight dequantised to the compute dtype at a time (forward and backward): a transient of the
+  largest decoder Linear x 2 bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpuscope.estimate.activations import hf_layer_saved_bytes
+from gpuscope.estimate.lora import LinearSite, LoraShape, linear_sites
+from gpuscope.estimate.memory_train import TrainMemory
+from gpuscope.estimate.params import ParamCounts
+from gpuscope.estimate.runtime import TRAIN_WORKSPACE_BYTES
+from gpuscope.specs.model import ModelSpec
+
+NF4_BYTES_PER_WEIGHT = (4 + 8 / 64 + 32 / (64 * 256)) / 8  # 0.5159 bytes = 4.127 bits (module docstring)
+DROPOUT_MASK_BYTES = 1.0  # torch.native_dropout's bool mask on CUDA
+
+
+@dataclass(frozen=True)
+class LoraDtypes:
+    """Bytes of the base weights and residual stream, of what an adapter saves, and whether autocast runs."""
+
+    base_b: float
+    adapter_in_b: float  # the dtype of x as lora_A receives it (fp32 when peft casts it up: bf16 without autocast)
+    autocast: bool
+
+    @classmethod
+    def of(cls, precision: str) -> "LoraDtypes":
+        if precision == "fp32":
+            return cls(4.0, 4.0, False)
+        if precision.startswith("amp-"):
+            return cls(2.0, 2.0, True)
+        return cls(2.0, 4.0, False)  # bf16: peft casts each adapter input to its fp32 weight dtype
+
+
+def quantized_params(m: ModelSpec) -> int:
+    """Weights bitsandbytes stores 4-bit: every decoder-layer nn.Linear (not lm_head)."""
+    return sum(s.n_in * s.n_out * s.count for s in linear_sites(m))
+
+
+def base_weight_bytes(pc: ParamCounts, m: ModelSpec, dt: LoraDtypes, qlora: bool) -> float:
+    if not qlora:
+        return pc.total * dt.base_b
+    q = quantized_params(m)
+    return (pc.total - q) * dt.base_b + q * NF4_BYTES_PER_WEIGHT
+
+
+def adapter_state_bytes(a: int, optimizer: str) -> float:
+    """Optimizer states of ``a`` fp32 adapter parameters (module docstring)."""
+    if optimizer in ("adamw", "adam"):
+        return 8.0 * a
+    if optimizer == "sgd":
+        return 4.0 * a
+    return a * (2.0 + 2 * 4.0 / 256)  # adamw-8bit, bitsandbytes blockwise (block 256)
+
+
+def _adapter_saved(sites_in_layer: list[LinearSite], T: int, r: int, dt: LoraDtypes, dropout: float) -> float:
+    """What one layer's adapters add: their inputs (once per distinct input without dropout), A.x, dropout masks."""
+    if not sites_in_layer:
+        return 0.0
+    ax_b = 2.0 if dt.autocast else dt.adapter_in_b
+    out = sum(T * r * ax_b for _ in sites_in_layer)
+    if dropout > 0:
+        return out + sum(T * s.n_in * (dt.adapter_in_b + DROPOUT_MASK_BYTES) for s in sites_in_layer)
+    if dt.adapter_in_b != dt.base_b:  # each target casts its own copy up to fp32
+        return out + sum(T * s.n_in * dt.adapter_in_b for s in sites_in_layer)
+    distinct = {(s.part, s.n_in) for s in sites_in_layer}
+    return out + sum(T * n_in * dt.base_b for _, n_in in distinct)
+
+
+def lora_layer_saved_bytes(m: ModelSpec, batch: int, seq: int, dt: LoraDtypes, sites_in_layer: list[LinearSite],
+                           r: int, dropout: float, moe: bool = False) -> dict[str, float]:
+    """Bytes autograd keeps for one decoder layer with a frozen base and these adapters (module docstring)."""
+    T = batch * seq
+    full = hf_layer_saved_bytes(m, batch, seq, "fp32" if dt.base_b == 4 else "bf16", moe)
+    h, act_b = m.hidden_size, dt.base_b
+    per_norm = T * h * (4.0 if m.norm == "rmsnorm" else act_b)  # fp32 copy (RMSNorm) or the input (LayerNorm)
+    norms = (2 if m.norms_per_layer == 2 else 4) * per_norm
+    attn = full["attention"] - (0.0 if m.mla else T * m.q_dim * act_b)  # o_proj's input: only if o_proj adapts
+    mlp = full["mlp"] if (moe and m.moe) else full["mlp"] - T * m.intermediate_size * act_b  # down's input, same
+    return {"norms": norms, "attention": attn, "mlp": mlp,
+            "adapters": _adapter_saved(sites_in_layer, T, r, dt, dropout)}
+
+
+def lora_train_memory(m: ModelSpec, pc: ParamCounts, shape: LoraShape, *, micro_batch: int, seq: int,
+                      precision: str, optimizer: str, recompute: str, grad_accum: int, fused: bool,
+                      qlora: bool) -> TrainMemory:
+    dt = LoraDtypes.of(precision)
+    T, V, h, A, L = micro_batch * seq, m.vocab_size, m.hidden_size, shape.trainable, m.num_layers
+    base = base_weight_bytes(pc, m, dt, qlora)
+    opt_states = adapter_state_bytes(A, optimizer)
+    rest = base + 4.0 * A + opt_states + TRAIN_WORKSPACE_BYTES
+    moe_set = set(m.moe_layers) if m.is_moe else set()
+    saved = [sum(lora_layer_saved_bytes(m, micro_batch, seq, dt, list(shape.sites_per_layer[i]), shape.r,
+                                        shape.dropout, i in moe_set).values()) for i in range(L)]
+    full = recompute == "full"
+    layer_input = T * h * dt.base_b
+    kept = [layer_input if full else s for s in saved]
+    copies = 2.0 * A if dt.autocast else 0.0  # autocast's 16-bit copies of the fp32 adapters
+    dequant = 2.0 * max((s.n_in * s.n_out for s in linear_sites(m)), default=0) if qlora else 0.0
+    head_saved = 4.0 * T * h + 4.0 * T * V
+    head_fwd = (dt.base_b + (4.0 if dt.base_b != 4 else 0.0)) * T * V
+    grads = 4.0 * A
+    accum = grads if grad_accum > 1 else 0.0
+    forward = (rest + accum + sum(kept) + copies + head_saved + head_fwd + (max(saved) if full else 0.0)
+               + dequant)
+    width = max(m.intermediate_size, (m.moe.expert_intermediate_size * m.moe.experts_per_token) if m.moe else 0)
+    bwd_work = 2 * T * h * dt.base_b + 3 * T * width * dt.base_b + dequant
+    walk = [rest + accum + sum(kept) + copies + head_saved + 8.0 * T * V]
+    for i in range(L - 1, -1, -1):
+        done = accum or grads * (L - 1 - i) / L
+        walk.append(rest + sum(kept[: i + 1]) + copies + (saved[i] if full else 0.0) + done + bwd_work)
+    backward = max(walk + [rest + grads + layer_input])
+    optimizer_peak = rest + grads + (0.0 if (fused or optimizer == "sgd") else 4.0 * A)
+    phases = {"forward": forward, "backward": backward, "optimizer": optimizer_peak}
+    at = max(phases, key=phases.get)
+    breakdown = {
+        "base_weights": base, "adapter_weights": 4.0 * A,
+        "adapter_grads": grads if (at == "optimizer" or grad_accum > 1) else 0.0,
+        "adapter_optimizer_states": opt_states,
+        "activations": sum(kept) + (max(saved) if (full and at == "forward") else 0.0),
+        "logits_and_loss": (head_saved + head_fwd) if at == "forward" else 0.0,
+        "workspace": TRAIN_WORKSPACE_BYTES,
+    }
+    breakdown["other_at_peak"] = phases[at] - sum(breakdown.values())
+    return TrainMemory(phases=phases, breakdown=breakdown, host_bytes=0.0)

@@ -1,0 +1,221 @@
+"""LoRA / QLoRA fine-tuning on one GPU: step time, MFU and the Estimate (memory: lora_memory.py).
+
+Time, per micro-batch, at the roofline of roofline.py (each phase max(GPU, host), as estimate/train.py):
+- forward: full training's forward ops (train.train_forward_ops, in the base's dtype) plus, per targeted module,
+  lora_A (a T x r x d_in GEMM), lora_B (T x d_out x r), the scale-and-add into the base output (read two T x d_out,
+  write one) and, with dropout, its pass over x; under QLoRA one dequantisation pass per decoder layer over its
+  4-bit Linear weights (read NF4_BYTES_PER_WEIGHT, write 2 bytes a weight: memory bound), before the GEMMs.
+- backward: through a frozen Linear only dX = dY W^T is computed (no dW): its GEMM FLOPs and bytes once, not
+  twice; attention 2.5x its forward (flash backward recomputes the scores); elementwise traffic 2x; each adapter
+  GEMM twice (dX and dW); QLoRA dequantises every weight again (bitsandbytes MatMul4Bit saves the packed weight,
+  not the dequantised one).
+- recompute (gradient checkpointing): each decoder layer's forward again, adapters and dequantisation included.
+- optimizer step over the fp32 adapters only (AdamW reads p, g, m, v and writes p, m, v: 28 bytes a parameter),
+  and under autocast the adapters' fp32 -> 16-bit casts each forward and 16-bit -> fp32 gradient casts (12 bytes).
+MFU: model FLOPs per token = 4 N (the frozen base's forward 2N and its backward dX 2N; N = matmul weights a token
+touches, LM head included) + 6 A (adapters: forward and both gradients) + 12 L s d (attention as in full
+training, non-causal counted in full), against the dense peak of the compute dtype. HFU adds the recompute:
+2 (N - head) + 2 A + 4 L s d. A full fine-tune's convention is 6N: the same run counts as less work here.
+"""
+
+from __future__ import annotations
+
+from gpuscope.errors import UserError
+from gpuscope.estimate import ops as opsmod
+from gpuscope.estimate.engines import engine_for, train_host_for
+from gpuscope.estimate.lora import LoraShape
+from gpuscope.estimate.lora_memory import NF4_BYTES_PER_WEIGHT, LoraDtypes, lora_train_memory
+from gpuscope.estimate.params import count_params
+from gpuscope.estimate.result import Estimate
+from gpuscope.estimate.roofline import forward_time, sm_count
+from gpuscope.estimate.runtime import runtime_overheads
+from gpuscope.estimate.train import train_forward_ops, train_host_s
+from gpuscope.specs.axes import Optimizer, Precision, Recompute
+from gpuscope.specs.model import ModelSpec
+
+LORA_PRECISIONS = ("amp-bf16", "amp-fp16", "bf16", "fp32")
+
+
+def _adapter_ops(shape: LoraShape, T: int, dt: LoraDtypes) -> list:
+    """The adapters' forward ops, one group per (module, shape), counted over the layers holding it."""
+    groups: dict[tuple, int] = {}
+    for layer in shape.sites_per_layer:
+        for s in layer:
+            groups[(s.name, s.n_in, s.n_out)] = groups.get((s.name, s.n_in, s.n_out), 0) + 1
+    ab = 2.0 if dt.autocast else dt.adapter_in_b
+    r, out = shape.r, []
+    for (name, n_in, n_out), c in groups.items():
+        out += [opsmod.Op(f"lora_A_{name}", "matmul", 2.0 * T * r * n_in, (T * n_in + T * r) * ab + n_in * r * ab,
+                          1, c, (T, r, n_in)),
+                opsmod.Op(f"lora_B_{name}", "matmul", 2.0 * T * n_out * r, (T * r + T * n_out) * ab + r * n_out * ab,
+                          1, c, (T, n_out, r)),
+                opsmod.Op(f"lora_add_{name}", "elementwise", 2.0 * T * n_out, 3.0 * T * n_out * dt.base_b, 2, c)]
+        if shape.dropout > 0:
+            out.append(opsmod.Op(f"lora_dropout_{name}", "elementwise", 0.0, T * n_in * (2 * ab + 1), 1, c))
+    return out
+
+
+def _dequant_op(m: ModelSpec) -> opsmod.Op:
+    from gpuscope.estimate.lora_memory import quantized_params
+
+    per_layer = quantized_params(m) / m.num_layers
+    return opsmod.Op("nf4_dequant", "elementwise", 0.0, per_layer * (NF4_BYTES_PER_WEIGHT + 2.0), 7, m.num_layers)
+
+
+def _backward_ops(fwd_ops) -> list:
+    """Frozen matmuls: dX only (1x); adapter matmuls: dX and dW (2x); attention 2.5x; elementwise bytes 2x;
+    the NF4 dequantisation once again."""
+    out = []
+    for o in fwd_ops:
+        if o.name == "nf4_dequant":
+            f, b = 1.0, 1.0
+        elif o.kind == "matmul":
+            f = b = 2.0 if o.name.startswith("lora_") else 1.0
+        elif o.kind == "attention":
+            f, b = 2.5, 2.0
+        else:
+            f, b = 2.0, 2.0
+        out.append(opsmod.Op(o.name + "_bwd", o.kind, o.flops * f, o.bytes * b, o.kernels * 2, o.count,
+                             o.matmul_shape))
+    return out
+
+
+def lora_step_time(m, hw, shape: LoraShape, *, micro_batch, seq, precision, optimizer, recompute, grad_accum,
+                   fused, qlora) -> dict:
+    """Seconds of one optimizer step and its parts (module docstring)."""
+    dt = LoraDtypes.of(precision)
+    cdt = Precision(precision).compute_dtype
+    T, full, A = micro_batch * seq, recompute == "full", shape.trainable
+    tflops, bw = hw.achievable_tflops(cdt), hw.achievable_bw_gbs()
+    eng, sms = engine_for("eager", hw), sm_count(hw)
+    fwd_ops = train_forward_ops(m, micro_batch, seq, dt.base_b, dt.base_b)
+    fwd_ops += _adapter_ops(shape, T, dt) + ([_dequant_op(m)] if qlora else [])
+    _, f_gpu, _, f_times = forward_time(fwd_ops, tflops, bw, eng, sms, False, m.head_dim)
+    _, b_gpu, _, b_times = forward_time(_backward_ops(fwd_ops), tflops, bw, eng, sms, False, m.head_dim)
+    r_gpu = sum(t.gpu_s for o, t in zip(fwd_ops, f_times) if opsmod.in_layers(o)) if full else 0.0
+    host = train_host_s(fwd_ops, m, eng.launch_s, full, train_host_for(hw))
+    micro_gpu = f_gpu + b_gpu + r_gpu
+    host_micro = host["forward"] + host["backward"] + host["recompute"]
+    micro_s = max(micro_gpu, host_micro)
+    per_param = {"adamw": 28.0, "adam": 28.0, "sgd": 20.0}.get(optimizer, 16.0)  # adamw-8bit: p, g, p + 2 states
+    opt_s = max(per_param * A / (bw * 1e9), host["optimizer"])
+    cast_s = (12.0 * A if dt.autocast else 0.0) / (bw * 1e9)
+    step_s = grad_accum * (micro_s + cast_s) + opt_s
+    return {"step_s": step_s, "forward_s": max(f_gpu, host["forward"]) * grad_accum,
+            "backward_s": max(b_gpu + r_gpu, host["backward"] + host["recompute"]) * grad_accum,
+            "recompute_s": r_gpu * grad_accum, "optimizer_s": opt_s, "offload_s": 0.0, "exposed_comm_s": 0.0,
+            "host_s_per_micro_batch": host_micro, "gpu_s_per_micro_batch": micro_gpu,
+            "_ops": (f_times, b_times), "_rates": (tflops, bw)}
+
+
+def lora_flops_per_token(m: ModelSpec, pc, trainable: int, seq: int, full: bool) -> tuple[float, float]:
+    """(model FLOPs, hardware FLOPs) per token: 4N + 6A + 12 L s d; recompute adds 2(N - head) + 2A + 4 L s d."""
+    attn_width = (m.num_heads * (m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim + m.mla.v_head_dim) / 2
+                  if m.mla else m.q_dim)
+    model = 4.0 * pc.matmul_active + 6.0 * trainable + 12.0 * m.num_layers * seq * attn_width
+    extra = (2.0 * (pc.matmul_active - pc.lm_head_matmul) + 2.0 * trainable + 4.0 * m.num_layers * seq * attn_width
+             if full else 0.0)
+    return model, model + extra
+
+
+def check_lora_inputs(precision: str, optimizer: str, recompute: str, qlora: bool, num_gpus: int,
+                      offload: str) -> tuple[str, str, str]:
+    p = Precision.parse(precision, "precision").value
+    if p not in LORA_PRECISIONS:
+        raise UserError(f"--precision {p} is not planned with LoRA; use one of {', '.join(LORA_PRECISIONS)}.")
+    if qlora and p == "fp32":
+        raise UserError("--qlora computes in bf16 or fp16; use --precision amp-bf16, amp-fp16 or bf16, not fp32.")
+    if num_gpus != 1 or offload != "none":
+        raise UserError("--lora-r plans one GPU without offload; drop --num-gpus, the parallel layout and --offload.")
+    return p, Optimizer.parse(optimizer, "optimizer").value, Recompute.parse(recompute, "recompute").value
+
+
+def estimate_lora_train(m: ModelSpec, hw, shape: LoraShape, *, micro_batch: int, seq: int,
+                        precision: str = "amp-bf16", optimizer: str = "adamw", recompute: str = "none",
+                        grad_accum: int = 1, fused: bool = True, qlora: bool = False, alpha: float | None = None,
+                        with_ops: bool = False) -> Estimate:
+    """LoRA (or QLoRA) fine-tuning of ``m`` on one GPU of ``hw`` (module docstrings of this file and lora_memory)."""
+    for name, v in (("micro-batch", micro_batch), ("seq", seq), ("grad-accum", grad_accum)):
+        if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+            raise UserError(f"--{name} must be a positive integer, got {v!r}.")
+    precision, optimizer, recompute = check_lora_inputs(precision, optimizer, recompute, qlora, 1, "none")
+    cdt = Precision(precision).compute_dtype
+    if not hw.supports(cdt):
+        raise UserError(f"--precision {precision} needs {cdt} compute, which {hw.name} does not support.")
+    alpha = float(shape.r if alpha is None else alpha)
+    if alpha <= 0:
+        raise UserError(f"--lora-alpha must be positive, got {alpha:g}.")
+    pc = count_params(m)
+    mem = lora_train_memory(m, pc, shape, micro_batch=micro_batch, seq=seq, precision=precision, optimizer=optimizer,
+                            recompute=recompute, grad_accum=grad_accum, fused=fused, qlora=qlora)
+    peak = max(mem.phases.values())
+    t = lora_step_time(m, hw, shape, micro_batch=micro_batch, seq=seq, precision=precision, optimizer=optimizer,
+                       recompute=recompute, grad_accum=grad_accum, fused=fused, qlora=qlora)
+    (f_times, b_times), (tflops, bw) = t.pop("_ops"), t.pop("_rates")
+    tokens = grad_accum * micro_batch * seq
+    model_f, hw_f = lora_flops_per_token(m, pc, shape.trainable, seq, recompute == "full")
+    peak_tf = hw.peak(cdt) * 1e12
+    est = Estimate(
+        kind="train", model=m.name, hardware=hw.key,
+        inputs=dict(micro_batch=micro_batch, seq=seq, precision=precision, optimizer=optimizer, fused=fused,
+                    recompute=recompute, grad_accum=grad_accum, offload="none", num_gpus=1, strategy="single",
+                    lora_r=shape.r, lora_alpha=alpha, lora_targets=",".join(shape.targets),
+                    lora_dropout=shape.dropout, qlora=qlora),
+        fits=peak + sum(runtime_overheads(peak).values()) <= hw.device_total_bytes, peak_bytes_per_gpu=peak,
+        breakdown_bytes=mem.breakdown, device_total_bytes=hw.device_total_bytes,
+        runtime_overhead_bytes=runtime_overheads(peak), phases_bytes=mem.phases, time=t,
+        throughput={"tokens_per_s": tokens / t["step_s"], "tokens_per_s_per_gpu": tokens / t["step_s"]},
+        mfu=model_f * tokens / t["step_s"] / peak_tf, hfu=hw_f * tokens / t["step_s"] / peak_tf,
+        flops={"model_per_token": model_f, "hardware_per_token": hw_f, "per_step": model_f * tokens},
+        params={"total": pc.total + shape.trainable, "trainable": shape.trainable, "frozen": pc.total,
+                "matmul_active": pc.matmul_active},
+        calibrated=bool(getattr(hw, "is_calibrated", False)),
+        lora={"trainable_params": shape.trainable, "r": shape.r, "alpha": alpha, "scaling": alpha / shape.r,
+              "targets": list(shape.targets), "dropout": shape.dropout, "qlora": qlora,
+              "base_weights_bytes": round(mem.breakdown["base_weights"])},
+    )
+    est.assumptions = _assumptions(precision, qlora, tflops, bw, cdt, recompute)
+    est.verdict, est.suggestions = _verdict(est, hw, recompute, micro_batch, qlora, optimizer)
+    if with_ops:
+        est.ops = [dict(phase="forward", **x.__dict__) for x in f_times] + \
+                  [dict(phase="backward", **x.__dict__) for x in b_times]
+    return est
+
+
+_PRECISION_NOTE = {
+    "amp-bf16": "get_peft_model + Trainer(bf16=True): base weights bf16 and frozen, adapters fp32, bf16 autocast",
+    "amp-fp16": "get_peft_model + Trainer(fp16=True): base weights fp16 and frozen, adapters fp32, fp16 autocast",
+    "bf16": "bf16 base, fp32 adapters (peft's default), no autocast: adapter GEMMs in fp32",
+    "fp32": "fp32 base and adapters, no autocast",
+}
+
+
+def _assumptions(precision, qlora, tflops, bw, cdt, recompute) -> list[str]:
+    out = [_PRECISION_NOTE[precision],
+           "QLoRA: decoder Linear weights NF4 with double quantization (4.127 bits a weight), embeddings, norms and "
+           "lm_head in the compute dtype; each weight dequantised once per forward and once per backward" if qlora
+           else "",
+           "activations as Hugging Face transformers + peft save them in eager mode with SDPA attention; frozen "
+           "layers save no inputs for weight gradients",
+           f"achievable {tflops:.0f} TFLOP/s ({cdt}) and {bw:.0f} GB/s",
+           "MFU: 4N (frozen forward + dX) + 6 x adapter params + 12 L s d per token against the dense peak",
+           "gradient checkpointing: each decoder layer re-run in backward" if recompute == "full" else ""]
+    return [a for a in out if a]
+
+
+def _verdict(est: Estimate, hw, recompute, micro_batch, qlora, optimizer) -> tuple[str, list[str]]:
+    gib = 2**30
+    need, have = est.required_bytes / gib, est.device_total_bytes / gib
+    if est.fits:
+        return (f"Fits on {hw.name}: {need:.1f} of {have:.1f} GiB; {est.throughput['tokens_per_s']:.0f} tok/s, "
+                f"MFU {est.mfu:.0%} (LoRA convention)."), []
+    tips = []
+    if recompute != "full":
+        tips.append("gradient checkpointing (--recompute full)")
+    if micro_batch > 1:
+        tips.append("a smaller --micro-batch with --grad-accum to keep the batch")
+    if not qlora:
+        tips.append("QLoRA (--qlora): the frozen base in 4-bit NF4")
+    if optimizer in ("adamw", "adam"):
+        tips.append("8-bit AdamW on the adapters (--optimizer adamw-8bit), or a smaller --lora-r / fewer targets")
+    return f"Does not fit on {hw.name}: needs {need:.1f} GiB of {have:.1f} GiB.", tips
