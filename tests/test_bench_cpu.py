@@ -367,7 +367,7 @@ def test_host_costs_carry_the_catalogs_real_size_factor(monkeypatch):
     first session's tiny 15.7 us x that factor); the forward intercept and the detail keep the tiny figure."""
     import gpuscope.measure.host.overhead as ho
     from gpuscope.estimate import ops as opsmod
-    from gpuscope.estimate.roofline import ENGINES, REAL_SIZE_LAUNCH_FACTOR
+    from gpuscope.estimate.engines import ENGINES, REAL_SIZE_LAUNCH_FACTOR
     from gpuscope.measure.host.costs import host_costs
     from gpuscope.specs.hf_config import spec_from_config
 
@@ -435,7 +435,7 @@ def test_host_costs_take_the_median_of_their_passes(monkeypatch):
     """Three passes of the tiny fit, one of them invalid (no growth with depth): each cost is the median of the
     valid ones, and launch_spread says how far apart they were."""
     import gpuscope.measure.host.overhead as ho
-    from gpuscope.estimate.roofline import REAL_SIZE_LAUNCH_FACTOR
+    from gpuscope.estimate.engines import REAL_SIZE_LAUNCH_FACTOR
     from gpuscope.measure.host.costs import host_costs
 
     k = _tiny_layer_kernels()
@@ -678,7 +678,7 @@ def test_calibrate_writes_the_training_host_costs_and_the_planner_uses_them(monk
     """`hardware calibrate --host` derives roofline.TrainHost for this machine: per-layer slopes / the planner's
     kernels per layer / the launch cost; intercepts whole. The TOML carries them and a plan with
     that TOML uses them (a host twice as slow per training kernel doubles that part of a host-bound step)."""
-    from gpuscope.estimate.roofline import TRAIN_HOST, train_host_for
+    from gpuscope.estimate.engines import TRAIN_HOST, train_host_for
     from gpuscope.estimate.train import estimate_train
     from gpuscope.measure.micro.calibrate import calibration_toml
     from gpuscope.measure.host.costs import train_host_costs
@@ -725,7 +725,7 @@ def test_a_calibration_from_before_the_split_plans_as_it_did():
     """A hardware TOML written before session 9 has the whole recompute per kernel and the per-call costs net of
     the tiny Llama's 22 kernels outside its layers: read back, the checkpoint's per-layer cost is 0 (not the
     default's) and those 22 kernels are added back, so a Llama plan is what it was."""
-    from gpuscope.estimate.roofline import train_host_for
+    from gpuscope.estimate.engines import train_host_for
 
     old = Path(__file__).resolve().parents[1] / "research" / "results" / "2026-11-30-h200-h" / \
         "call5_nvidia-h200-20261130T064124Z-3e2825.toml"

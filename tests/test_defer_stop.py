@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from gpuscope.estimate.infer import alt_key, estimate_infer
-from gpuscope.estimate.roofline import ENGINES, planner_engine
+from gpuscope.estimate.engines import ENGINES, planner_engine
 from gpuscope.specs.hardware import load_hardware
 from gpuscope.specs.models import load_model
 

@@ -527,7 +527,7 @@ def test_generate_waits_finding():
     """hf-graph: generate reads its stop condition on the host every token, so the compiled call's host time runs
     in series with the GPU. Fires with >= 1 sync per generated token and a planned host share >= 10%; quiet for the
     graph loop that never waits (gs-compile), with fewer syncs than tokens, or a small host share."""
-    from gpuscope.estimate.roofline import ENGINES
+    from gpuscope.estimate.engines import ENGINES
 
     est = {"estimated_s": 0.44, "planner_decode_serial_host_s": 1.4e-3, "planner_decode_gpu_s": 5.0e-3}
     s = _with(case={"kind": "infer", "engine": "hf-graph", "gen": 64}, syncs={"calls": 109}, estimate=est)

@@ -80,7 +80,7 @@ def test_graph_engine_removes_host_bound_decode():
 def test_hf_graph_is_the_graph_step_plus_host_in_series_and_the_tips_say_so():
     """hf-graph = the graph loop's GPU step + generate's step + the compiled call's host (fixed + per layer), not
     overlapped; an HF-generate estimate carries the other engines' TPOT and its tip quotes them."""
-    from gpuscope.estimate.roofline import ENGINES
+    from gpuscope.estimate.engines import ENGINES
 
     m = load_model("llama-3.1-8b")
     kw = dict(batch=1, prompt=128, gen=256)
@@ -275,7 +275,7 @@ def test_training_host_model_and_its_verdict():
     planner says so and suggests more work per launch; a large step stays GPU-bound and unchanged by it."""
     from dataclasses import replace
 
-    from gpuscope.estimate.roofline import TRAIN_HOST
+    from gpuscope.estimate.engines import TRAIN_HOST
     from gpuscope.estimate.train import estimate_train
     from gpuscope.specs.hardware import load_hardware
     from gpuscope.specs.models import load_model
@@ -319,7 +319,7 @@ def test_hf_static_cache_ttft_adds_the_caches_creation_per_layer_in_launch_units
     slower host scales it."""
     from dataclasses import replace
 
-    from gpuscope.estimate.roofline import ENGINES
+    from gpuscope.estimate.engines import ENGINES
 
     for name, layers in (("llama-3.2-1b", 16), ("llama-3.1-8b", 32)):
         m = load_model(name)
@@ -342,7 +342,8 @@ def test_full_recompute_reruns_the_decoder_layers_not_the_head_or_loss():
     LM head or loss. For Llama-3.2-1B (128k vocabulary) at 4 x 2048 that is about a fifth of the forward; HFU
     counts the same (2 x the layers' matmul weights, not the head's)."""
     from gpuscope.estimate import ops as opsmod
-    from gpuscope.estimate.roofline import ENGINES, forward_time
+    from gpuscope.estimate.engines import ENGINES
+    from gpuscope.estimate.roofline import forward_time
     from gpuscope.estimate.train import train_forward_ops
 
     m = load_model("llama-3.2-1b")

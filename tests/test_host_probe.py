@@ -133,7 +133,7 @@ def test_estimate_beside_at_the_host_speed_the_run_met(tmp_path):
 def test_calibration_toml_keeps_measured_zeros_and_the_probe(tmp_path):
     """A fit's intercept floored at 0 was dropped from the TOML, so the planner fell back on the catalog's value
     (98 launches for host_train_fwd_fixed where this host had measured none). A 0 is written and loaded now."""
-    from gpuscope.estimate.roofline import engine_for, train_host_for
+    from gpuscope.estimate.engines import engine_for, train_host_for
     from gpuscope.measure.micro.calibrate import calibration_toml
     from gpuscope.specs.hardware import load_hardware
 

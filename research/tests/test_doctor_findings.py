@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from gpuscope.estimate.roofline import ENGINES
+from gpuscope.estimate.engines import ENGINES
 
 from results_data import nov29_d, nov30, nov30_g
 

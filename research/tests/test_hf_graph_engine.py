@@ -12,7 +12,7 @@ import statistics
 
 import pytest
 
-from gpuscope.estimate.roofline import ENGINES
+from gpuscope.estimate.engines import ENGINES
 from gpuscope.explain.compare import compare_record
 from gpuscope.specs.hardware import hardware_for_device as hardware_for
 

@@ -37,7 +37,7 @@ def test_calibrated_with_the_real_size_factor():
     eager 1B decode -19% (was -25%); the GPU-bound step and hf-graph decode unchanged."""
     from dataclasses import replace
 
-    from gpuscope.estimate.roofline import REAL_SIZE_LAUNCH_FACTOR
+    from gpuscope.estimate.engines import REAL_SIZE_LAUNCH_FACTOR
 
     hw = load_hardware(str(nov30.HERE / "h200_calibrated_call4.toml"))
     hw = replace(hw, measured={**hw.measured, "host_launch_s": hw.measured["host_launch_s"] * REAL_SIZE_LAUNCH_FACTOR})

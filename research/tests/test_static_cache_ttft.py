@@ -13,7 +13,7 @@ from dataclasses import replace
 
 import pytest
 
-import gpuscope.estimate.roofline as roofline
+import gpuscope.estimate.engines as roofline
 
 from results_data import nov30_j
 

@@ -32,7 +32,7 @@ def test_recommended_7b_training_reaches_45_percent_mfu():
 
 def test_training_host_fit_is_the_planners():
     """roofline.TrainHost is this file's fit, in units of the same call's decode launch cost (13.7 us)."""
-    from gpuscope.estimate.roofline import TRAIN_HOST
+    from gpuscope.estimate.engines import TRAIN_HOST
 
     th = json.loads((nov29_d.HERE / "train_host.json").read_text())
     launch = th["decode_host"]["host_launch_s"]

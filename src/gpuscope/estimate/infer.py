@@ -3,7 +3,7 @@
 Memory: infer_memory.py (weights, KV cache, the prefill layer's transient peak, logits, workspace).
 
 Time: prefill (TTFT) = one forward over the prompt + generate's setup and first step (+ the StaticCache's creation
-under HF's static-cache engines, roofline.STATIC_CACHE_INIT); decode = one forward of one token at the mean context
+under HF's static-cache engines, engines.STATIC_CACHE_INIT); decode = one forward of one token at the mean context
 (prompt + gen/2), so the per-token average is exact for costs linear in the context. See roofline.py.
 """
 
@@ -15,10 +15,11 @@ from gpuscope.errors import UserError
 from gpuscope.estimate import ops as opsmod
 from gpuscope.estimate.comm import collective_time
 from gpuscope.estimate.dtypes import check_dtype, compute_dtype, nbytes, quantized_weight_bytes_per_param
+from gpuscope.estimate.engines import STATIC_CACHE_ENGINES, EngineModel, engine_for
+from gpuscope.estimate.infer_memory import max_fit, phase_memory
 from gpuscope.estimate.params import count_params
 from gpuscope.estimate.result import Estimate
-from gpuscope.estimate.infer_memory import max_fit, phase_memory
-from gpuscope.estimate.roofline import STATIC_CACHE_ENGINES, EngineModel, engine_for, forward_time, sm_count
+from gpuscope.estimate.roofline import forward_time, sm_count
 from gpuscope.estimate.runtime import runtime_overheads
 from gpuscope.estimate.topology import topology_for
 from gpuscope.specs.axes import PlannerEngine

@@ -2,7 +2,7 @@
 
 The list mirrors what Hugging Face transformers runs in eager mode for each family (modeling_llama.py and the
 families that copy it, modeling_gpt2.py, modeling_gpt_neox.py, modeling_deepseek_v3.py), so that a roofline over it
-(roofline.py) and a launch count (engine.py) describe the same program the user runs.
+(roofline.py) and a launch count (engines.py) describe the same program the user runs.
 
 Conventions:
 - A matmul of an (M x K) input by a (K x N) weight costs 2MNK FLOPs and moves M*K + K*N + M*N elements.

@@ -25,10 +25,11 @@ from dataclasses import dataclass, replace
 from gpuscope.errors import UserError
 from gpuscope.estimate import ops as opsmod
 from gpuscope.estimate.comm import collective_time
+from gpuscope.estimate.engines import TrainHost, engine_for, train_host_for
 from gpuscope.estimate.memory_train import ddp_bucket_bytes, fsdp_train_memory, precision_bytes, train_memory
 from gpuscope.estimate.params import count_params
 from gpuscope.estimate.result import Estimate
-from gpuscope.estimate.roofline import TrainHost, engine_for, forward_time, sm_count, train_host_for
+from gpuscope.estimate.roofline import forward_time, sm_count
 from gpuscope.estimate.runtime import runtime_overheads
 from gpuscope.estimate.topology import topology_for
 from gpuscope.specs.axes import Offload, Optimizer, Precision, Recompute, Strategy
@@ -57,7 +58,7 @@ def layer_kernels(ops, num_layers: int) -> tuple[int, int]:
 
 def train_host_s(fwd_ops, m: ModelSpec, launch_s: float, full: bool, th: TrainHost) -> dict[str, float]:
     """Host seconds of one micro-batch's forward, backward and (full) recompute, and of the optimizer step:
-    roofline.TrainHost's per-kernel and per-call costs, in units of ``launch_s``. Only a small or host-bound model
+    engines.TrainHost's per-kernel and per-call costs, in units of ``launch_s``. Only a small or host-bound model
     feels it: each phase takes max(GPU, host)."""
     in_layers, _ = layer_kernels(fwd_ops, m.num_layers)
     # the per-call costs were measured whole (TrainHost: a model's kernels outside its layers did not move them)

@@ -40,7 +40,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
-from gpuscope.estimate.roofline import ENGINES
+from gpuscope.estimate.engines import ENGINES
 
 GIB = 2**30
 MIB = 2**20

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuscope.errors import UserError
-from gpuscope.estimate.roofline import planner_engine
+from gpuscope.estimate.engines import planner_engine
 from gpuscope.specs.hardware import catalog_key_for_device
 
 GIB = 2**30

@@ -32,8 +32,8 @@ _PEAK_KEY = re.compile(r"^[a-z0-9]+(_[a-z0-9]+)*_(tflops|tops)(_dense)?$")
 _MEASURED_NUMBERS = (
     "memory_bw_gbs", "h2d_gbs", "d2h_gbs",  # ceilings (gpuscope hardware calibrate)
     "intra_gbs", "inter_gbs", "allreduce_busbw_gbs", "intra_latency_s", "inter_latency_s",  # links (comm.py)
-    "host_launch_s", "host_prefill_launch_s", "host_forward_s", "host_step_s", "host_setup_s",  # roofline.EngineModel
-    # eager training host costs in units of host_launch_s (roofline.TrainHost)
+    "host_launch_s", "host_prefill_launch_s", "host_forward_s", "host_step_s", "host_setup_s",  # engines.EngineModel
+    # eager training host costs in units of host_launch_s (engines.TrainHost)
     "host_train_fwd", "host_train_bwd", "host_train_recompute", "host_train_ckpt_layer", "host_train_fwd_fixed",
     "host_train_bwd_fixed", "host_train_other_kernels", "host_opt_fixed", "host_opt_tensor",
     "host_probe_s", "host_probe_train_s",  # the host's speed when its costs were measured (measure/host/probe.py)

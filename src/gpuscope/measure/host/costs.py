@@ -1,5 +1,5 @@
-"""This machine's eager host costs, the parameters of the planner's engine model (estimate/roofline.EngineModel for
-decode, estimate/roofline.TrainHost for training steps), fitted on models whose GPU work is negligible
+"""This machine's eager host costs, the parameters of the planner's engine model (estimate/engines.EngineModel for
+decode, estimate/engines.TrainHost for training steps), fitted on models whose GPU work is negligible
 (measure/host/overhead.py) with the host probe taken between the fits' rounds (measure/host/probe.py).
 ``gpuscope hardware calibrate --host`` writes them into the calibration TOML's ``[measured]`` table.
 
@@ -26,14 +26,14 @@ import statistics
 
 
 def host_costs(device: str | None = None, real_width: bool | None = None, passes: int = 3) -> dict:
-    """This machine's eager host costs for the planner's engine model (estimate/roofline.EngineModel), measured on
+    """This machine's eager host costs for the planner's engine model (estimate/engines.EngineModel), measured on
     tiny Llama models whose GPU work is negligible (measure/host/overhead.py): the host time of one decoder layer
     divided by the kernels the planner counts in it gives host_launch_s; the per-forward intercept less its
     kernels gives host_forward_s; generate's per-token extra gives host_step_s, and its once-per-call work (TTFT
     less the prompt's forward and host_step_s) host_setup_s. host_launch_s and
     host_prefill_launch_s come from layers at Llama-3.2-1B's widths where the device is not the CPU (real-size
     kernels cost the host more), else host_launch_s is the tiny models' per-kernel time x
-    estimate.roofline.REAL_SIZE_LAUNCH_FACTOR (as the catalog's). ``real_width`` forces the real-width fit on or
+    estimate.engines.REAL_SIZE_LAUNCH_FACTOR (as the catalog's). ``real_width`` forces the real-width fit on or
     off (default: on unless the device is the CPU).
 
     The host's speed moves on a shared VM (module docstring), so the fits run ``passes`` times. In a pass the host
@@ -94,7 +94,7 @@ TRAIN_PROBE_UNIT_S = 5e-3
 def _host_pass(dev, use_real: bool) -> dict:
     """One pass of host_costs' fits: tiny models, then (``use_real``) Llama-3.2-1B-wide layers."""
     from gpuscope.estimate import ops as opsmod
-    from gpuscope.estimate.roofline import REAL_SIZE_LAUNCH_FACTOR
+    from gpuscope.estimate.engines import REAL_SIZE_LAUNCH_FACTOR
     from gpuscope.measure.host.overhead import measure_family
     from gpuscope.measure.models.tiny import TINY
     from gpuscope.specs.hf_config import spec_from_config
@@ -136,7 +136,7 @@ def _host_pass(dev, use_real: bool) -> dict:
            "host_step_s": max(0.0, r["generate_step_s"]), "host_probe_s": r["host_probe_s"]}
     if r.get("generate_setup_s") is not None:
         out["host_setup_s"] = max(0.0, r["generate_setup_s"])
-    # real-size kernels cost the host more than the tiny models' (estimate/roofline.py). Where the device runs
+    # real-size kernels cost the host more than the tiny models' (estimate/engines.py). Where the device runs
     # apart from the host, time Llama-3.2-1B-wide layers (measure/host/overhead.measure_real_width): decode and
     # prefill per kernel. Else, or if that fit is not valid, the tiny figure x the catalog's REAL_SIZE_LAUNCH_FACTOR.
     if real and not real.get("invalid"):
@@ -187,7 +187,7 @@ def _tiny_training_kernels() -> tuple[float, int]:
 def _recompute_split(none: dict, full: dict) -> tuple[float, float]:
     """Full recompute's extra per-layer seconds as (checkpoint, re-forward): what the checkpoint adds to a layer's
     forward is its own bookkeeping, per layer; what it adds to the backward is the re-forward, per kernel
-    (roofline.TrainHost). A noisy split (either part not positive) keeps the whole extra as re-forward."""
+    (engines.TrainHost). A noisy split (either part not positive) keeps the whole extra as re-forward."""
     ckpt = full["forward_layer_s"] - none["forward_layer_s"]
     refwd = full["backward_layer_s"] - none["backward_layer_s"]
     if ckpt <= 0 or refwd <= 0:
@@ -197,14 +197,14 @@ def _recompute_split(none: dict, full: dict) -> tuple[float, float]:
 
 def train_host_costs(launch_s: float, device: str | None = None, steps: int = 10,
                      train_probe_s: float | None = None) -> dict:
-    """This machine's eager training host costs (estimate/roofline.TrainHost), in units of ``launch_s`` (the decode
+    """This machine's eager training host costs (estimate/engines.TrainHost), in units of ``launch_s`` (the decode
     calibration's tiny-model launch cost, host_costs' host_detail.launch_tiny_s; the planner multiplies them by
     host_launch_s, which carries the real-size factor): tiny Llama models of 2/4/8 layers trained with amp-bf16,
     without and with full recompute, each phase timed between synchronizes
     (measure/host/overhead.measure_train_family). The per-layer slopes divided by the kernels the planner counts
     in a layer of the training forward give the per-kernel costs; full recompute's extra forward slope is the
     checkpoint's per-layer cost and its extra backward slope the re-forward's per-kernel one; the intercepts,
-    whole, give the per-call ones (roofline.TrainHost says why). Invalid (nothing written) when a slope is not
+    whole, give the per-call ones (engines.TrainHost says why). Invalid (nothing written) when a slope is not
     positive: the host's noise swamped the fit. The fits are taken to the decode passes' host speed first
     (``train_probe_s``, see the module docstring); without it, to the fits' own median training probe."""
     from gpuscope.measure.device.device import Device, pick_device

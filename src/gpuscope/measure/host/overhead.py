@@ -6,7 +6,7 @@ family with 1, 2, 4 and 8 layers and fitting  t(L) = forward_s + L x layer_s  gi
 layer and of the rest of a forward (embedding, mask and rotary set-up, final norm, head, output objects).
 ``generate`` adds its own per-token work (logits processors, stopping criteria, cache bookkeeping):
 step_s = TPOT(tiny, generate) - decode forward(tiny). These are the parameters of the planner's eager engine
-model (gpuscope.estimate.roofline.EngineModel); they depend on the host CPU and the software versions, not on
+model (gpuscope.estimate.engines.EngineModel); they depend on the host CPU and the software versions, not on
 the GPU.
 """
 
@@ -169,7 +169,7 @@ def measure_real_width(dev: Device, layers=(2, 4, 8), prompt: int = 128, iters: 
     """Host time per decoder layer at a real model's widths, for the eager decode step and the prefill.
 
     Why not only the tiny models: on an H200 VM's host a kernel of Llama-3.2-1B's decode cost the host ~10% more
-    than a tiny model's, Llama-3.1-8B's 27% more and its 128-token prefill's 38% more (estimate/roofline.py), so a
+    than a tiny model's, Llama-3.1-8B's 27% more and its 128-token prefill's 38% more (estimate/engines.py), so a
     tiny-model figure under-plans real models. At these widths a batch-1 step is still host-bound on a GPU (a
     layer's kernels take ~40 us of GPU time against ~0.7 ms of host time), so the wall time of a synchronised
     forward, fitted as t(L) = fixed + L x per-layer over 2, 4 and 8 layers, gives the host's time per layer;

@@ -32,7 +32,7 @@ class _Captured:
         # gs-compile: Inductor fuses each chain of HF's elementwise ops (RMSNorm, rotary, SiLU x up) into one
         # kernel; the compiled step is then captured like the eager one. Without it a Llama decoder layer replays
         # ~52 small kernels (H200 profile: 836 per Llama-3.2-1B step; the 723 besides the GEMVs take 1.2-1.5 ms
-        # of a 2.4-2.6 ms step, roofline.ENGINES["graph-unfused"]).
+        # of a 2.4-2.6 ms step, engines.ENGINES["graph-unfused"]).
         self.fwd = torch.compile(model.forward, dynamic=False) if compile else model.forward
         self.cache_kw = cache_kwarg(model)  # "past_key_values", or "cache" where transformers renamed it
         self.cache = StaticCache(config=model.config, max_cache_len=max_len)

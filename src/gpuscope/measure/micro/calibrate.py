@@ -69,7 +69,7 @@ def calibration_toml(device_name: str, device_type: str, measured: dict, total_m
         lines += [f"source = {_s(src)}",
                   'efficiency_source = "1.0: the peaks are measured rates"']
     lines += ["", "[measured]"]
-    from gpuscope.estimate.roofline import TRAIN_HOST_KEYS
+    from gpuscope.estimate.engines import TRAIN_HOST_KEYS
 
     for k in ("memory_bw_gbs", "h2d_gbs", "d2h_gbs", "host_launch_s", "host_prefill_launch_s", "host_forward_s",
               "host_step_s", "host_setup_s", *TRAIN_HOST_KEYS, "host_probe_s", "host_probe_train_s"):
