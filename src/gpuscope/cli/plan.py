@@ -26,6 +26,10 @@ HSDP_HELP = ("FSDP hybrid shard: sharded inside each node, replicated across nod
 BUCKET_HELP = "DDP: gradients are views into its buckets (no separate gradient memory, never freed)."
 FRAMEWORK_HELP = ("hf (PyTorch DDP / FSDP2 of a transformers model, the default for pure data parallelism) or "
                   "megatron (TP/PP/ZeRO layouts).")
+LORA_R_HELP = ("LoRA fine-tuning (peft): the adapters' rank. The base is frozen (--precision amp-bf16: bf16 base, fp32 "
+               "adapters, bf16 autocast, as get_peft_model + Trainer(bf16=True)).")
+LORA_TARGETS_HELP = "all-linear (every decoder Linear, as peft) or module names, e.g. q_proj,k_proj,v_proj,o_proj."
+QLORA_HELP = "QLoRA: the frozen base's Linear weights in 4-bit NF4 with double quantization (bitsandbytes)."
 DB_HELP = ("Results database whose `bench collectives` rows (this GPU) replace the datasheet link bandwidths of "
            "multi-GPU plans.")
 
@@ -100,16 +104,22 @@ def train(
     search: bool = typer.Option(False, "--search", help="Rank every layout of --num-gpus by tokens/s."),
     db: str = o.db(help=DB_HELP),
     ops: bool = typer.Option(False, "--ops", help="Show the per-operation breakdown (one GPU)."),
+    lora_r: int = typer.Option(None, "--lora-r", help=LORA_R_HELP),
+    lora_alpha: float = typer.Option(None, "--lora-alpha", help="LoRA scaling numerator (default: the rank)."),
+    lora_targets: str = typer.Option(None, "--lora-targets", help=LORA_TARGETS_HELP),
+    lora_dropout: float = typer.Option(0.0, "--lora-dropout", help="Dropout on the adapters' input, in [0, 1)."),
+    qlora: bool = typer.Option(False, "--qlora", help=QLORA_HELP),
     calibrated: bool = o.calibrated(),
     as_json: bool = o.json_out(help=JSON_HELP),
 ) -> None:
-    """Training: one GPU (HF eager: memory per phase, step time, MFU), or a multi-GPU layout (Megatron-style
-    TP/PP/DP/ZeRO; --search ranks all layouts)."""
+    """Training: one GPU (HF eager: memory per phase, step time, MFU), LoRA/QLoRA fine-tuning (--lora-r), or a
+    multi-GPU layout (Megatron-style TP/PP/DP/ZeRO; --search ranks all layouts)."""
     from gpuscope.explain.train_plan import LayoutSearch, TrainRequest, plan_train
 
     r = TrainRequest(micro_batch, seq, precision, optimizer, recompute, grad_accum, offload, fused, num_gpus, tp, pp,
                      dp, cp, ep, zero, fsdp, hsdp, bucket_view, framework, sp, virtual, global_batch, gpus_per_node,
-                     search, db, with_ops=ops)
+                     search, db, with_ops=ops, lora_r=lora_r, lora_alpha=lora_alpha, lora_targets=lora_targets,
+                     lora_dropout=lora_dropout, qlora=qlora)
     out = plan_train(o.load_model_spec(model), o.hardware(gpu, calibrated), r)
     if not isinstance(out, LayoutSearch):
         return _show(out, as_json, ops and not r.multi)

@@ -22,14 +22,14 @@ from __future__ import annotations
 
 from gpuscope.errors import UserError
 from gpuscope.estimate import ops as opsmod
-from gpuscope.estimate.engines import engine_for, train_host_for
 from gpuscope.estimate.lora import LoraShape
 from gpuscope.estimate.lora_memory import NF4_BYTES_PER_WEIGHT, LoraDtypes, lora_train_memory
 from gpuscope.estimate.params import count_params
 from gpuscope.estimate.result import Estimate
 from gpuscope.estimate.roofline import forward_time, sm_count
 from gpuscope.estimate.runtime import runtime_overheads
-from gpuscope.estimate.train import train_forward_ops, train_host_s
+# the engine and host models as train.py imports them
+from gpuscope.estimate.train import engine_for, train_forward_ops, train_host_for, train_host_s
 from gpuscope.specs.axes import Optimizer, Precision, Recompute
 from gpuscope.specs.model import ModelSpec
 
@@ -208,7 +208,8 @@ def _verdict(est: Estimate, hw, recompute, micro_batch, qlora, optimizer) -> tup
     need, have = est.required_bytes / gib, est.device_total_bytes / gib
     if est.fits:
         return (f"Fits on {hw.name}: {need:.1f} of {have:.1f} GiB; {est.throughput['tokens_per_s']:.0f} tok/s, "
-                f"MFU {est.mfu:.0%} (LoRA convention)."), []
+                f"MFU {est.mfu:.0%} (LoRA convention); {est.lora['trainable_params'] / 1e6:.1f}M trainable "
+                "parameters."), []
     tips = []
     if recompute != "full":
         tips.append("gradient checkpointing (--recompute full)")

@@ -44,6 +44,11 @@ class TrainRequest:
     search: bool = False
     db: str | None = None  # a results database whose `bench collectives` rows replace datasheet link bandwidths
     with_ops: bool = False
+    lora_r: int | None = None  # LoRA / QLoRA fine-tuning (explain/lora_plan.py) when any of these is given
+    lora_alpha: float | None = None
+    lora_targets: str | None = None
+    lora_dropout: float = 0.0
+    qlora: bool = False
 
     @property
     def multi(self) -> bool:
@@ -71,7 +76,10 @@ class LayoutSearch:
 def plan_train(m, hw, r: TrainRequest):
     """The Estimate (or LayoutSearch) of the training plan ``r`` of model ``m`` on hardware ``hw``."""
     from gpuscope.estimate.train import estimate_train
+    from gpuscope.explain.lora_plan import plan_lora, wants_lora
 
+    if wants_lora(r):
+        return plan_lora(m, hw, r)
     single = dict(micro_batch=r.micro_batch, seq=r.seq, precision=r.precision, optimizer=r.optimizer,
                   recompute=r.recompute, grad_accum=r.grad_accum, offload=r.offload, fused=r.fused,
                   num_gpus=r.num_gpus)
