@@ -1,8 +1,8 @@
 """Device memory the framework uses beyond what its caching allocator reports as allocated.
 
 ``torch.cuda.max_memory_allocated`` (what our peak estimates target) excludes:
-- the CUDA context, cuBLAS/cuDNN handles and loaded kernels: 1.27 GB on the lent H200 with torch 2.11 / CUDA 13
-  (NVML's used memory minus torch's reserved after init and one GEMM, research/results/2026-11-29-h200/gpu_facts.json);
+- the CUDA context, cuBLAS/cuDNN handles and loaded kernels: 1.27 GB on an H200 with torch 2.11 / CUDA 13 (NVML's
+  used memory minus torch's reserved after init and one GEMM, research/results/2026-11-29-h200/gpu_facts.json);
   it varies with the driver, the libraries loaded and CUDA_MODULE_LOADING (LAZY by default since CUDA 11.7);
 - the allocator's slack: reserved segments above the allocated bytes (block rounding to 2 MiB segments for large
   allocations, fragmentation between differently sized tensors). We budget 3% of the peak plus 256 MiB.

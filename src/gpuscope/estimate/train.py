@@ -83,7 +83,7 @@ def host_link_gbs(hw) -> float:
 DDP_BUCKET_BYTES = 25 * 2**20  # DistributedDataParallel's default bucket_cap_mb
 
 
-# Data-parallel communication on the lent two-H200 NVLink machine (research/results/2026-11-29-h200-x2): gradient and
+# Data-parallel communication on two NVLink-joined H200s (research/results/2026-11-29-h200-x2): gradient and
 # parameter collectives were NOT free behind backward. Step time above the same job on one GPU: DDP Llama-3.2-1B
 # +15.5 ms for ~20 ms of bucketed all-reduce (AMP, fp32 grads), DDP Llama-2-7B +52.5 ms for ~110 ms, FSDP2 1B
 # +21.6 ms for ~16 ms of all-gather + reduce-scatter. NCCL's kernels take SMs and HBM bandwidth from the

@@ -450,8 +450,8 @@ def compare_estimate(est, summary: dict) -> dict:
     profiled step vs step_s; memory: the peak allocated vs peak_bytes_per_gpu. ``estimated_s``/``measured_s`` feed
     the ``slower_than_planned`` rule; ``planner_host_bound`` says whether the planner itself expects the decode
     step to be limited by host launch time (eager engine). The time compared is the bare (unprofiled) one where
-    the profile has it (``measured_timing``): the profiler's own cost is not the workload's (GPT-2 training on the
-    lent H200: 52.0 ms a step profiled, 31.7 ms bare)."""
+    the profile has it (``measured_timing``): the profiler's own cost is not the workload's (GPT-2 training on an
+    H200: 52.0 ms a step profiled, 31.7 ms bare; research/results/2026-11-30-h200-f)."""
     rows = []
     kind = est.kind
     meas_t, timing = bare_time(summary)
