@@ -83,7 +83,7 @@ def test_the_h200_mixtral_routing_would_be_flagged():
     layer's skew (1.25) is above a uniform router's sampling noise for 2,048 rows over 8 experts (1.13)."""
     import statistics
 
-    from gpuscope.explain.findings import moe_imbalance
+    from gpuscope.explain.rules_gpu import moe_imbalance
 
     rt = json.loads((nov29_d.HERE / "moe_routing.json").read_text())
     imb = rt["imbalance_max_over_mean"]
