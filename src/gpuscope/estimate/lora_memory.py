@@ -27,13 +27,19 @@ Memory parts (bytes):
   not its input; a norm whose weight is frozen saves only its fp32 input copy (RMSNorm; LayerNorm its input).
   Checked on CPU with ``torch.autograd.graph.saved_tensors_hooks``: a frozen Linear under autocast saves one
   tensor, its 16-bit weight; a LoRA Linear adds x (16 bit) for lora_A, A.x (T x r) for lora_B and their weights'
-  16-bit copies. So an input a target reads (a norm's output, the attention output before o_proj, the MLP
-  product before down_proj) is saved once per distinct input when no adapter reads it through dropout; with
-  ``--lora-dropout`` > 0 each target saves its own dropped copy and a 1-byte mask (CUDA's bool dropout mask).
+  16-bit copies. peft casts x to the adapters' fp32 dtype before lora_A (``_cast_input_dtype``) and autocast casts
+  it back to 16 bit for the matmul, so every target saves its own 16-bit copy of its input (a norm's output, the
+  attention output before o_proj, the MLP product before down_proj), even where q, k and v read the same x
+  (without autocast: its own fp32 copy; in fp32 nothing is cast and one input is saved once); with
+  ``--lora-dropout`` > 0 each target also keeps a 1-byte mask (CUDA's bool dropout mask).
 - gradient checkpointing (``--recompute full``): each decoder layer's input (T x h in the stream dtype) is kept and
   its activations come back one layer at a time in backward.
 - the head: lm_head frozen: the final norm's fp32 copy (4 T h) and log_softmax's fp32 output (4 T V) are saved;
   the logits (T x V, stream dtype) and their fp32 upcast are forward transients; backward's loss head is 8 T V.
+- ``loss="chunked"`` (torchtune's LinearCrossEntropyLoss, 8 chunks, compiled): the head runs chunk by chunk and
+  the compiled chunk recomputes its logits in backward, so nothing vocabulary-sized is saved; one chunk's logits,
+  fp32 upcast and softmax (forward) or its gradients (backward) exist at a time: (2 + 4 + 4) T V / 8 and
+  (2 + 4 + 4 + 4) T V / 8. An assumption about the compiled graph, not measured here.
 - QLoRA: one Linear's weight dequantised to the compute dtype at a time (forward and backward): a transient of the
   largest decoder Linear x 2 bytes.
 """
@@ -97,31 +103,58 @@ def _adapter_saved(sites_in_layer: list[LinearSite], T: int, r: int, dt: LoraDty
         return 0.0
     ax_b = 2.0 if dt.autocast else dt.adapter_in_b
     out = sum(T * r * ax_b for _ in sites_in_layer)
+    x_b = 2.0 if dt.autocast else dt.adapter_in_b  # the copy lora_A's matmul saves
     if dropout > 0:
-        return out + sum(T * s.n_in * (dt.adapter_in_b + DROPOUT_MASK_BYTES) for s in sites_in_layer)
-    if dt.adapter_in_b != dt.base_b:  # each target casts its own copy up to fp32
-        return out + sum(T * s.n_in * dt.adapter_in_b for s in sites_in_layer)
-    distinct = {(s.part, s.n_in) for s in sites_in_layer}
+        return out + sum(T * s.n_in * (x_b + DROPOUT_MASK_BYTES) for s in sites_in_layer)
+    if dt.adapter_in_b != dt.base_b or dt.autocast:  # peft casts x to fp32 per target (autocast: back to 16 bit)
+        return out + sum(T * s.n_in * x_b for s in sites_in_layer)
+    distinct = {(s.part, s.n_in) for s in sites_in_layer}  # fp32: x reaches lora_A uncast, one tensor per input
     return out + sum(T * n_in * dt.base_b for _, n_in in distinct)
 
 
+_READS_LAYER_INPUT = ("q_proj", "k_proj", "v_proj", "qkv_proj", "c_attn", "query_key_value", "q_a_proj",
+                      "kv_a_proj_with_mqa")
+_READS_MLP_INPUT = ("gate_proj", "up_proj", "gate_up_proj", "c_fc", "dense_h_to_4h", "shared_expert_gate")
+
+
+def _live_parts(m: ModelSpec, sites: list[LinearSite], first: bool) -> tuple[bool, bool, bool]:
+    """Whether the attention block, the rest of the attention sub-layer and the MLP need gradients. In the first
+    layer the input comes from the frozen embedding: nothing before the first adapter requires grad, so autograd
+    saves nothing there (saved_tensors_hooks on CPU: with o_proj and down_proj adapted, layer 0 saved no q, k, v)."""
+    if not first:
+        return True, True, True
+    attn_in = any(s.part == "attention" and s.name in _READS_LAYER_INPUT for s in sites)
+    after_attn = attn_in or any(s.part == "attention" for s in sites)
+    mlp_in = after_attn or any(s.part == "mlp" and s.name in _READS_MLP_INPUT for s in sites)
+    return attn_in, after_attn, mlp_in
+
+
 def lora_layer_saved_bytes(m: ModelSpec, batch: int, seq: int, dt: LoraDtypes, sites_in_layer: list[LinearSite],
-                           r: int, dropout: float, moe: bool = False) -> dict[str, float]:
-    """Bytes autograd keeps for one decoder layer with a frozen base and these adapters (module docstring)."""
+                           r: int, dropout: float, moe: bool = False, first: bool = False) -> dict[str, float]:
+    """Bytes autograd keeps for one decoder layer with a frozen base and these adapters (module docstring);
+    ``first``: the first decoder layer (its input needs no gradient)."""
     T = batch * seq
     full = hf_layer_saved_bytes(m, batch, seq, "fp32" if dt.base_b == 4 else "bf16", moe)
     h, act_b = m.hidden_size, dt.base_b
+    attn_live, post_live, mlp_live = _live_parts(m, sites_in_layer, first)
     per_norm = T * h * (4.0 if m.norm == "rmsnorm" else act_b)  # fp32 copy (RMSNorm) or the input (LayerNorm)
-    norms = (2 if m.norms_per_layer == 2 else 4) * per_norm
+    norms = (int(attn_live) + int(post_live)) * per_norm * (1 if m.norms_per_layer == 2 else 2)
     attn = full["attention"] - (0.0 if m.mla else T * m.q_dim * act_b)  # o_proj's input: only if o_proj adapts
     mlp = full["mlp"] if (moe and m.moe) else full["mlp"] - T * m.intermediate_size * act_b  # down's input, same
-    return {"norms": norms, "attention": attn, "mlp": mlp,
+    return {"norms": norms, "attention": attn if attn_live else 0.0, "mlp": mlp if mlp_live else 0.0,
             "adapters": _adapter_saved(sites_in_layer, T, r, dt, dropout)}
+
+
+def _loss_head(T: int, h: int, V: int, base_b: float, loss: str) -> tuple[float, float, float]:
+    """(saved, forward transient, backward transient) bytes of the LM head and loss (module docstring)."""
+    if loss == "chunked":
+        return 4.0 * T * h, (base_b + 8.0) * T * V / 8, (base_b + 12.0) * T * V / 8
+    return 4.0 * T * h + 4.0 * T * V, (base_b + (4.0 if base_b != 4 else 0.0)) * T * V, 8.0 * T * V
 
 
 def lora_train_memory(m: ModelSpec, pc: ParamCounts, shape: LoraShape, *, micro_batch: int, seq: int,
                       precision: str, optimizer: str, recompute: str, grad_accum: int, fused: bool,
-                      qlora: bool) -> TrainMemory:
+                      qlora: bool, loss: str = "hf") -> TrainMemory:
     dt = LoraDtypes.of(precision)
     T, V, h, A, L = micro_batch * seq, m.vocab_size, m.hidden_size, shape.trainable, m.num_layers
     base = base_weight_bytes(pc, m, dt, qlora)
@@ -129,21 +162,20 @@ def lora_train_memory(m: ModelSpec, pc: ParamCounts, shape: LoraShape, *, micro_
     rest = base + 4.0 * A + opt_states + TRAIN_WORKSPACE_BYTES
     moe_set = set(m.moe_layers) if m.is_moe else set()
     saved = [sum(lora_layer_saved_bytes(m, micro_batch, seq, dt, list(shape.sites_per_layer[i]), shape.r,
-                                        shape.dropout, i in moe_set).values()) for i in range(L)]
+                                        shape.dropout, i in moe_set, first=i == 0).values()) for i in range(L)]
     full = recompute == "full"
     layer_input = T * h * dt.base_b
     kept = [layer_input if full else s for s in saved]
     copies = 2.0 * A if dt.autocast else 0.0  # autocast's 16-bit copies of the fp32 adapters
     dequant = 2.0 * max((s.n_in * s.n_out for s in linear_sites(m)), default=0) if qlora else 0.0
-    head_saved = 4.0 * T * h + 4.0 * T * V
-    head_fwd = (dt.base_b + (4.0 if dt.base_b != 4 else 0.0)) * T * V
+    head_saved, head_fwd, head_bwd = _loss_head(T, h, V, dt.base_b, loss)
     grads = 4.0 * A
     accum = grads if grad_accum > 1 else 0.0
     forward = (rest + accum + sum(kept) + copies + head_saved + head_fwd + (max(saved) if full else 0.0)
                + dequant)
     width = max(m.intermediate_size, (m.moe.expert_intermediate_size * m.moe.experts_per_token) if m.moe else 0)
     bwd_work = 2 * T * h * dt.base_b + 3 * T * width * dt.base_b + dequant
-    walk = [rest + accum + sum(kept) + copies + head_saved + 8.0 * T * V]
+    walk = [rest + accum + sum(kept) + copies + head_saved + head_bwd]
     for i in range(L - 1, -1, -1):
         done = accum or grads * (L - 1 - i) / L
         walk.append(rest + sum(kept[: i + 1]) + copies + (saved[i] if full else 0.0) + done + bwd_work)

@@ -133,8 +133,9 @@ def check_lora_inputs(precision: str, optimizer: str, recompute: str, qlora: boo
 def estimate_lora_train(m: ModelSpec, hw, shape: LoraShape, *, micro_batch: int, seq: int,
                         precision: str = "amp-bf16", optimizer: str = "adamw", recompute: str = "none",
                         grad_accum: int = 1, fused: bool = True, qlora: bool = False, alpha: float | None = None,
-                        with_ops: bool = False) -> Estimate:
-    """LoRA (or QLoRA) fine-tuning of ``m`` on one GPU of ``hw`` (module docstrings of this file and lora_memory)."""
+                        with_ops: bool = False, loss: str = "hf") -> Estimate:
+    """LoRA (or QLoRA) fine-tuning of ``m`` on one GPU of ``hw`` (module docstrings of this file and lora_memory);
+    ``loss``: "hf" (transformers' loss over full fp32 logits) or "chunked" (torchtune's compiled chunked loss)."""
     for name, v in (("micro-batch", micro_batch), ("seq", seq), ("grad-accum", grad_accum)):
         if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
             raise UserError(f"--{name} must be a positive integer, got {v!r}.")
@@ -147,7 +148,7 @@ def estimate_lora_train(m: ModelSpec, hw, shape: LoraShape, *, micro_batch: int,
         raise UserError(f"--lora-alpha must be positive, got {alpha:g}.")
     pc = count_params(m)
     mem = lora_train_memory(m, pc, shape, micro_batch=micro_batch, seq=seq, precision=precision, optimizer=optimizer,
-                            recompute=recompute, grad_accum=grad_accum, fused=fused, qlora=qlora)
+                            recompute=recompute, grad_accum=grad_accum, fused=fused, qlora=qlora, loss=loss)
     peak = max(mem.phases.values())
     t = lora_step_time(m, hw, shape, micro_batch=micro_batch, seq=seq, precision=precision, optimizer=optimizer,
                        recompute=recompute, grad_accum=grad_accum, fused=fused, qlora=qlora)
