@@ -60,8 +60,6 @@ def _pos_int(cfg: dict, value, name: str) -> int:
 
 def spec_from_config(cfg: dict, name: str = "", source: str = "") -> ModelSpec:
     """Normalise one HF config dict into a ModelSpec."""
-    if "text_config" in cfg and "model_type" not in cfg.get("text_config", {}):
-        pass
     family = cfg.get("model_type")
     if family not in SUPPORTED_FAMILIES:
         raise UserError(
@@ -71,7 +69,22 @@ def spec_from_config(cfg: dict, name: str = "", source: str = "") -> ModelSpec:
         return _gpt2(cfg, name, source)
     if family == "gpt_neox":
         return _neox(cfg, name, source)
+    kw = _shape(cfg, family, name, source)
+    _layer_options(kw, cfg, family)
+    _sliding_window(kw, cfg, family)
+    notes: list[str] = []
+    if family == "mixtral":
+        _mixtral_experts(kw, cfg)
+    elif family == "qwen2_moe":
+        _qwen2_moe_experts(kw, cfg)
+    elif family in ("deepseek_v2", "deepseek_v3"):
+        _deepseek(kw, cfg, family, notes)
+    kw["notes"] = tuple(notes)
+    return ModelSpec(**kw)
 
+
+def _shape(cfg: dict, family: str, name: str, source: str) -> dict:
+    """The ModelSpec fields every Llama-like family has (widths, heads, vocabulary, context), each checked."""
     hidden = _pos_int(cfg, _get(cfg, "hidden_size"), "hidden_size")
     layers = _pos_int(cfg, _get(cfg, "num_hidden_layers"), "num_hidden_layers")
     heads = _pos_int(cfg, _get(cfg, "num_attention_heads"), "num_attention_heads")
@@ -87,7 +100,7 @@ def spec_from_config(cfg: dict, name: str = "", source: str = "") -> ModelSpec:
     vocab = _pos_int(cfg, _get(cfg, "vocab_size"), "vocab_size")
     max_pos = int(cfg.get("max_position_embeddings") or 4096)
     tie = bool(cfg.get("tie_word_embeddings", family in ("gemma", "gemma2")))
-    kw: dict = dict(
+    return dict(
         name=name or cfg.get("_name_or_path") or family,
         family=family,
         hidden_size=hidden,
@@ -102,8 +115,11 @@ def spec_from_config(cfg: dict, name: str = "", source: str = "") -> ModelSpec:
         activation=str(cfg.get("hidden_act") or cfg.get("hidden_activation") or "silu"),
         source=source,
     )
-    notes: list[str] = []
 
+
+def _layer_options(kw: dict, cfg: dict, family: str) -> None:
+    """Biases, q/k norms, extra norms, eager attention and the activation, as each family's modeling file builds
+    its layers."""
     # Biases as the modeling_*.py files build them: attention_bias puts a bias on q/k/v/o in Llama, Qwen3, Gemma
     # and Gemma-2; Mistral, Mixtral and Phi-3 hard-code bias=False whatever the config says (modeling_mistral.py,
     # modeling_mixtral.py, modeling_phi3.py); only LlamaMLP reads mlp_bias (Qwen3MLP, MistralMLP: bias=False).
@@ -125,6 +141,10 @@ def spec_from_config(cfg: dict, name: str = "", source: str = "") -> ModelSpec:
     if family in ("gemma", "gemma2"):
         kw["activation"] = str(cfg.get("hidden_activation") or cfg.get("hidden_act") or "gelu_pytorch_tanh")
 
+
+def _sliding_window(kw: dict, cfg: dict, family: str) -> None:
+    """Sliding-window layers and their window, where the family applies the config's ``sliding_window``."""
+    layers = kw["num_layers"]
     # Sliding-window attention: Mistral (all layers when set), Qwen2 (only if use_sliding_window, from
     # max_window_layers on), Gemma-2 (every other layer), Phi-3 (all layers when set).
     window = cfg.get("sliding_window")
@@ -140,54 +160,64 @@ def spec_from_config(cfg: dict, name: str = "", source: str = "") -> ModelSpec:
     if kw.get("sliding_window_layers") == 0:
         kw["sliding_window"] = None
 
-    if family == "mixtral":
-        e = _pos_int(cfg, _get(cfg, "num_local_experts"), "num_local_experts")
-        kw["moe"] = MoESpec(num_experts=e, experts_per_token=int(_get(cfg, "num_experts_per_tok", default=2)),
-                            expert_intermediate_size=inter)
-        kw["moe_layers"] = tuple(range(layers))
-    elif family == "qwen2_moe":
-        e = _pos_int(cfg, _get(cfg, "num_experts"), "num_experts")
-        shared = int(cfg.get("shared_expert_intermediate_size") or 0)
-        kw["moe"] = MoESpec(num_experts=e, experts_per_token=int(_get(cfg, "num_experts_per_tok", default=4)),
-                            expert_intermediate_size=int(_get(cfg, "moe_intermediate_size")),
-                            shared_intermediate_size=shared, num_shared_experts=1 if shared else 0,
-                            shared_expert_gate=bool(shared))
-        step = int(cfg.get("decoder_sparse_step", 1) or 1)
-        only_mlp = set(cfg.get("mlp_only_layers") or [])
-        kw["moe_layers"] = tuple(i for i in range(layers) if i not in only_mlp and (i + 1) % step == 0)
-    elif family in ("deepseek_v2", "deepseek_v3"):
-        e = int(cfg.get("n_routed_experts") or 0)
-        if e:
-            shared_n = int(cfg.get("n_shared_experts") or 0)
-            mi = int(_get(cfg, "moe_intermediate_size"))
-            kw["moe"] = MoESpec(
-                num_experts=e, experts_per_token=int(_get(cfg, "num_experts_per_tok")),
-                expert_intermediate_size=mi, num_shared_experts=shared_n, shared_intermediate_size=shared_n * mi,
-                # DeepSeek-V3's e_score_correction_bias is an nn.Buffer in transformers (DeepseekV3TopkRouter,
-                # modeling_deepseek_v3.py), not a parameter (the remote code made it one): 0 parameters here.
-                router_bias_params=0,
-            )
-            k_dense = int(cfg.get("first_k_dense_replace", 0) or 0)
-            freq = int(cfg.get("moe_layer_freq", 1) or 1)
-            kw["moe_layers"] = tuple(i for i in range(layers) if i >= k_dense and i % freq == 0)
-        q_lora = cfg.get("q_lora_rank")
-        kw["mla"] = MLASpec(
-            q_lora_rank=int(q_lora) if q_lora else None,
-            kv_lora_rank=int(_get(cfg, "kv_lora_rank")),
-            qk_nope_head_dim=int(_get(cfg, "qk_nope_head_dim")),
-            qk_rope_head_dim=int(_get(cfg, "qk_rope_head_dim")),
-            v_head_dim=int(_get(cfg, "v_head_dim")),
+
+def _mixtral_experts(kw: dict, cfg: dict) -> None:
+    """Mixtral: every layer's MLP is a top-k mixture of ``num_local_experts`` experts of intermediate_size."""
+    layers, inter = kw["num_layers"], kw["intermediate_size"]
+    e = _pos_int(cfg, _get(cfg, "num_local_experts"), "num_local_experts")
+    kw["moe"] = MoESpec(num_experts=e, experts_per_token=int(_get(cfg, "num_experts_per_tok", default=2)),
+                        expert_intermediate_size=inter)
+    kw["moe_layers"] = tuple(range(layers))
+
+
+def _qwen2_moe_experts(kw: dict, cfg: dict) -> None:
+    """Qwen2-MoE: routed experts plus one gated shared expert, on every decoder_sparse_step-th layer not listed in
+    mlp_only_layers."""
+    layers = kw["num_layers"]
+    e = _pos_int(cfg, _get(cfg, "num_experts"), "num_experts")
+    shared = int(cfg.get("shared_expert_intermediate_size") or 0)
+    kw["moe"] = MoESpec(num_experts=e, experts_per_token=int(_get(cfg, "num_experts_per_tok", default=4)),
+                        expert_intermediate_size=int(_get(cfg, "moe_intermediate_size")),
+                        shared_intermediate_size=shared, num_shared_experts=1 if shared else 0,
+                        shared_expert_gate=bool(shared))
+    step = int(cfg.get("decoder_sparse_step", 1) or 1)
+    only_mlp = set(cfg.get("mlp_only_layers") or [])
+    kw["moe_layers"] = tuple(i for i in range(layers) if i not in only_mlp and (i + 1) % step == 0)
+
+
+def _deepseek(kw: dict, cfg: dict, family: str, notes: list[str]) -> None:
+    """DeepSeek-V2/V3: routed + shared experts after the first dense layers, and multi-head latent attention."""
+    layers, heads = kw["num_layers"], kw["num_heads"]
+    e = int(cfg.get("n_routed_experts") or 0)
+    if e:
+        shared_n = int(cfg.get("n_shared_experts") or 0)
+        mi = int(_get(cfg, "moe_intermediate_size"))
+        kw["moe"] = MoESpec(
+            num_experts=e, experts_per_token=int(_get(cfg, "num_experts_per_tok")),
+            expert_intermediate_size=mi, num_shared_experts=shared_n, shared_intermediate_size=shared_n * mi,
+            # DeepSeek-V3's e_score_correction_bias is an nn.Buffer in transformers (DeepseekV3TopkRouter,
+            # modeling_deepseek_v3.py), not a parameter (the remote code made it one): 0 parameters here.
+            router_bias_params=0,
         )
-        kw["qkv_bias"] = kw["out_bias"] = bool(cfg.get("attention_bias", False))
-        if family == "deepseek_v2":  # DeepseekV2MLP (dense layers and shared experts) reads config.mlp_bias
-            kw["mlp_bias"] = bool(cfg.get("mlp_bias", False))
-        kw["head_dim"] = kw["mla"].v_head_dim
-        kw["num_kv_heads"] = heads  # MLA decompresses K and V per head
-        if cfg.get("num_nextn_predict_layers"):
-            notes.append("multi-token-prediction layers of the checkpoint are not counted (transformers does not "
-                         "build them)")
-    kw["notes"] = tuple(notes)
-    return ModelSpec(**kw)
+        k_dense = int(cfg.get("first_k_dense_replace", 0) or 0)
+        freq = int(cfg.get("moe_layer_freq", 1) or 1)
+        kw["moe_layers"] = tuple(i for i in range(layers) if i >= k_dense and i % freq == 0)
+    q_lora = cfg.get("q_lora_rank")
+    kw["mla"] = MLASpec(
+        q_lora_rank=int(q_lora) if q_lora else None,
+        kv_lora_rank=int(_get(cfg, "kv_lora_rank")),
+        qk_nope_head_dim=int(_get(cfg, "qk_nope_head_dim")),
+        qk_rope_head_dim=int(_get(cfg, "qk_rope_head_dim")),
+        v_head_dim=int(_get(cfg, "v_head_dim")),
+    )
+    kw["qkv_bias"] = kw["out_bias"] = bool(cfg.get("attention_bias", False))
+    if family == "deepseek_v2":  # DeepseekV2MLP (dense layers and shared experts) reads config.mlp_bias
+        kw["mlp_bias"] = bool(cfg.get("mlp_bias", False))
+    kw["head_dim"] = kw["mla"].v_head_dim
+    kw["num_kv_heads"] = heads  # MLA decompresses K and V per head
+    if cfg.get("num_nextn_predict_layers"):
+        notes.append("multi-token-prediction layers of the checkpoint are not counted (transformers does not "
+                     "build them)")
 
 
 def _gpt2(cfg: dict, name: str, source: str) -> ModelSpec:
