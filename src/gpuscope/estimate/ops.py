@@ -62,47 +62,91 @@ def layer_ops(m: ModelSpec, tokens: int, ctx: int, new: int, act_b: float, w_b: 
     h = m.hidden_size
     ops = [_norm(m, tokens, stream_b, act_b, count)]
     cast = 0.0 if stream_b == act_b else 1.0  # autocast copies the fp32 norm output before each projection
-    if m.mla:
-        a = m.mla
-        qk = a.qk_nope_head_dim + a.qk_rope_head_dim
-        if a.q_lora_rank:
-            ops += [_mm("q_a_proj", tokens, a.q_lora_rank, h, act_b, w_b, count),
-                    _ew("q_a_norm", tokens * a.q_lora_rank, 36, 7, count),
-                    _mm("q_b_proj", tokens, m.num_heads * qk, a.q_lora_rank, act_b, w_b, count)]
-        else:
-            ops.append(_mm("q_proj", tokens, m.num_heads * qk, h, act_b, w_b, count))
-        ops += [_mm("kv_a_proj", tokens, a.kv_lora_rank + a.qk_rope_head_dim, h, act_b, w_b, count),
-                _ew("kv_a_norm", tokens * a.kv_lora_rank, 36, 7, count),
-                _mm("kv_b_proj", tokens, m.num_heads * (a.qk_nope_head_dim + a.v_head_dim), a.kv_lora_rank,
-                    act_b, w_b, count),
-                _ew("mla_split_rope_cat", tokens * m.num_heads * (2 * qk), 4 * act_b, 14, count)]
-        q_dim, k_dim, v_dim = m.num_heads * qk, m.num_heads * qk, m.num_heads * a.v_head_dim
-        if m.mla_latent_cache:
-            # absorbed MLA (DeepSeek-V2 section 2.1.2): W_UK folds into the query and W_UV into the output, so
-            # attention reads the shared latent (kv_lora + rope per token, one "head") and every head's scores
-            # run over kv_lora + rope dims and its values over kv_lora dims
-            k_dim, v_dim = a.kv_lora_rank + a.qk_rope_head_dim, 0
+    proj, q_dim, k_dim, v_dim = (_mla_projection_ops(m, tokens, act_b, w_b, count) if m.mla else
+                                 _qkv_projection_ops(m, tokens, act_b, w_b, stream_b, count, cast, fuse_proj))
+    ops += proj
+    ops += _kv_cache_ops(tokens, ctx, new, batch, k_dim + v_dim, act_b, count, hf_cache_cat, static_len)
+    ops += _attention_ops(m, tokens, ctx, new, batch, q_dim, k_dim, v_dim, act_b, count, static_len, gqa_fold)
+    ops.append(_ew("attn_out_transpose", tokens * q_dim if not m.mla else tokens * v_dim, 2 * act_b, 1, count))
+    ops.append(_mm("o_proj", tokens, h, v_dim if m.mla else q_dim, act_b, w_b, count))
+    ops.append(_ew("residual_add", tokens * h, 2 * stream_b + act_b, 1, count))
+    if not m.parallel_residual:
+        ops.append(_norm(m, tokens, stream_b, act_b, count))
+    if m.norms_per_layer == 4:  # Gemma-2: post-attention and post-feedforward norms on the branch outputs
+        ops.append(_norm(m, tokens, act_b, act_b, 2 * count))
+    if moe and m.moe:
+        ops += _moe_ops(m, tokens, act_b, w_b, stream_b, count, cast, moe_batched)
     else:
-        q_dim, k_dim, v_dim = m.q_dim, m.kv_dim, m.kv_dim
-        if cast:
-            ops.append(_ew("autocast_copies", tokens * h, 3 * (stream_b + act_b), 3, count))
-        fused_qkv = fuse_proj or m.family in ("gpt2", "gpt_neox", "phi3")
-        ops.append(_mm("qkv_proj", tokens, q_dim + k_dim + v_dim, h, act_b, w_b, count, 1 if fused_qkv else 3))
-        if m.family == "gpt2":
-            ops.append(_ew("split_heads", tokens * (q_dim + k_dim + v_dim), 2 * act_b, 3, count))
-        else:
-            # rotary on q and k: mul cos, rotate_half (2 slices, neg, cat), mul sin, add
-            rot = m.num_heads * m.head_dim + m.num_kv_heads * m.head_dim
-            ops.append(_ew("rotary", tokens * rot, 10 * act_b, 12, count))
-        if m.qk_norm:
-            ops.append(_ew("qk_norm", tokens * (q_dim + k_dim), 36, 14, count))
+        ops += _mlp_ops(m, tokens, m.intermediate_size, act_b, w_b, stream_b, count, cast, "mlp", fuse_proj)
+    ops.append(_ew("residual_add", tokens * h, 2 * stream_b + act_b, 1, count))
+    return ops
+
+
+def _mla_projection_ops(m: ModelSpec, tokens: int, act_b: float, w_b: float, count: int):
+    """(ops, q, k, v widths) of multi-head latent attention's projections (DeepSeek-V2/V3)."""
+    h = m.hidden_size
+    ops = []
+    a = m.mla
+    qk = a.qk_nope_head_dim + a.qk_rope_head_dim
+    if a.q_lora_rank:
+        ops += [_mm("q_a_proj", tokens, a.q_lora_rank, h, act_b, w_b, count),
+                _ew("q_a_norm", tokens * a.q_lora_rank, 36, 7, count),
+                _mm("q_b_proj", tokens, m.num_heads * qk, a.q_lora_rank, act_b, w_b, count)]
+    else:
+        ops.append(_mm("q_proj", tokens, m.num_heads * qk, h, act_b, w_b, count))
+    ops += [_mm("kv_a_proj", tokens, a.kv_lora_rank + a.qk_rope_head_dim, h, act_b, w_b, count),
+            _ew("kv_a_norm", tokens * a.kv_lora_rank, 36, 7, count),
+            _mm("kv_b_proj", tokens, m.num_heads * (a.qk_nope_head_dim + a.v_head_dim), a.kv_lora_rank,
+                act_b, w_b, count),
+            _ew("mla_split_rope_cat", tokens * m.num_heads * (2 * qk), 4 * act_b, 14, count)]
+    q_dim, k_dim, v_dim = m.num_heads * qk, m.num_heads * qk, m.num_heads * a.v_head_dim
+    if m.mla_latent_cache:
+        # absorbed MLA (DeepSeek-V2 section 2.1.2): W_UK folds into the query and W_UV into the output, so
+        # attention reads the shared latent (kv_lora + rope per token, one "head") and every head's scores
+        # run over kv_lora + rope dims and its values over kv_lora dims
+        k_dim, v_dim = a.kv_lora_rank + a.qk_rope_head_dim, 0
+    return ops, q_dim, k_dim, v_dim
+
+
+def _qkv_projection_ops(m: ModelSpec, tokens: int, act_b: float, w_b: float, stream_b: float, count: int,
+                        cast: float, fuse_proj: bool):
+    """(ops, q, k, v widths) of the q/k/v projections with rotary (or GPT-2's head split) and the q/k norms."""
+    h = m.hidden_size
+    ops = []
+    q_dim, k_dim, v_dim = m.q_dim, m.kv_dim, m.kv_dim
+    if cast:
+        ops.append(_ew("autocast_copies", tokens * h, 3 * (stream_b + act_b), 3, count))
+    fused_qkv = fuse_proj or m.family in ("gpt2", "gpt_neox", "phi3")
+    ops.append(_mm("qkv_proj", tokens, q_dim + k_dim + v_dim, h, act_b, w_b, count, 1 if fused_qkv else 3))
+    if m.family == "gpt2":
+        ops.append(_ew("split_heads", tokens * (q_dim + k_dim + v_dim), 2 * act_b, 3, count))
+    else:
+        # rotary on q and k: mul cos, rotate_half (2 slices, neg, cat), mul sin, add
+        rot = m.num_heads * m.head_dim + m.num_kv_heads * m.head_dim
+        ops.append(_ew("rotary", tokens * rot, 10 * act_b, 12, count))
+    if m.qk_norm:
+        ops.append(_ew("qk_norm", tokens * (q_dim + k_dim), 36, 14, count))
+    return ops, q_dim, k_dim, v_dim
+
+
+def _kv_cache_ops(tokens: int, ctx: int, new: int, batch: int, kv_width: int, act_b: float, count: int,
+                  hf_cache_cat: bool, static_len: int | None) -> list[Op]:
+    """Writing this step's keys and values: DynamicCache's torch.cat or StaticCache's index_copy_."""
+    ops = []
     # KV cache: HF DynamicCache appends with torch.cat, re-copying this layer's cache every step.
-    kv_elems_past = batch * (ctx - new) * (k_dim + v_dim)
+    kv_elems_past = batch * (ctx - new) * kv_width
     if hf_cache_cat and ctx > new:
-        ops.append(Op("kv_cache_cat", "cache", 0.0, 2 * kv_elems_past * act_b + 2 * tokens * (k_dim + v_dim) * act_b,
+        ops.append(Op("kv_cache_cat", "cache", 0.0, 2 * kv_elems_past * act_b + 2 * tokens * kv_width * act_b,
                       2, count))
     if static_len:  # StaticCache.update: index_copy_ of the new keys and values into their slots
-        ops.append(Op("kv_cache_update", "cache", 0.0, 2 * tokens * (k_dim + v_dim) * act_b, 2, count))
+        ops.append(Op("kv_cache_update", "cache", 0.0, 2 * tokens * kv_width * act_b, 2, count))
+    return ops
+
+
+def _attention_ops(m: ModelSpec, tokens: int, ctx: int, new: int, batch: int, q_dim: int, k_dim: int, v_dim: int,
+                   act_b: float, count: int, static_len: int | None, gqa_fold: bool) -> list[Op]:
+    """The attention core: SDPA (causal flash, or the masked path), eager attention's scores, repeat_kv copies."""
+    ops = []
     # Attention: causal dot products; SDPA reads q, k, v and writes the output once.
     past = ctx - new
     pairs = batch * (new * past + new * (new + 1) / 2)  # (query, key) pairs
@@ -136,18 +180,6 @@ def layer_ops(m: ModelSpec, tokens: int, ctx: int, new: int, act_b: float, w_b: 
         ops.append(Op("attention", "matmul", attn_flops, attn_bytes, 2, count))
     else:
         ops.append(Op("attention_masked" if masked else "attention", "attention", attn_flops, attn_bytes, 1, count))
-    ops.append(_ew("attn_out_transpose", tokens * q_dim if not m.mla else tokens * v_dim, 2 * act_b, 1, count))
-    ops.append(_mm("o_proj", tokens, h, v_dim if m.mla else q_dim, act_b, w_b, count))
-    ops.append(_ew("residual_add", tokens * h, 2 * stream_b + act_b, 1, count))
-    if not m.parallel_residual:
-        ops.append(_norm(m, tokens, stream_b, act_b, count))
-    if m.norms_per_layer == 4:  # Gemma-2: post-attention and post-feedforward norms on the branch outputs
-        ops.append(_norm(m, tokens, act_b, act_b, 2 * count))
-    if moe and m.moe:
-        ops += _moe_ops(m, tokens, act_b, w_b, stream_b, count, cast, moe_batched)
-    else:
-        ops += _mlp_ops(m, tokens, m.intermediate_size, act_b, w_b, stream_b, count, cast, "mlp", fuse_proj)
-    ops.append(_ew("residual_add", tokens * h, 2 * stream_b + act_b, 1, count))
     return ops
 
 
