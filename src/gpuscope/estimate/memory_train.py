@@ -61,23 +61,9 @@ def train_memory(m: ModelSpec, pc: ParamCounts, *, micro_batch: int, seq: int, p
                  recompute: str, grad_accum: int, offload: str, fused: bool) -> TrainMemory:
     w_b, act_b, _ = precision_bytes(precision)
     amp = precision.startswith("amp") or precision == "fp8"
-    P = pc.total
-    T = micro_batch * seq
-    V, h = m.vocab_size, m.hidden_size
+    T, V, h = micro_batch * seq, m.vocab_size, m.hidden_size
     layer_p = [layer_params(m, i) for i in range(m.num_layers)]
-    # Where weights, gradients and states live. Offloaded training keeps 16-bit weights/grads on the GPU.
-    gpu_w_b = w_b if offload == "none" else 2.0
-    if offload == "params":
-        two_layers = 2 * max(lp.total for lp in layer_p)
-        weights = (two_layers + pc.embedding + pc.lm_head + pc.norms) * gpu_w_b
-    else:
-        weights = P * gpu_w_b
-    opt_states = optimizer_state_bytes(P, optimizer, w_b) if offload == "none" else 0.0
-    host = 0.0 if offload == "none" else P * w_b + optimizer_state_bytes(P, optimizer, w_b)
-    rest = weights + opt_states + TRAIN_WORKSPACE_BYTES
-    # Gradients: all of them on the GPU unless offloaded, where each layer's stream out as it completes.
-    grads = [lp.total * gpu_w_b for lp in layer_p]
-    grads_total = P * gpu_w_b if offload == "none" else (V * h + max(lp.total for lp in layer_p)) * gpu_w_b
+    r = _resident(m, pc, layer_p, w_b, optimizer, offload)
     # 16-bit weight copies autocast makes (matmul weights: all but norms; embedding lookups are not autocast).
     # With offload the weights already are 16 bit: no copies.
     copy_b = 2.0 if (amp and offload == "none") else 0.0
@@ -92,50 +78,36 @@ def train_memory(m: ModelSpec, pc: ParamCounts, *, micro_batch: int, seq: int, p
     # largest intermediate's gradient pair (MLP: 3 x T x I), plus the 16-bit weight-grad before its fp32 cast.
     width = max(m.intermediate_size, (m.moe.expert_intermediate_size * m.moe.experts_per_token) if m.moe else 0)
     bwd_work = 2 * T * h * stream_b + 3 * T * width * act_b + max(lp.mlp for lp in layer_p) / 3 * copy_b
-    # The LM head and loss (transformers ForCausalLMLoss): logits in the activation dtype, upcast to fp32 for the
-    # loss (a copy unless they already are fp32), cross_entropy = log_softmax (saves its fp32 output) + nll_loss.
-    # Forward peak at log_softmax: logits + fp32 copy + log_softmax output; only the output outlives the forward.
-    # Backward peak at log_softmax's backward: its saved output, the nll gradient and its own result (3 x 4TV).
-    head_saved = T * h * (8.0 if stream_b == 4 else 6.0) + (T * h * 2.0 if amp else 0.0) + 4.0 * T * V
-    head_fwd_transient = (act_b + (4.0 if act_b != 4.0 else 0.0)) * T * V
-    head_bwd_transient = 8.0 * T * V
+    head_saved, head_fwd_transient, head_bwd_transient = _head_bytes(T, h, V, act_b, stream_b, amp)
 
     full = recompute == "full"
     kept = [layer_input if full else s for s in saved]
     fwd_extra_layer = max(saved) if full else 0.0
-    accum_grads = grads_total if grad_accum > 1 else 0.0  # gradients persist across micro-batches
-    forward_peak = (rest + accum_grads + sum(kept) + sum(copies) + head_copy + head_saved + head_fwd_transient
+    accum_grads = r.grads_total if grad_accum > 1 else 0.0  # gradients persist across micro-batches
+    forward_peak = (r.rest + accum_grads + sum(kept) + sum(copies) + head_copy + head_saved + head_fwd_transient
                     + fwd_extra_layer)
     # Backward walk.
     copies_alive = [0.0 if full else c for c in copies]
-    bwd_start = rest + accum_grads + sum(kept) + sum(copies_alive) + head_copy + head_saved + head_bwd_transient
+    bwd_start = (r.rest + accum_grads + sum(kept) + sum(copies_alive) + head_copy + head_saved
+                 + head_bwd_transient)
     walk = []
     # The LM head's weight gradient (the shared embedding's, when tied) exists from here on; with gradient
     # accumulation every gradient already exists (later micro-batches add into them in place).
-    g_done = accum_grads or V * h * gpu_w_b
+    g_done = accum_grads or V * h * r.gpu_w_b
     for i in range(m.num_layers - 1, -1, -1):
         recomputed = (saved[i] + copies[i]) if full else 0.0
-        walk.append(rest + sum(kept[: i + 1]) + sum(copies_alive[: i + 1]) + recomputed + g_done + bwd_work)
-        g_done += grads[i] if (offload == "none" and not accum_grads) else 0.0
-    emb_grad = pc.embedding * gpu_w_b
-    # A tied embedding gets two gradients (the LM head's, already in grads_total, and the embedding's): the
-    # embedding backward's output, and without autocast the sum as well. GPT-2 fp32 mb2 s128 on the H200
-    # (research/results/2026-11-29-h200-d): the backward peak sat 302 MiB above rest + gradients at the end of backward,
-    # two copies of the 147 MiB V x h fp32 gradient; under amp-bf16 (GPT-2 and Llama-3.2-1B, tied too) one copy:
-    # there the head's gradient arrives through autocast's cast node as a fresh tensor that is summed in place.
-    # bf16 without autocast is taken to behave as fp32 (same graph, no cast node; not measured).
-    tied_copies = (1 if amp else 2) if pc.lm_head == 0 else 0
-    bwd_end = rest + grads_total + layer_input + tied_copies * emb_grad
-    backward_peak = max([bwd_start, bwd_end] + walk)
-    foreach_tmp = 0.0 if (fused or optimizer == "sgd" or offload != "none") else P * w_b
-    optimizer_peak = rest + (grads_total if offload == "none" else 0.0) + foreach_tmp
-    phases = {"forward": forward_peak, "backward": backward_peak, "optimizer": optimizer_peak}
+        walk.append(r.rest + sum(kept[: i + 1]) + sum(copies_alive[: i + 1]) + recomputed + g_done + bwd_work)
+        g_done += r.grads[i] if (offload == "none" and not accum_grads) else 0.0
+    bwd_end = r.rest + r.grads_total + layer_input + _tied_embedding_grads(pc, amp) * (pc.embedding * r.gpu_w_b)
+    foreach_tmp = 0.0 if (fused or optimizer == "sgd" or offload != "none") else pc.total * w_b
+    phases = {"forward": forward_peak, "backward": max([bwd_start, bwd_end] + walk),
+              "optimizer": r.rest + (r.grads_total if offload == "none" else 0.0) + foreach_tmp}
     peak = max(phases.values())
     at = max(phases, key=phases.get)
     breakdown = {
-        "weights": weights,
-        "optimizer_states": opt_states,
-        "gradients": grads_total if (at == "optimizer" or grad_accum > 1) else 0.0,
+        "weights": r.weights,
+        "optimizer_states": r.opt_states,
+        "gradients": r.grads_total if (at == "optimizer" or grad_accum > 1) else 0.0,
         "activations": sum(kept) + (fwd_extra_layer if at == "forward" else 0.0),
         "weight_copies_16bit": (sum(copies) + head_copy) if at == "forward" else 0.0,
         "logits_and_loss": (head_saved + head_fwd_transient) if at == "forward" else 0.0,
@@ -144,7 +116,60 @@ def train_memory(m: ModelSpec, pc: ParamCounts, *, micro_batch: int, seq: int, p
     }
     if at == "backward":
         breakdown["backward_working_set"] = peak - sum(breakdown.values())
-    return TrainMemory(phases=phases, breakdown=breakdown, host_bytes=host)
+    return TrainMemory(phases=phases, breakdown=breakdown, host_bytes=r.host)
+
+
+@dataclass(frozen=True)
+class _Resident:
+    """What lives on the GPU (and the host) through the whole step: weights, optimizer states, the gradients."""
+
+    gpu_w_b: float  # bytes of a weight / gradient on the GPU
+    weights: float
+    opt_states: float
+    host: float
+    rest: float  # weights + optimizer states + workspace
+    grads: list  # per layer
+    grads_total: float
+
+
+def _resident(m: ModelSpec, pc: ParamCounts, layer_p: list, w_b: float, optimizer: str, offload: str) -> _Resident:
+    P = pc.total
+    # Where weights, gradients and states live. Offloaded training keeps 16-bit weights/grads on the GPU.
+    gpu_w_b = w_b if offload == "none" else 2.0
+    if offload == "params":
+        two_layers = 2 * max(lp.total for lp in layer_p)
+        weights = (two_layers + pc.embedding + pc.lm_head + pc.norms) * gpu_w_b
+    else:
+        weights = P * gpu_w_b
+    opt_states = optimizer_state_bytes(P, optimizer, w_b) if offload == "none" else 0.0
+    host = 0.0 if offload == "none" else P * w_b + optimizer_state_bytes(P, optimizer, w_b)
+    # Gradients: all of them on the GPU unless offloaded, where each layer's stream out as it completes.
+    grads = [lp.total * gpu_w_b for lp in layer_p]
+    grads_total = (P * gpu_w_b if offload == "none"
+                   else (m.vocab_size * m.hidden_size + max(lp.total for lp in layer_p)) * gpu_w_b)
+    return _Resident(gpu_w_b, weights, opt_states, host, weights + opt_states + TRAIN_WORKSPACE_BYTES, grads,
+                     grads_total)
+
+
+def _head_bytes(T: int, h: int, V: int, act_b: float, stream_b: float, amp: bool) -> tuple[float, float, float]:
+    """(saved, forward transient, backward transient) bytes of the LM head and loss (transformers
+    ForCausalLMLoss): logits in the activation dtype, upcast to fp32 for the loss (a copy unless they already are
+    fp32), cross_entropy = log_softmax (saves its fp32 output) + nll_loss. Forward peak at log_softmax: logits +
+    fp32 copy + log_softmax output; only the output outlives the forward. Backward peak at log_softmax's
+    backward: its saved output, the nll gradient and its own result (3 x 4TV)."""
+    head_saved = T * h * (8.0 if stream_b == 4 else 6.0) + (T * h * 2.0 if amp else 0.0) + 4.0 * T * V
+    return head_saved, (act_b + (4.0 if act_b != 4.0 else 0.0)) * T * V, 8.0 * T * V
+
+
+def _tied_embedding_grads(pc: ParamCounts, amp: bool) -> int:
+    """Copies of the embedding's gradient at the end of backward beyond grads_total. A tied embedding gets two
+    gradients (the LM head's, already in grads_total, and the embedding's): the embedding backward's output, and
+    without autocast the sum as well. GPT-2 fp32 mb2 s128 on the H200 (research/results/2026-11-29-h200-d): the
+    backward peak sat 302 MiB above rest + gradients at the end of backward, two copies of the 147 MiB V x h fp32
+    gradient; under amp-bf16 (GPT-2 and Llama-3.2-1B, tied too) one copy: there the head's gradient arrives
+    through autocast's cast node as a fresh tensor that is summed in place. bf16 without autocast is taken to
+    behave as fp32 (same graph, no cast node; not measured)."""
+    return (1 if amp else 2) if pc.lm_head == 0 else 0
 
 
 def ddp_bucket_bytes(pc: ParamCounts, precision: str) -> float:
