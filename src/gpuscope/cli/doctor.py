@@ -78,6 +78,7 @@ def doctor(
     else:
         report = _script_report(args, gpu, device, timeout, bare_run)
     _emit(report, as_json, markdown)
+    _exit_for(report, as_json)
 
 
 def _infer_case(name, extra, batch, prompt, gen, dtype, engine, attn, fuse_proj, defer_stop, device) -> dict:
@@ -137,6 +138,22 @@ def _script_report(args: list[str], gpu, device, timeout, bare_run: bool) -> dic
         raise UserError(f"doctor: {e}." if isinstance(e, ValueError)
                         else f"doctor: script '{e}' does not exist.") from None
     return build_report({"kind": "script", "name": " ".join(args)}, summary, None, gpu, False)
+
+
+def _exit_for(report: dict, as_json: bool) -> None:
+    """A script that failed: exit 1, the count on the last line of stderr (with --json its last lines before it,
+    which the table and Markdown show); stopped: exit 130."""
+    from gpuscope.report.doctor_view import failure_lines, script_failed
+
+    if not script_failed(report):
+        return
+    if report["status"] == "interrupted":
+        typer.echo("interrupted: the profile up to the stop is reported above.", err=True)
+        raise typer.Exit(130)
+    for line in failure_lines(report) if as_json else []:
+        typer.echo(line, err=True)
+    typer.echo("1 of 1 profiled runs failed (the script's own error above).", err=True)
+    raise typer.Exit(1)
 
 
 def _emit(report: dict, as_json: bool, markdown: bool) -> None:

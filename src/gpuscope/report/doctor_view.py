@@ -94,6 +94,24 @@ def _profile_lines(p: dict) -> list[tuple[str, str]]:
     return rows
 
 
+def script_failed(r: dict) -> bool:
+    """A profiled script that did not end by itself with code 0 (an error, a non-zero exit, a timeout, a stop)."""
+    return (r.get("target") or {}).get("kind") == "script" and r.get("status") not in ("ok", None)
+
+
+def failure_lines(r: dict) -> list[str]:
+    """What a failed script said last (its traceback's last lines), under a line with its status and exit code."""
+    if not script_failed(r):
+        return []
+    p = r.get("profile") or {}
+    code = p.get("script_exit_code")
+    head = f"The script did not finish: {r.get('status')}" + (f", exit code {code}" if code is not None else "")
+    if p.get("wall_s") and r.get("status") in ("interrupted", "timeout"):
+        head += f" (the profile above covers its first {p.get('wall_s'):.1f} s)"
+    return [head + ". Its last lines:"] + ["  " + ln for ln in (p.get("script_traceback") or [p.get("script_error")])
+                                            if ln]
+
+
 def _headline(r: dict) -> str:
     t = r.get("target") or {}
     n = len(r.get("findings") or [])
@@ -131,8 +149,10 @@ def render_doctor(r: dict, console) -> None:
                       highlight=False)
         console.print(f"   fix: {f['fix']}", highlight=False)
         console.print(f"   effect: {f['estimated_effect']}", highlight=False)
-    if not r.get("findings") and rows:
+    if not r.get("findings") and rows and not script_failed(r):
         console.print("\nNo finding fired: nothing in the profile crossed a rule's threshold.", highlight=False)
+    for line in failure_lines(r):
+        console.print(line, highlight=False, markup=False)
     if r.get("oom"):
         console.print(oom_table(r["oom"]))
 
@@ -173,7 +193,9 @@ def doctor_markdown(r: dict) -> str:
         out += [f"### {i}. {f['title']} ({f['severity']}, `{f['code']}`)", "",
                 "- Evidence: " + ", ".join(f"{k} = {_ev(v)}" for k, v in f["evidence"].items()),
                 f"- Fix: {f['fix']}", f"- Estimated effect: {f['estimated_effect']}", ""]
-    if not r.get("findings"):
+    if failure_lines(r):
+        out += ["```"] + failure_lines(r) + ["```", ""]
+    elif not r.get("findings"):
         out += ["No finding fired." if rows else "Nothing was profiled (plan only).", ""]
     if r.get("oom"):
         oom = r["oom"]

@@ -56,17 +56,32 @@ from gpuscope.measure.profile.summary import is_device, memory_stats, summarize_
 class ProfileSession:
     """What ``profile_run`` yields: ``step()`` marks a step boundary; ``summary`` is filled on exit."""
 
-    def __init__(self, dev: Device, prof, sampler):
+    def __init__(self, dev: Device, prof, sampler, max_steps: int | None = None):
         self.dev = dev
         self.prof = prof
         self.sampler = sampler
+        self.max_steps = max_steps
         self.step_marks: list[float] = []
         self.summary: dict | None = None
         self.extra: dict = {}
+        self.stopped_at: float | None = None
 
     def step(self) -> None:
+        if self.stopped_at is not None:
+            return
         self.dev.synchronize()
         self.step_marks.append(time.perf_counter())
+        if self.max_steps is not None and len(self.step_marks) > self.max_steps:
+            self.stop()
+
+    def stop(self) -> None:
+        """End the recorded window now (the block runs on without the profiler): its events stay as they are."""
+        if self.stopped_at is None:
+            self.dev.synchronize()
+            self.stopped_at = time.perf_counter()
+            self.prof.__exit__(None, None, None)
+            if self.sampler:
+                self.sampler.stop()
 
 
 def _activities(dev: Device) -> list:
@@ -82,12 +97,15 @@ def _activities(dev: Device) -> list:
 
 @contextlib.contextmanager
 def profile_run(device: str | None = None, *, record_shapes: bool = True, nvml: bool = True,
-                nvml_interval_s: float = 0.1, bare_s: float | None = None, bare_step_s: float | None = None):
+                nvml_interval_s: float = 0.1, bare_s: float | None = None, bare_step_s: float | None = None,
+                max_steps: int | None = None):
     """Profile the block; ``session.summary`` holds the summary dict afterwards (also when the block raised).
     ``bare_s``: the same block's time measured without the profiler, where the caller could run it (gpuscope's
     own workloads): the profiler's overhead is then ``active_s - bare_s``, measured, instead of estimated per event.
     ``bare_step_s``: the median step of the same script run bare (``doctor --bare-run``): the overhead is then the
-    profiled median step less it, times the profiled steps."""
+    profiled median step less it, times the profiled steps. ``max_steps``: stop recording after that many
+    ``step()`` marks (the profiler holds every event until it stops, so an unbounded loop would grow without
+    bound); the summary covers that window (``window_steps``)."""
     from torch.profiler import profile
 
     from gpuscope.measure.device.nvml import NvmlSampler
@@ -98,7 +116,7 @@ def profile_run(device: str | None = None, *, record_shapes: bool = True, nvml: 
     mem0 = memory_stats(dev)
     dev.reset_peak()
     prof = profile(activities=_activities(dev), record_shapes=record_shapes)
-    sess = ProfileSession(dev, prof, sampler)
+    sess = ProfileSession(dev, prof, sampler, max_steps)
     if sampler:
         sampler.start()
     prof.__enter__()
@@ -108,14 +126,11 @@ def profile_run(device: str | None = None, *, record_shapes: bool = True, nvml: 
     try:
         yield sess
     finally:
-        dev.synchronize()
-        t1 = time.perf_counter()
-        prof.__exit__(None, None, None)
-        if sampler:
-            sampler.stop()
-        sess.summary = summarize_profile(prof, dev, t1 - t0, sess.step_marks, mem0, sampler, per_event, bare_s,
-                                         bare_step_s)
-        sess.summary.update(sess.extra)
+        window_closed = sess.stopped_at is not None
+        sess.stop()
+        sess.summary = summarize_profile(prof, dev, sess.stopped_at - t0, sess.step_marks, mem0, sampler, per_event,
+                                         bare_s, bare_step_s)
+        sess.summary.update(sess.extra, window_steps=max_steps if window_closed else None)
 
 
 _PROFILER_COST: dict = {}

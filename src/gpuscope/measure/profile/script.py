@@ -21,6 +21,8 @@ from __future__ import annotations
 import contextlib
 import gc
 import json
+import re
+import signal
 import statistics
 import sys
 import time
@@ -30,6 +32,12 @@ from gpuscope.measure.device.device import Device, is_oom, pick_device
 from gpuscope.measure.profile.profiler import profile_run
 from gpuscope.measure.profile.summary import SCHEMA, allocator
 from gpuscope.measure.runner.suite import child_env
+
+# The profiler keeps every event it records until it stops, so a long loop grows without bound: it records the
+# first MAX_STEPS optimizer steps (the window the doctor's rules read) and stops; the script runs on without it.
+MAX_STEPS = 30
+_SHIELD = False  # set in the child process (main): SIGINT ignored once the script has ended
+_PROFILER_LOG = re.compile(r"^(STAGE:|\[[WIE][ 0-9]|.*(ActivityProfiler|kineto|CUPTI|libkineto))")
 
 
 @contextlib.contextmanager
@@ -44,11 +52,25 @@ def optimizer_steps(mark):
         handle.remove()
 
 
-def _run(argv: list[str]) -> tuple[str, str | None, BaseException | None]:
-    """Run ``argv`` (``script.py args`` or ``-m module args``) as ``__main__``; (status, error, exception)."""
+def _traceback_tail(exc: BaseException, n: int = 12) -> list[str]:
+    """The last ``n`` lines of the traceback Python would have printed for ``exc`` (the script's own frames: this
+    module's and runpy's are left out)."""
+    import traceback
+
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if f.filename != __file__ and not f.filename.startswith("<frozen runpy")]
+    lines = ["Traceback (most recent call last):"] + "".join(traceback.format_list(frames)).splitlines() if frames \
+        else []
+    return (lines + "".join(traceback.format_exception_only(type(exc), exc)).rstrip().splitlines())[-n:]
+
+
+def _run(argv: list[str]) -> tuple[dict, BaseException | None]:
+    """Run ``argv`` (``script.py args`` or ``-m module args``) as ``__main__``. Returns the outcome (script_status
+    ok | exit | oom | error | interrupted, script_error, script_exit_code: what ``python script.py`` would have
+    exited with, script_traceback: its last lines) and the exception."""
     import runpy
 
-    status, error, exc = "ok", None, None
+    out, exc = {"script_status": "ok", "script_error": None, "script_exit_code": 0, "script_traceback": None}, None
     old_argv = list(sys.argv)
     try:
         if argv[0] == "-m":
@@ -60,14 +82,22 @@ def _run(argv: list[str]) -> tuple[str, str | None, BaseException | None]:
             runpy.run_path(argv[0], run_name="__main__")
     except SystemExit as e:
         if e.code not in (None, 0):
-            status, error = "exit", f"SystemExit({e.code})"
+            code = e.code if isinstance(e.code, int) else 1
+            out.update(script_status="exit", script_error=f"SystemExit({e.code})", script_exit_code=code)
+    except KeyboardInterrupt as e:  # Ctrl-C, doctor's --timeout or a SIGTERM to doctor: the profile so far is kept
+        out.update(script_status="interrupted", script_error="KeyboardInterrupt", script_exit_code=130,
+                   script_traceback=_traceback_tail(e))
     except BaseException as e:  # the script's failure is a result
-        status, exc = ("oom" if is_oom(e) else "error"), e
-        error = f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"
+        exc = e
+        out.update(script_status="oom" if is_oom(e) else "error", script_exit_code=1,
+                   script_error=f"{type(e).__name__}: {' '.join(str(e).split())[:300]}",
+                   script_traceback=_traceback_tail(e))
     finally:
         sys.argv = old_argv
+        if _SHIELD:  # the child: a second Ctrl-C must not cut the summary being written
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
         gc.collect()
-    return status, error, exc
+    return out, exc
 
 
 def run_script_bare(argv: list[str], device: str | None = None) -> dict:
@@ -82,24 +112,26 @@ def run_script_bare(argv: list[str], device: str | None = None) -> dict:
         marks.append(time.perf_counter())
 
     with optimizer_steps(mark):
-        status, error, _ = _run(argv)
+        outcome, _ = _run(argv)
     steps = [b - a for a, b in zip(marks, marks[1:])]
-    return {"script": list(argv), "script_status": status, "script_error": error, "steps": len(steps),
+    return {"script": list(argv), **outcome, "steps": len(steps),
             "step_s_median": statistics.median(steps) if steps else None}
 
 
-def run_script_profiled(argv: list[str], device: str | None = None, bare_step_s: float | None = None) -> dict:
-    """In this process: run ``argv`` as ``__main__`` under profile_run, a step marked at each optimizer step."""
+def run_script_profiled(argv: list[str], device: str | None = None, bare_step_s: float | None = None,
+                        max_steps: int | None = MAX_STEPS) -> dict:
+    """In this process: run ``argv`` as ``__main__`` under profile_run, a step marked at each optimizer step; the
+    profiler stops recording after ``max_steps`` steps (the script runs on, unprofiled)."""
     if not argv:
         raise ValueError("no script given")
-    with profile_run(device, bare_step_s=bare_step_s) as p:
+    with profile_run(device, bare_step_s=bare_step_s, max_steps=max_steps) as p:
         p.step_marks.clear()  # a script's steps start at its first optimizer step (before it: set-up), as bare
         with optimizer_steps(p.step):
-            status, error, exc = _run(argv)
-        if status == "oom":
+            outcome, exc = _run(argv)
+        if outcome["script_status"] == "oom":
             p.extra["oom_memory"] = allocator(p.dev, {})
     s = p.summary
-    s.update(script=list(argv), script_status=status, script_error=error)
+    s.update(script=list(argv), **outcome)
     return s
 
 
@@ -132,6 +164,31 @@ def profile_script(command: list[str], device: str | None = None, timeout_s: flo
         return s
 
 
+def error_lines(stderr: str, n: int = 12) -> list[str]:
+    """The last ``n`` lines of a child's stderr, the profiler's own log lines (kineto's STAGE/[W] lines) left out:
+    what the script itself said last (its traceback, where Python printed one)."""
+    return [ln for ln in (stderr or "").rstrip().splitlines() if ln.strip() and not _PROFILER_LOG.match(ln)][-n:]
+
+
+def _wait(proc, timeout_s: float | None) -> tuple[str, str, str | None]:
+    """(stdout, stderr, why stopped) of the child: ``timeout`` after ``timeout_s`` or ``interrupted`` on Ctrl-C /
+    SIGTERM, each after a SIGINT that lets the child end its profile and write what it had (60 s, then killed)."""
+    import subprocess
+
+    try:
+        return (*proc.communicate(timeout=timeout_s), None)
+    except subprocess.TimeoutExpired:
+        why = "timeout"
+    except KeyboardInterrupt:
+        why = "interrupted"
+    proc.send_signal(signal.SIGINT)
+    try:
+        return (*proc.communicate(timeout=60), why)
+    except (subprocess.TimeoutExpired, KeyboardInterrupt):
+        proc.kill()
+        return (*proc.communicate(), why)
+
+
 def _child(td: str, name: str, flags: list[str], cmd: list[str], device: str | None, timeout_s: float | None) -> dict:
     """One child Python running the script (profiled, or bare with ``--bare``); what it wrote, or why it did not."""
     import subprocess
@@ -141,16 +198,23 @@ def _child(td: str, name: str, flags: list[str], cmd: list[str], device: str | N
     if device:
         args += ["--device", device]
     t0 = time.perf_counter()
-    try:
-        r = subprocess.run(args + ["--"] + cmd, env=child_env(), timeout=timeout_s, capture_output=True, text=True)
-    except subprocess.TimeoutExpired:
-        return {"schema": SCHEMA, "script": cmd, "script_status": "timeout", "wall_s": time.perf_counter() - t0}
+    proc = subprocess.Popen(args + ["--"] + cmd, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    stdout, stderr, why = _wait(proc, timeout_s)
     if not out.exists():
-        return {"schema": SCHEMA, "script": cmd, "script_status": "error", "returncode": r.returncode,
-                "script_error": (r.stderr or "")[-500:], "wall_s": time.perf_counter() - t0}
+        rc = proc.returncode
+        status = why or ("killed" if rc is not None and rc < 0 else "error")
+        lines = error_lines(stderr)
+        return {"schema": SCHEMA, "script": cmd, "script_status": status, "script_exit_code": rc,
+                "script_error": lines[-1] if lines else f"the profiling process ended with code {rc}",
+                "script_traceback": lines, "wall_s_total": time.perf_counter() - t0}
     s = json.loads(out.read_text())
-    s["script_stdout_tail"] = (r.stdout or "")[-2000:]
-    s["script_stderr_tail"] = (r.stderr or "")[-2000:]
+    if why:  # stopped from outside: the script saw a KeyboardInterrupt
+        s["script_status"] = why
+    if s.get("script_status") != "ok" and not s.get("script_traceback"):  # sys.exit(n): what it printed last
+        s["script_traceback"] = error_lines(stderr) or None
+    s["script_stdout_tail"] = (stdout or "")[-2000:]
+    s["script_stderr_tail"] = "\n".join(error_lines(stderr, 40))[-2000:]
     return s
 
 
@@ -172,6 +236,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     if argv and argv[0] == "--":
         argv.pop(0)
+    global _SHIELD
+    _SHIELD = True
     s = run_script_bare(argv, device) if bare else run_script_profiled(argv, device, bare_step_s)
     text = json.dumps(s, default=str)
     if out:
