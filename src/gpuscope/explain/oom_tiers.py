@@ -139,7 +139,6 @@ def oom_tiers(m, hw, *, micro_batch: int, seq: int, precision: str = "amp-bf16",
               grad_accum=grad_accum, offload=offload, fused=fused)
     base = estimate_train(m, hw, **kw)
     act_b = precision_bytes(precision)[1]
-    tiers: list[Tier] = []
 
     def est(**over):
         try:
@@ -147,70 +146,11 @@ def oom_tiers(m, hw, *, micro_batch: int, seq: int, precision: str = "amp-bf16",
         except UserError:
             return None
 
-    # tier 1
-    if recompute != "full":
-        e = est(recompute="full")
-        tiers.append(_tier_from_est(1, "activation recompute (full)", {"recompute": "full"}, e, base))
-    if micro_batch > 1:
-        ch = {"micro_batch": 1, "grad_accum": grad_accum * micro_batch}
-        tiers.append(_tier_from_est(1, f"gradient accumulation (micro-batch 1 x {ch['grad_accum']})", ch,
-                                    est(**ch), base, ["same global batch"]))
-        if recompute != "full":
-            ch2 = dict(ch, recompute="full")
-            tiers.append(_tier_from_est(1, "recompute + gradient accumulation", ch2, est(**ch2), base))
-    # tier 2: FSDP2 full shard through the planner's FSDP model where it applies, else the analytic ZeRO-3
-    for n in SHARD_SIZES:
-        e = est(num_gpus=n, strategy="fsdp")
-        if e is not None:
-            tiers.append(_fsdp_tier(e, base, n))
-        else:
-            tiers.append(_zero3(m, hw, base, n))
-    for off in ("optimizer", "params"):
-        if off != offload:
-            e = est(offload=off)
-            if e is not None:
-                tiers.append(_tier_from_est(2, f"CPU offload ({off})", {"offload": off}, e, base,
-                                            [e.assumptions[-1]] if e.assumptions else []))
-    # tier 3
-    for n in SHARD_SIZES:
-        for t in (_tp(m, hw, base, n, micro_batch, seq, act_b), _pp(m, hw, base, n)):
-            if t is not None:
-                tiers.append(t)
-    # tier 4
-    if precision != "bf16":
-        e = est(precision="bf16")
-        if e is not None:
-            tiers.append(_tier_from_est(4, "pure bf16 (weights, grads, Adam states)", {"precision": "bf16"}, e,
-                                        base, ["bf16 master weights lose small updates; use Kahan summation or "
-                                               "stochastic rounding for long runs"]))
-    if optimizer != "adamw-8bit":
-        e = est(optimizer="adamw-8bit")
-        if e is not None:
-            tiers.append(_tier_from_est(4, "8-bit AdamW (bitsandbytes)", {"optimizer": "adamw-8bit"}, e, base))
-
-    # combinations: recompute + each tier 2-4 lever (the usual first pairing when one lever is not enough)
-    if recompute != "full":
-        rc = est(recompute="full")
-        for n in SHARD_SIZES:
-            e = est(recompute="full", num_gpus=n, strategy="fsdp")
-            if e is not None:
-                t = _fsdp_tier(e, base, n, "recompute + ")
-                t.changes = dict(t.changes, recompute="full")
-                tiers.append(t)
-                continue
-            t = _zero3(m, hw, rc, n, lever_prefix="recompute + ")
-            t.saved_bytes = base.peak_bytes_per_gpu - t.peak_bytes
-            t.step_s = max(rc.time["step_s"], t.step_s)
-            t.slowdown = t.step_s / base.time["step_s"]
-            t.changes = dict(t.changes, recompute="full")
-            tiers.append(t)
-        for ch, name in (({"offload": "optimizer"}, "CPU offload (optimizer)"), ({"precision": "bf16"}, "pure bf16"),
-                         ({"optimizer": "adamw-8bit"}, "8-bit AdamW")):
-            e = est(recompute="full", **ch)
-            if e is not None:
-                tiers.append(_tier_from_est(2 if "offload" in ch else 4, f"recompute + {name}",
-                                            dict(ch, recompute="full"), e, base))
-
+    tiers = (_tier1(est, base, recompute, micro_batch, grad_accum) + _tier2(m, hw, est, base, offload)
+             + [t for n in SHARD_SIZES for t in (_tp(m, hw, base, n, micro_batch, seq, act_b), _pp(m, hw, base, n))
+                if t is not None]
+             + _tier4(est, base, precision, optimizer)
+             + (_with_recompute(m, hw, est, base) if recompute != "full" else []))
     ranked = sorted([t for t in tiers if t.fits], key=lambda t: (t.slowdown, t.num_gpus, t.tier)) + \
         sorted([t for t in tiers if not t.fits], key=lambda t: -t.saved_bytes)
     for i, t in enumerate(ranked, 1):
@@ -223,3 +163,77 @@ def oom_tiers(m, hw, *, micro_batch: int, seq: int, precision: str = "amp-bf16",
         "tiers": ranked,
         "best": next((t for t in ranked if t.fits), None),
     }
+
+
+def _tier1(est, base, recompute: str, micro_batch: int, grad_accum: int) -> list[Tier]:
+    """Tier 1, no code change: activation recompute, gradient accumulation at micro-batch 1, both."""
+    tiers = []
+    if recompute != "full":
+        e = est(recompute="full")
+        tiers.append(_tier_from_est(1, "activation recompute (full)", {"recompute": "full"}, e, base))
+    if micro_batch > 1:
+        ch = {"micro_batch": 1, "grad_accum": grad_accum * micro_batch}
+        tiers.append(_tier_from_est(1, f"gradient accumulation (micro-batch 1 x {ch['grad_accum']})", ch,
+                                    est(**ch), base, ["same global batch"]))
+        if recompute != "full":
+            ch2 = dict(ch, recompute="full")
+            tiers.append(_tier_from_est(1, "recompute + gradient accumulation", ch2, est(**ch2), base))
+    return tiers
+
+
+def _tier2(m, hw, est, base, offload: str) -> list[Tier]:
+    """Tier 2, sharding or offload: FSDP2 full shard through the planner's FSDP model where it applies, else the
+    analytic ZeRO-3; CPU offload of the optimizer or the parameters."""
+    tiers = []
+    for n in SHARD_SIZES:
+        e = est(num_gpus=n, strategy="fsdp")
+        tiers.append(_fsdp_tier(e, base, n) if e is not None else _zero3(m, hw, base, n))
+    for off in ("optimizer", "params"):
+        if off != offload:
+            e = est(offload=off)
+            if e is not None:
+                tiers.append(_tier_from_est(2, f"CPU offload ({off})", {"offload": off}, e, base,
+                                            [e.assumptions[-1]] if e.assumptions else []))
+    return tiers
+
+
+def _tier4(est, base, precision: str, optimizer: str) -> list[Tier]:
+    """Tier 4, numerics: pure bf16 states, 8-bit AdamW."""
+    tiers = []
+    if precision != "bf16":
+        e = est(precision="bf16")
+        if e is not None:
+            tiers.append(_tier_from_est(4, "pure bf16 (weights, grads, Adam states)", {"precision": "bf16"}, e,
+                                        base, ["bf16 master weights lose small updates; use Kahan summation or "
+                                               "stochastic rounding for long runs"]))
+    if optimizer != "adamw-8bit":
+        e = est(optimizer="adamw-8bit")
+        if e is not None:
+            tiers.append(_tier_from_est(4, "8-bit AdamW (bitsandbytes)", {"optimizer": "adamw-8bit"}, e, base))
+    return tiers
+
+
+def _with_recompute(m, hw, est, base) -> list[Tier]:
+    """Recompute combined with each tier 2-4 lever (the usual first pairing when one lever is not enough)."""
+    tiers = []
+    rc = est(recompute="full")
+    for n in SHARD_SIZES:
+        e = est(recompute="full", num_gpus=n, strategy="fsdp")
+        if e is not None:
+            t = _fsdp_tier(e, base, n, "recompute + ")
+            t.changes = dict(t.changes, recompute="full")
+            tiers.append(t)
+            continue
+        t = _zero3(m, hw, rc, n, lever_prefix="recompute + ")
+        t.saved_bytes = base.peak_bytes_per_gpu - t.peak_bytes
+        t.step_s = max(rc.time["step_s"], t.step_s)
+        t.slowdown = t.step_s / base.time["step_s"]
+        t.changes = dict(t.changes, recompute="full")
+        tiers.append(t)
+    for ch, name in (({"offload": "optimizer"}, "CPU offload (optimizer)"), ({"precision": "bf16"}, "pure bf16"),
+                     ({"optimizer": "adamw-8bit"}, "8-bit AdamW")):
+        e = est(recompute="full", **ch)
+        if e is not None:
+            tiers.append(_tier_from_est(2 if "offload" in ch else 4, f"recompute + {name}",
+                                        dict(ch, recompute="full"), e, base))
+    return tiers
