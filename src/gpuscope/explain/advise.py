@@ -182,10 +182,10 @@ def advise(model, gpus: list, workload, constraints: Constraints, *, prices: dic
     kind = "infer" if isinstance(workload, InferWorkload) else "train"
     if kind == "train" and not isinstance(workload, TrainWorkload):
         raise TypeError("workload must be an InferWorkload or a TrainWorkload")
-    from gpuscope.explain.compare_hw import INFER_MEASURABLE, TRAIN_MEASURABLE, _check_measured, _check_workload
+    from gpuscope.explain.compare_hw import INFER_MEASURABLE, TRAIN_MEASURABLE, check_measured, check_workload
 
-    _check_workload(workload)
-    meas = _check_measured(measured, INFER_MEASURABLE if kind == "infer" else TRAIN_MEASURABLE)
+    check_workload(workload)
+    meas = check_measured(measured, INFER_MEASURABLE if kind == "infer" else TRAIN_MEASURABLE)
     metric, higher = objective_metric(kind, constraints)
     cands: list[Candidate] = []
     for hw in gpus:

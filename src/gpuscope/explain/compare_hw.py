@@ -118,7 +118,8 @@ def _source(inputs: list[str], measured: set[str]) -> str:
     return "measured" if all(hits) else ("mixed" if any(hits) else "estimated")
 
 
-def _check_measured(measured: Mapping | None, allowed: tuple[str, ...]) -> dict[str, dict[str, float]]:
+def check_measured(measured: Mapping | None, allowed: tuple[str, ...]) -> dict[str, dict[str, float]]:
+    """Measured figures per hardware key, each a positive number of an allowed metric (one sentence otherwise)."""
     out: dict[str, dict[str, float]] = {}
     for key, vals in (measured or {}).items():
         for k, v in vals.items():
@@ -339,10 +340,10 @@ def compare(model, gpus: list, workload, *, prices: dict | None = None, econ: C.
     econ = econ or C.Economics()
     prices = load_prices() if prices is None else prices
     infer = isinstance(workload, InferWorkload)
-    meas = _check_measured(measured, INFER_MEASURABLE if infer else TRAIN_MEASURABLE)
+    meas = check_measured(measured, INFER_MEASURABLE if infer else TRAIN_MEASURABLE)
     if not gpus:
         raise UserError("--gpu: give at least one GPU to compare.")
-    _check_workload(workload)
+    check_workload(workload)
     rows = []
     for hw in gpus:
         fn = evaluate_infer if infer else evaluate_train
@@ -365,7 +366,8 @@ def compare(model, gpus: list, workload, *, prices: dict | None = None, econ: C.
                       assumptions)
 
 
-def _check_workload(w) -> None:
+def check_workload(w) -> None:
+    """One sentence for the first bad field of an inference or training workload."""
     if isinstance(w, InferWorkload):
         if not isinstance(w.max_gpus, int) or w.max_gpus < 1:
             raise UserError(f"--max-gpus must be a positive integer, got {w.max_gpus!r}.")
