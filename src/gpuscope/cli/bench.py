@@ -197,14 +197,20 @@ def train(
     gpu: str = bench_gpu(), timeout_s: float = timeout(),
     db: str = options.db(), resume: bool = options.resume(), as_json: bool = json_out(),
     device: str = options.device(),
+    lora_r: int = typer.Option(None, "--lora-r", help="LoRA (peft) on the frozen base: the adapters' rank."),
+    lora_alpha: float = typer.Option(None, "--lora-alpha", help="LoRA alpha (default: the rank)."),
+    lora_targets: str = typer.Option(None, "--lora-targets", help="all-linear (default) or module names."),
+    lora_dropout: float = typer.Option(None, "--lora-dropout", help="Dropout on the adapters' input."),
 ) -> None:
-    """LLM training step (random weights, AdamW): step time, tokens/s, memory per phase; estimate beside it."""
+    """LLM training step (random weights, AdamW): step time, tokens/s, memory per phase; estimate beside it.
+    With --lora-r: LoRA fine-tuning through peft (base frozen in the compute dtype, fp32 adapters)."""
     from gpuscope.workloads.sets import train_case
 
     options.require_torch()
     device = options.check_device(device)
     model, inline = options.case_model(model)
-    keys = {"device": device, "grad_accum": grad_accum if grad_accum != 1 else None, "min_time_s": min_time or None}
+    keys = {"device": device, "grad_accum": grad_accum if grad_accum != 1 else None, "min_time_s": min_time or None,
+            "lora_r": lora_r, "lora_alpha": lora_alpha, "lora_targets": lora_targets, "lora_dropout": lora_dropout}
     extra = {k: v for k, v in keys.items() if v is not None}  # only when set: ids of earlier cases stay the same
     case = train_case(model, micro_batch, seq, precision, recompute, steps=steps, warmup=warmup, **inline, **extra)
     _run_one(case, db, resume, as_json, gpu, timeout_s, "bench train")

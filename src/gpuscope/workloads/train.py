@@ -36,9 +36,15 @@ class TrainCase(Case):
     grad_accum: int = 1
     device: str | None = None
     min_time_s: float = 0.0
+    lora_r: int | None = None  # LoRA (peft) on a frozen base when set; these are omitted from the dict when unset
+    lora_alpha: float | None = None
+    lora_targets: str | None = None
+    lora_dropout: float = 0.0
 
     def __post_init__(self):
         self.positive("micro_batch", "seq", "steps", "grad_accum")
+        if self.lora_r is not None:
+            self.positive("lora_r")
         self.non_negative("warmup")
         self.axis("precision", Precision, among=MEASURED_PRECISIONS)
         self.axis("recompute", Recompute, among=MEASURED_RECOMPUTE)
@@ -48,8 +54,9 @@ class TrainCase(Case):
     @property
     def name(self) -> str:
         ga = f"-ga{self.grad_accum}" if int(self.grad_accum) > 1 else ""
+        lora = f"-lora_r{self.lora_r}" if self.lora_r is not None else ""
         return (f"train/{model_name(self)}/mb{self.micro_batch}{ga}-s{self.seq}-{self.precision}"
-                f"-rc_{self.recompute}")
+                f"-rc_{self.recompute}{lora}")
 
     @property
     def size_field(self) -> str:
@@ -62,9 +69,24 @@ CASE = TrainCase
 def estimate(case: TrainCase, hw, **dist):
     from gpuscope.estimate.train import estimate_train
 
+    if case.lora_r is not None:
+        return _estimate_lora(case, hw)
+
     return estimate_train(model_spec(case), hw, micro_batch=case.micro_batch, seq=case.seq,
                           precision=case.precision.value, optimizer=case.optimizer.value,
                           recompute=case.recompute.value, fused=case.fused, grad_accum=int(case.grad_accum), **dist)
+
+
+def _estimate_lora(case: TrainCase, hw):
+    from gpuscope.estimate.lora import ALL_LINEAR, lora_shape
+    from gpuscope.estimate.lora_train import estimate_lora_train
+
+    m = model_spec(case)
+    shape = lora_shape(m, int(case.lora_r), case.lora_targets or ALL_LINEAR, float(case.lora_dropout))
+    return estimate_lora_train(m, hw, shape, micro_batch=case.micro_batch, seq=case.seq,
+                               precision=case.precision.value, optimizer=case.optimizer.value,
+                               recompute=case.recompute.value, fused=case.fused, grad_accum=int(case.grad_accum),
+                               alpha=case.lora_alpha)
 
 
 def run(case: TrainCase) -> dict:

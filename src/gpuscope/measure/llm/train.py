@@ -5,7 +5,7 @@ Case keys: ``kind="train"``, ``model`` / ``config`` (as for inference), ``micro_
 (amp-bf16 | amp-fp16 | bf16 | fp32), ``optimizer`` (adamw), ``fused`` (true; used on CUDA only), ``recompute``
 (none | full), ``steps`` (6 timed), ``min_time_s`` (0: the timed steps go on until this many seconds have passed,
 at least ``steps`` of them; the count run is ``timed_steps``), ``warmup`` (2), ``attn`` (sdpa), ``seed`` (0),
-optional ``device``.
+optional ``device``; LoRA: ``lora_r``, ``lora_alpha``, ``lora_targets``, ``lora_dropout`` (measure/llm/lora.py).
 
 Precision (amp-bf16 | amp-fp16 | bf16 | fp32, as in CONTRACT.md): measure/models/train_step.py's docstring.
 
@@ -30,6 +30,7 @@ from gpuscope.measure.device.device import repeats as timed_repeats
 from gpuscope.measure.device.nvml import PhaseEnergy
 from gpuscope.measure.host.load import HostLoad
 from gpuscope.measure.host.probe import HostProbe
+from gpuscope.measure.llm.lora import apply_lora, lora_base_dtype, wants_lora
 from gpuscope.measure.models.hf_model import build_model, case_config, model_bytes, vocab_size
 from gpuscope.measure.models.train_step import (PRECISIONS, enable_recompute, grad_scaler, instrumented_step,
                                                 matmul_settings, step_functions)
@@ -92,10 +93,15 @@ def _load_model(case: dict, dev: Device, cfg: dict, t: dict):
     """The random-weight model in the precision's parameter dtype, in train mode, recompute switched on; returns
     (model, config, the result's first fields)."""
     param_dtype, ac_dtype = PRECISIONS[t["precision"]]
+    lora = wants_lora(case)
     dev.reset_peak()
-    model, config = build_model(cfg, dev, param_dtype, t["attn"], use_cache=False)
-    model.train()
+    model, config = build_model(cfg, dev, lora_base_dtype(t["precision"]) if lora else param_dtype, t["attn"],
+                                use_cache=False)
     recompute_api = enable_recompute(model) if t["recompute"] == "full" else None
+    lora_fields = {}
+    if lora:  # peft on the frozen base (measure/llm/lora.py); checkpointing switched on before, as Trainer does
+        model, lora_fields = apply_lora(model, case)
+    model.train()
     dev.synchronize()
     res: dict = {"status": "ok", "kind": "train", "model": case.get("model") or cfg.get("model_type"),
                  "model_type": config.model_type, "device": dev.name, "device_name": dev.device_name(),
@@ -104,6 +110,7 @@ def _load_model(case: dict, dev: Device, cfg: dict, t: dict):
                  "recompute": t["recompute"], "recompute_api": recompute_api, "micro_batch": t["micro_batch"],
                  "seq": t["seq"], "steps": t["steps"], "warmup": t["warmup"], "grad_accum": t["grad_accum"],
                  "attn": t["attn"]}
+    res.update(lora_fields)
     res.update(model_bytes(model))
     res["mem_after_load_bytes"] = dev.allocated()
     return model, config, res
@@ -156,7 +163,7 @@ def _run_train(case: dict, dev: Device, state: dict) -> dict:
     model, config, res = _load_model(case, dev, case_config(case), t)
     _, ac_dtype = PRECISIONS[t["precision"]]
     fused = bool(case.get("fused", True)) and dev.type == "cuda"
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=fused)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4, fused=fused)
     scaler = grad_scaler(dev, ac_dtype)
     res.update({"optimizer": "adamw", "optimizer_fused": fused, "grad_scaler": scaler is not None})
     res.update(matmul_settings())
