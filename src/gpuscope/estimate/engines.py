@@ -94,8 +94,8 @@ class EngineModel:
 #   1024x4096 or 2048x2048 weight 5-6 us (decode_ceilings.json); large GEMVs stream weights at 78-100% of the
 #   copy bandwidth measured in the same run.
 # - matmul_tail_s: a memory-bound GEMV costs its bytes at the bandwidth plus a fixed part (ramp-up, tail wave,
-#   cuBLAS's split-K reduction kernel). Llama-3.1-8B decode on the H200 (research/results/2026-11-29-h200-c, doctor kernel
-#   tables, gs-compile b1): a layer's 436 MB of projections took 137.6 us as 7 GEMVs (q, k, v, o, gate, up, down;
+#   cuBLAS's split-K reduction kernel). Llama-3.1-8B decode on the H200 (research/results/2026-11-29-h200-c,
+#   doctor kernel tables, gs-compile b1): a layer's 436 MB of projections took 137.6 us as 7 GEMVs (q, k, v, o, gate, up, down;
 #   5 split-K reductions) and 119.2 us as 4 (q|k|v, o, gate|up, down; `--fuse-proj`): with 4128 GB/s (105.6 us for
 #   the bytes) that is 4.6 and 3.4 us per GEMV; 4.0 us (least squares) puts both within 3%.
 # - setup_s: TTFT minus the forward on tiny models (smoke.jsonl: tiny llama 3.2 ms, tiny gpt2 2.2 ms).
@@ -137,8 +137,8 @@ ENGINES = {PlannerEngine(e.name).value: e for e in (
     # VM (back to back, script and bench agreed).
     EngineModel("hf-graph", launch_s=0.0, forward_s=0.0, step_s=0.4e-3, fused=True,
                             call_s=0.72e-3, call_layer_s=8.6e-6, **STATIC_CACHE_INIT),
-    # hf-graph with transformers' DeferredStopCheck switched on for CUDA (bench --defer-stop, measure/llm/defer_stop.py):
-    # the same host work per token (step_s + call_s + call_layer_s x layers), now one token ahead of the GPU. The
+    # hf-graph with transformers' DeferredStopCheck switched on for CUDA (bench --defer-stop,
+    # measure/llm/defer_stop.py): the same host work per token (step_s + call_s + call_layer_s x layers), now one token ahead of the GPU. The
     # GPU's own per-step residual is the graph loop's 0.4 ms (generate's sampling kernels and the replay). Measured
     # on an H200 (research/results/2026-11-30-h200-f): the per-token cudaStreamSynchronize is gone (1 -> 0 per
     # token; one event wait on the token before instead), Llama-3.2-1B p128 TPOT 2.57 -> 1.64 ms with 1.42 ms of

@@ -209,8 +209,8 @@ def _moe_ops(m: ModelSpec, tokens: int, act_b: float, w_b: float, stream_b: floa
     `generate` switches to for every decode step on a GPU (generation/utils.py `_optimize_model_for_decode`,
     transformers 5.x): each of the tokens x top-k routed rows gathers its expert's weights (``W[expert_ids]``, a
     copy) and multiplies them with a bmm, so the weights are read, written and read again per routed row, repeats
-    included. H200, Mixtral-8x7B b1 decode (research/results/2026-11-29-h200-c/doctor_mixtral.json): the gathers and bmms
-    took 16.6 ms per step, this model 16.4 ms (one read of the two experts: 5.5 ms)."""
+    included. H200, Mixtral-8x7B b1 decode (research/results/2026-11-29-h200-c/doctor_mixtral.json): the gathers and
+    bmms took 16.6 ms per step, this model 16.4 ms (one read of the two experts: 5.5 ms)."""
     e = m.moe
     assert e is not None
     h = m.hidden_size

@@ -1,11 +1,11 @@
 """A calibration's host speed beside this machine's earlier ones (the results store's ``host`` rows).
 
 Why: on a shared VM the host's speed moves by 1.5x between minutes and stays at one level for seconds to minutes
-(research/results/2026-11-30-h200-h, section 2). A calibration is a snapshot of it: one that met a slow stretch plans every
-host-bound workload long while the host is back at its usual speed. On an H200 machine
-(research/results/2026-11-30-h200-i, section 3) three calibrations read a forward probe of 2.85-3.14 ms where the others read 2.03-2.18 ms; the runs
-planned on them landed 5 of 17 time rows within 15%, the others 15 of 18. The earlier calibrations of the same
-machine say which speed is its usual one.
+(research/results/2026-11-30-h200-h, section 2). A calibration is a snapshot of it: one that met a slow stretch
+plans every host-bound workload long while the host is back at its usual speed. On an H200 machine
+(research/results/2026-11-30-h200-i, section 3) three calibrations read a forward probe of 2.85-3.14 ms where the
+others read 2.03-2.18 ms; the runs planned on them landed 5 of 17 time rows within 15%, the others 15 of 18. The
+earlier calibrations of the same machine say which speed is its usual one.
 """
 
 from __future__ import annotations

@@ -41,6 +41,7 @@ def matmul_shapes(s: dict, t: dict = THRESHOLDS) -> Finding | None:
         f"{share:.0%} of matmul time is in unaligned shapes; at ~{t['matmul_misaligned_slowdown']}x their aligned "
         f"cost, up to {speedup:.2f}x on the step", speedup=speedup)
 
+
 def comm_not_overlapped(s: dict, t: dict = THRESHOLDS) -> Finding | None:
     c, wall = num(s, "comm", "s"), num(s, "wall_s")
     ov = num(s, "comm", "overlap_fraction")
@@ -60,6 +61,7 @@ def comm_not_overlapped(s: dict, t: dict = THRESHOLDS) -> Finding | None:
         f"{exposed * 1e3:.1f} ms of exposed communication per profile: up to {speedup:.2f}x faster if hidden",
         speedup=speedup)
 
+
 def throttling(s: dict, t: dict = THRESHOLDS) -> Finding | None:
     nv = s.get("nvml") or {}
     frac = num(nv, "throttled_fraction")
@@ -78,6 +80,7 @@ def throttling(s: dict, t: dict = THRESHOLDS) -> Finding | None:
         "throttled run are not the card's steady state.",
         (f"clocks back at {cmax:.0f} MHz from a median {cmed:.0f} MHz: up to {speedup:.2f}x on compute-bound work"
          if speedup else f"{frac:.0%} of samples throttled"), speedup=speedup)
+
 
 def moe_imbalance(s: dict, t: dict = THRESHOLDS) -> Finding | None:
     r = s.get("moe_routing") or {}

@@ -43,6 +43,7 @@ def launch_bound(s: dict, t: dict = THRESHOLDS) -> Finding | None:
         f"({host * 1e3:.1f} -> {busy * 1e3:.1f} ms); a larger batch raises tokens/s at nearly the "
         "same step time while launch-bound", speedup=speedup)
 
+
 def dataloader_stall(s: dict, t: dict = THRESHOLDS) -> Finding | None:
     f, dl = num(s, "dataloader_fraction"), num(s, "dataloader_s")
     wall = num(s, "active_s") or num(s, "wall_s")
@@ -60,6 +61,7 @@ def dataloader_stall(s: dict, t: dict = THRESHOLDS) -> Finding | None:
         "decoding/tokenisation out of __getitem__ (pre-tokenise).",
         f"up to {f:.0%} of the wall time is waiting on data: up to {speedup:.2f}x faster when loading overlaps "
         "compute", speedup=speedup)
+
 
 def host_sync(s: dict, t: dict = THRESHOLDS) -> Finding | None:
     if s.get("timeline") != "device_kernels":
@@ -99,6 +101,7 @@ def host_sync(s: dict, t: dict = THRESHOLDS) -> Finding | None:
         f"queued when the host stopped: up to "
         f"{speedup:.2f}x faster without them", speedup=speedup)
 
+
 def generate_waits(s: dict, t: dict = THRESHOLDS) -> Finding | None:
     case, cmp_ = s.get("case") or {}, s.get("estimate") or {}
     gen, n = case.get("gen"), num(s, "syncs", "calls")
@@ -127,6 +130,7 @@ def generate_waits(s: dict, t: dict = THRESHOLDS) -> Finding | None:
         f"the planner puts {serial * 1e3:.2f} ms of each {step * 1e3:.2f} ms decode step on the host in series: "
         f"up to {speedup:.2f}x faster generate without the wait", speedup=speedup)
 
+
 def gc_pauses(s: dict, t: dict = THRESHOLDS) -> Finding | None:
     """Python's collector paused the host for a share of the bare run (measure/host/gc_pauses.GCPauses)."""
     pause, bare = num(s, "gc", "gc_pause_s"), num(s, "gc", "bare_s")
@@ -144,6 +148,7 @@ def gc_pauses(s: dict, t: dict = THRESHOLDS) -> Finding | None:
         "per step (no per-step lists/dicts of tensors kept alive).",
         f"the collector held the host {pause * 1e3:.1f} ms of a {bare * 1e3:.1f} ms run "
         f"({pause / bare:.0%}): up to {speedup:.2f}x if those pauses go", speedup=speedup)
+
 
 def host_steal(s: dict, t: dict = THRESHOLDS) -> Finding | None:
     """The hypervisor gave a share of the CPUs to other guests during the run (measure/host/load.HostLoad)."""

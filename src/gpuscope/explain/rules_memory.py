@@ -32,6 +32,7 @@ def fragmentation(s: dict, t: dict = THRESHOLDS) -> Finding | None:
         + (f" and removes {retries} allocator retries (each a cudaFree + synchronize)" if retries else ""),
         memory_saved_bytes=gap)
 
+
 def memory_headroom(s: dict, t: dict = THRESHOLDS) -> Finding | None:
     m = s.get("memory") or {}
     total, peak = num(m, "device_total_bytes"), num(m, "peak_reserved_bytes")

@@ -38,8 +38,8 @@ _MEASURED_NUMBERS = (
     "host_train_bwd_fixed", "host_train_other_kernels", "host_opt_fixed", "host_opt_tensor",
     "host_probe_s", "host_probe_train_s",  # the host's speed when its costs were measured (measure/host/probe.py)
 )
-# values a calibration may write as 0 (measure/micro/calibrate.py: intercepts floored at 0, the checkpoint split a noisy fit
-# leaves out, no kernels netted from the per-call costs): a measured 0 is a value, not a missing one
+# values a calibration may write as 0 (measure/micro/calibrate.py: intercepts floored at 0, the checkpoint split a
+# noisy fit leaves out, no kernels netted from the per-call costs): a measured 0 is a value, not a missing one
 _MEASURED_MAY_BE_ZERO = {"host_forward_s", "host_step_s", "host_setup_s", "host_train_fwd_fixed",
                          "host_train_bwd_fixed", "host_opt_fixed", "host_train_ckpt_layer", "host_train_other_kernels"}
 
