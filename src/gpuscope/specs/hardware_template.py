@@ -21,6 +21,8 @@ def template_toml(arg: str) -> str:
         lines += [f'name = "{spec.name}"', f'vendor = "{spec.vendor}"', f"memory_gb = {spec.memory_bytes / GIB:g}",
                   f"memory_bw_gbs = {spec.memory_bw_gbs:g}"]
         lines += [f"{d}_tflops_dense = {v:g}" for d, v in spec.peak_tflops.items()]
+        if spec.sm_count:
+            lines.append(f"sm_count = {spec.sm_count}  # multiprocessors, for the planner's GEMM wave quantization")
     lines += [
         "",
         "# Measured ceilings: uncomment and replace with your measurements (e.g. mamf-finder for matmul,",
