@@ -12,6 +12,10 @@ Contract between the launcher and a worker module (reusable by any distributed b
   the message goes to stderr and, as ``{"gpuscope_error": message, "rank": r}``, to the output file; the
   process exits non-zero at once (``os._exit``, so no hung NCCL/gloo call can hold it), and torchrun then stops
   the other ranks. :func:`run_torchrun` raises :class:`DistributedRunError` with that message.
+* No process outlives the job: torchrun dies with the launcher and each worker with torchrun (a parent-death
+  signal, measure/runner/lifeline.py); each worker starts through ``measure/distributed/rank.py``, which registers
+  its pid, and once the job ends, fails, times out or is interrupted, every registered worker's session is killed
+  (torch elastic starts each worker in its own session, out of reach of torchrun's group).
 * ``NCCL_NVLS_ENABLE=0`` is put in the workers' environment unless the caller's environment (or ``env``) sets
   it: NVLink SHARP (multicast) stays off, so measured busbw is the ring/tree figure that ``estimate/comm.py``
   models, and no job depends on the fabric manager's multicast support.
@@ -33,11 +37,15 @@ import tempfile
 import time
 from pathlib import Path
 
+from gpuscope.measure.distributed.rank import LAUNCHER_ENV, RUN_DIR_ENV
+from gpuscope.measure.runner import lifeline
+
 OUT_ENV = "GPUSCOPE_DIST_OUT"
 ERROR_KEY = "gpuscope_error"
 NVLS_ENV = "NCCL_NVLS_ENABLE"
 DEFAULT_RDZV_PORT = 29500
 _SRC = str(Path(__file__).resolve().parents[2])
+RANK_ENTRY = "gpuscope.measure.distributed.rank"  # each worker: die with torchrun, register its pid, run the module
 
 __all__ = ["DistributedRunError", "torchrun_command", "run_torchrun", "worker_env", "emit", "fail", "output_path",
            "OUT_ENV", "NVLS_ENV"]
@@ -181,17 +189,20 @@ def run_torchrun(module: str, args: list[str], nproc: int, nnodes: int = 1, node
     """
     if not (isinstance(timeout_s, (int, float)) and timeout_s > 0):
         raise ValueError(f"timeout_s must be a positive number of seconds, not {timeout_s!r}.")
-    cmd = torchrun_command(module, list(args), nproc, nnodes, node_rank, rdzv_endpoint, rdzv_id=rdzv_id)
+    cmd = torchrun_command(RANK_ENTRY, [module, *args], nproc, nnodes, node_rank, rdzv_endpoint, rdzv_id=rdzv_id)
     with tempfile.TemporaryDirectory(prefix="gpuscope-dist-") as tmp:
-        out_path, log_path = Path(tmp) / "out.jsonl", Path(tmp) / "torchrun.log"
+        out_path, log_path, run_dir = Path(tmp) / "out.jsonl", Path(tmp) / "torchrun.log", Path(tmp) / "pids"
         out_path.touch()
+        run_dir.mkdir()
         reader = _Reader(out_path)
         t0 = time.monotonic()
         with open(log_path, "w+b") as log:
-            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                    env=worker_env(env, str(out_path)), start_new_session=True)
-            timed_out = _watch(proc, reader, on_record, t0 + timeout_s, poll_s)
-            _kill_group_leftovers(proc)
+            proc = _start(cmd, log, worker_env(env, str(out_path)), run_dir)
+            try:
+                timed_out = _watch(proc, reader, on_record, t0 + timeout_s, poll_s)
+            finally:  # torchrun's group, then every worker's own session: nothing of this job lives on
+                _kill_group_leftovers(proc)
+                lifeline.kill_registered(run_dir)
             for rec in reader.poll():
                 if on_record is not None:
                     on_record(rec)
@@ -208,6 +219,14 @@ def run_torchrun(module: str, args: list[str], nproc: int, nnodes: int = 1, node
         raise DistributedRunError(f"the torchrun job ({module}) exited with code {rc}: {_last_error(tail)}",
                                   reader.records, rc, tail)
     return reader.records
+
+
+def _start(cmd: list[str], log, env: dict, run_dir: Path) -> subprocess.Popen:
+    """torchrun in its own session, dying with this process (lifeline.preexec); its workers, started through
+    measure/distributed/rank.py, die with torchrun and register their pids in ``run_dir``."""
+    env = dict(env, **{LAUNCHER_ENV: str(os.getpid()), RUN_DIR_ENV: str(run_dir)})
+    return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
+                            start_new_session=True, preexec_fn=lifeline.preexec(os.getpid()))
 
 
 def _watch(proc: subprocess.Popen, reader, on_record, deadline: float, poll_s: float) -> bool:

@@ -96,4 +96,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from gpuscope.measure.runner.lifeline import arm_from_env
+
+    arm_from_env()  # started by suite.run_one: die with it
     sys.exit(main())

@@ -7,6 +7,8 @@
   recorded status is error or timeout.
 - ``budget_s``: start no new case once this many seconds have passed, and cut the last case's timeout to what is
   left, so the suite ends inside a fixed wall-clock window (run it again to resume).
+- A case's process dies with the suite's (a parent-death signal: lifeline.py), SIGKILL of the suite included; on
+  a timeout, Ctrl-C or SIGTERM its whole process group is killed.
 - The parent process never imports torch, so it holds no GPU memory while the cases run.
 """
 
@@ -21,6 +23,7 @@ import time
 from pathlib import Path
 
 from gpuscope.measure.distributed.launch import json_dict_lines
+from gpuscope.measure.runner import lifeline
 from gpuscope.workloads import case_id, case_name, headline
 
 SCHEMA = "gpuscope.measurement/1"
@@ -50,6 +53,7 @@ def child_env() -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = _SRC + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    env[lifeline.PARENT_ENV] = str(os.getpid())  # run_case dies with this process (lifeline.arm_from_env)
     return env
 
 
