@@ -26,6 +26,8 @@ BARE_RUN_HELP = ("Script: run it once without the profiler first (a step timed a
                  "run time (and the script's side effects twice).")
 DEFER_HELP = "infer, HF engines: generate reads its stop flag one token late (as bench infer)."
 NEEDS_TARGET = "doctor needs a workload (infer or train) or a command after `--` (gpuscope doctor -- python train.py)."
+INFER_SIZES = {"prompt": 512, "gen": 64, "dtype": "bf16"}
+CPU_INFER_SIZES = {"prompt": 64, "gen": 8, "dtype": "fp32"}
 BARE_RUN_WORKLOAD = ("--bare-run is for a script (doctor -- python train.py); doctor infer/train always time their "
                      "workload bare before profiling it.")
 
@@ -39,9 +41,11 @@ def doctor(
     model: str = o.model(required=False),
     config: str = o.config(help="A Hugging Face config.json (instead of --model)."),
     batch: int = typer.Option(1, "--batch", help="infer: batch."),
-    prompt: int = typer.Option(512, "--prompt", help="infer: prompt tokens."),
-    gen: int = typer.Option(64, "--gen", help="infer: generated tokens."),
-    dtype: str = o.dtype(help="infer: bf16|fp16|fp32."),
+    prompt: int = typer.Option(None, "--prompt", help=f"infer: prompt tokens (default {INFER_SIZES['prompt']}, "
+                               f"{CPU_INFER_SIZES['prompt']} on a CPU)."),
+    gen: int = typer.Option(None, "--gen", help=f"infer: generated tokens (default {INFER_SIZES['gen']}, "
+                            f"{CPU_INFER_SIZES['gen']} on a CPU)."),
+    dtype: str = o.dtype(None, help="infer: bf16|fp16|fp32 (default bf16, fp32 on a CPU)."),
     engine: str = typer.Option("hf-eager", "--engine", help="infer: hf-eager | hf-graph | gs-graph | gs-compile."),
     attn: str = typer.Option("sdpa", "--attn", help="infer: sdpa | eager | gs-gqa (as bench infer)."),
     fuse_proj: bool = typer.Option(False, "--fuse-proj", help="infer: one GEMM for q|k|v and gate|up."),
@@ -68,9 +72,10 @@ def doctor(
     if len(args) == 1 and args[0] in ("infer", "train"):
         if bare_run:
             raise UserError(BARE_RUN_WORKLOAD)
-        o.positive(batch=batch, prompt=prompt, gen=gen, micro_batch=micro_batch, seq=seq, steps=steps)
+        o.positive(batch=batch, prompt=prompt or 1, gen=gen or 1, micro_batch=micro_batch, seq=seq, steps=steps)
         name, extra = o.case_model(model, config)
         if args[0] == "infer":
+            prompt, gen, dtype = _infer_sizes(prompt, gen, dtype, device, plan_only)
             case = _infer_case(name, extra, batch, prompt, gen, dtype, engine, attn, fuse_proj, defer_stop, device)
         else:
             case = _train_case(name, extra, micro_batch, seq, precision, recompute, steps)
@@ -79,6 +84,26 @@ def doctor(
         report = _script_report(args, gpu, device, timeout, bare_run)
     _emit(report, as_json, markdown)
     _exit_for(report, as_json)
+
+
+def _infer_sizes(prompt, gen, dtype, device, plan_only: bool) -> tuple[int, int, str]:
+    """--prompt, --gen and --dtype, the defaults CPU-sized where the run is on a CPU (bf16 matmuls run about 70x
+    slower than fp32 on a CPU without AMX, and a 1B model's 64 tokens take minutes there), said on stderr."""
+    on_cpu = False
+    if not plan_only and None in (prompt, gen, dtype):
+        o.require_torch()
+        from gpuscope.measure.device.device import pick_device
+
+        try:
+            on_cpu = pick_device(o.check_device(device)).startswith("cpu")
+        except RuntimeError:  # a device that is not there: said once, where the workload opens it
+            on_cpu = False
+    sizes = CPU_INFER_SIZES if on_cpu else INFER_SIZES
+    chosen = {k: v for k, v in (("prompt", prompt), ("gen", gen), ("dtype", dtype)) if v is None}
+    if on_cpu and chosen:
+        typer.echo("doctor infer on a CPU: " + ", ".join(f"--{k} {sizes[k]}" for k in chosen)
+                   + " (CPU-sized defaults, so it finishes in a minute or two; pass them to change)", err=True)
+    return prompt or sizes["prompt"], gen or sizes["gen"], dtype or sizes["dtype"]
 
 
 def _infer_case(name, extra, batch, prompt, gen, dtype, engine, attn, fuse_proj, defer_stop, device) -> dict:

@@ -41,12 +41,14 @@ def _profile_infer(case: dict, cfg: dict, dev: Device, state: dict):
     engine = case.get("engine", "hf-eager")
     deferred = deferred_stop_log(case, engine, dev)  # --defer-stop: generate reads its stop flag a token late
 
-    def gen():
-        return generate(tr.model, ids, mask, case["gen"], engine, deferred=deferred)
+    def gen(n=case["gen"]):
+        return generate(tr.model, ids, mask, n, engine, deferred=deferred)
 
     with torch.no_grad():
         routing = prefill_routing(tr.model, ids, mask)  # MoE rows per expert, in an untimed eager prefill
-        gen()
+        # warm-up: at full length on accelerators (graph capture, compiled shapes, the allocator's pool); on a CPU
+        # two tokens run the same kernels at a fraction of the time (a 1B model's full generate is a minute there)
+        gen(min(2, case["gen"]) if dev.type == "cpu" else case["gen"])
         with GCPauses() as gcp, HostLoad() as host:  # the collector's pauses, the host's load
             bare = _timed(dev, gen)
         state["phase"] = "profile"
