@@ -85,3 +85,44 @@ def test_error_lines_leave_out_profiler_logs():
            "Traceback (most recent call last):\n  File \"t.py\", line 1\nRuntimeError: boom\n"
            "[W kineto_shim.cpp:372] Adding profiling metadata\n")
     assert error_lines(err) == ["Traceback (most recent call last):", "  File \"t.py\", line 1", "RuntimeError: boom"]
+
+
+def test_knee_is_where_no_larger_batch_gains_enough():
+    """A flat (noisy) first step must not end the search for the knee: gpt2 on a CPU read batch 1 while batch 16
+    gave 2.83x the tokens/s."""
+    from gpuscope.measure.tune.batch import knee, search_batch
+
+    curve = {1: 100.0, 2: 104.0, 4: 150.0, 8: 220.0, 16: 283.0, 32: 290.0, 64: 292.0, 128: 293.0}
+    r = search_batch(lambda b: {"tokens_per_s": curve[b]}, max_batch=128)
+    assert r["knee_batch"] == 16 and r["best_batch"] == 128
+    assert knee({b: {"status": "ok", "tokens_per_s": v} for b, v in curve.items()}, gain=0.02) == 32
+    assert knee({1: {"status": "oom"}}) is None and knee({4: {"status": "ok", "tokens_per_s": 1.0}}) == 4
+
+
+def test_memory_cap_stops_the_search_where_the_planner_runs_out():
+    from gpuscope.measure.tune.memory_cap import memory_cap, planned_peak_fn
+    from gpuscope.workloads.sets import TINY_LLAMA
+
+    peak = lambda b: 1e9 + b * 0.5e9  # noqa: E731  weights 1 GB, 0.5 GB a sequence
+    cap = memory_cap(peak, free=10e9, max_batch=256, fraction=0.9)
+    assert cap["batch"] == 16 and cap["limited"] and cap["first_over"] == 17  # 9.0 GB <= 0.9 x 10 GB < 9.5 GB
+    assert memory_cap(peak, free=100e9, max_batch=64)["batch"] == 64
+    assert memory_cap(peak, free=1e9, max_batch=64)["batch"] is None
+    assert memory_cap(peak, free=None, max_batch=64) == dict(memory_cap(peak, None, 64), batch=64, limited=False)
+    real = planned_peak_fn("train", TINY_LLAMA, {"seq": 64, "precision": "fp32"})
+    assert 0 < real(1) < real(8) < real(64)  # the planner's peak of the same trial grows with the batch
+
+
+def test_tune_batch_capped_by_free_memory(monkeypatch):
+    from gpuscope.measure.device.device import Device
+    from gpuscope.measure.tune import batch as tune
+    from gpuscope.measure.tune import memory_cap as mc
+    from gpuscope.workloads.sets import TINY_LLAMA
+
+    peak = mc.planned_peak_fn("train", TINY_LLAMA, {"seq": 16, "precision": "fp32"})
+    monkeypatch.setattr(mc, "free_bytes", lambda dev: int((peak(4) + peak(5)) / 2 / 0.9))  # 4 fits, 5 does not
+    r = tune.tune_batch("train", TINY_LLAMA, Device("cpu"), max_batch=256, fixed=8, seq=16, precision="fp32",
+                        steps=1)
+    assert [x["batch"] for x in r["rows"]] == [1, 2, 4] and r["memory_cap"]["batch"] == 4
+    assert "planner puts batch 5" in r["memory_cap"]["stop_reason"]
+    assert "fixed" not in {c["policy"] for c in r["comparison"]}  # batch 8 is past the cap: not tried

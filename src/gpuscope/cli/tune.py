@@ -46,12 +46,14 @@ def batch(
     seq: int = typer.Option(512, "--seq", help="train: tokens per sequence."),
     precision: str = o.precision(help="train: amp-bf16|amp-fp16|bf16|fp32."),
     start: int = typer.Option(1, "--start", help="First batch tried."),
-    max_batch: int = typer.Option(256, "--max-batch", help="Upper limit of the search."),
+    max_batch: int = typer.Option(256, "--max-batch", help="Upper limit of the search (lower where the planner "
+                                  "says the batch would not fit in --mem-fraction of the free memory)."),
     knee: float = typer.Option(0.10, "--knee", help="Knee: tokens/s gain per doubling below this fraction."),
     fixed: int = typer.Option(1, "--fixed", help="Your current batch, compared with the others."),
     util_threshold: float = typer.Option(0.9, "--util-threshold",
                                          help="Dynamic policy: stop growing at this utilisation (0..1)."),
-    mem_fraction: float = typer.Option(0.9, "--mem-fraction", help="Dynamic policy: memory headroom limit."),
+    mem_fraction: float = typer.Option(0.9, "--mem-fraction", help="Memory headroom: the search's cap (the "
+                                       "planner's peak vs free memory) and the dynamic policy's limit."),
     upper: int = typer.Option(None, "--upper", help="Dynamic policy: upper bound (default --max-batch)."),
     device: str = o.device(),
     markdown: bool = o.markdown(),

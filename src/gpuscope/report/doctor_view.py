@@ -211,11 +211,16 @@ def doctor_markdown(r: dict) -> str:
 
 
 # --- tune ------------------------------------------------------------------------------------------------------
+def _cap_note(r: dict) -> str:
+    cap = r.get("memory_cap") or {}
+    return f" Search capped at batch {cap['batch']}: {cap['stop_reason']}." if cap.get("stop_reason") else ""
+
+
 def batch_markdown(r: dict) -> str:
     out = [f"# Batch search ({r['kind']}) on {r.get('device_name')}", "",
            f"Largest batch that fits: **{r.get('max_batch')}**; throughput knee (gain < {r['knee_gain']:.0%} per "
            f"doubling): **{r.get('knee_batch')}**; dynamic policy: **{r['dynamic'].get('batch')}** "
-           f"({r['dynamic'].get('stop_reason')}).", "", "| batch | status | tokens/s | peak memory |",
+           f"({r['dynamic'].get('stop_reason')})." + _cap_note(r), "", "| batch | status | tokens/s | peak memory |",
            "|---:|---|---:|---:|"]
     for x in r["rows"]:
         tps = f"{x['tokens_per_s']:.1f}" if x.get("tokens_per_s") else "-"
@@ -245,6 +250,9 @@ def render_batch(r: dict, console) -> None:
     d = r["dynamic"]
     console.print(f"largest that fits: {r.get('max_batch')}  knee: {r.get('knee_batch')}  dynamic policy: "
                   f"{d.get('batch')} ({d.get('stop_reason')})", highlight=False)
+    if (r.get("memory_cap") or {}).get("stop_reason"):
+        console.print(f"search capped at batch {r['memory_cap']['batch']}: {r['memory_cap']['stop_reason']}",
+                      highlight=False)
 
 
 def precision_markdown(r: dict) -> str:

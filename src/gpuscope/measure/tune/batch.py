@@ -5,9 +5,11 @@ Batch search (``search_batch``): doubling from ``start`` until a trial runs out 
 reached, then bisection between the last batch that ran and the first that did not. Out-of-memory is caught
 (``device.is_oom``) and recorded as a row; between trials every reference is dropped, ``gc.collect()`` and the
 allocator's cache emptied, and the peak counter reset, so one trial's memory does not leak into the next.
-- knee (the throughput-optimal batch): the first measured batch b where going to the next measured batch b'
-  gains less than ``knee_gain`` (default 10%) tokens/s per doubling, i.e. (tps(b')/tps(b))^(1/log2(b'/b)) - 1 <
-  knee_gain. Larger batches only add latency and memory from there on.
+- knee (the throughput-optimal batch): the smallest measured batch b from which no larger measured batch b'
+  gains ``knee_gain`` (default 10%) or more tokens/s per doubling, i.e. (tps(b')/tps(b))^(1/log2(b'/b)) - 1 <
+  knee_gain for every b' > b. Larger batches only add latency and memory from there on.
+- memory cap (measure/tune/memory_cap.py): the search never tries a batch whose planner peak is over
+  ``mem_fraction`` of the memory free before the model is built; a CPU does not raise out-of-memory, it swaps.
 - dynamic policy (the article's): start at ``start``; double while utilisation < ``util_threshold``, the next batch
   stays under ``mem_fraction`` of the device memory, and under ``upper`` (the bound). Utilisation is NVML's GPU
   utilisation during the trial where sampled, else (CPU, no NVML) tokens/s relative to the best measured, a proxy
@@ -96,14 +98,15 @@ def search_batch(trial, *, start: int = 1, max_batch: int = 1024, knee_gain: flo
 
 
 def knee(rows: dict[int, dict], gain: float = 0.10) -> int | None:
+    """The smallest measured batch that no larger measured batch beats by ``gain`` or more per doubling. Not the
+    first step that gains little: a flat or noisy step early on (gpt2 on a CPU: batch 1 to 2) stopped the old rule
+    at batch 1 where batch 16 gave 2.83x the tokens/s."""
     ok = sorted(k for k, r in rows.items() if r.get("status") == "ok" and r.get("tokens_per_s"))
-    if not ok:
-        return None
-    for a, b in zip(ok, ok[1:]):
-        per_doubling = (rows[b]["tokens_per_s"] / rows[a]["tokens_per_s"]) ** (1 / math.log2(b / a)) - 1
-        if per_doubling < gain:
+    for i, a in enumerate(ok):
+        tps = rows[a]["tokens_per_s"]
+        if all((rows[b]["tokens_per_s"] / tps) ** (1 / math.log2(b / a)) - 1 < gain for b in ok[i + 1:]):
             return a
-    return ok[-1]
+    return None
 
 
 def dynamic_policy(rows: list[dict], *, start: int = 1, util_threshold: float = 0.9, mem_fraction: float = 0.9,
@@ -256,21 +259,42 @@ class TrainTrial:
                 "util": _util_of(smp)}
 
 
+def _capped(kind: str, cfg: dict, dev: Device, max_batch: int, mem_fraction: float, trial_kw: dict) -> dict:
+    """The memory cap of the search (measure/tune/memory_cap.py), from the memory free before the model is built;
+    a UserError where not even batch 1 fits."""
+    from gpuscope.errors import UserError
+    from gpuscope.measure.tune.memory_cap import free_bytes, memory_cap, planned_peak_fn
+
+    cap = memory_cap(planned_peak_fn(kind, cfg, trial_kw), free_bytes(dev), max_batch, mem_fraction)
+    if cap["batch"] is None:
+        raise UserError(f"batch 1 needs about {cap['estimated_peak_bytes'] / 2**30:.1f} GiB by the planner, more "
+                        f"than {mem_fraction:.0%} of the {cap['free_bytes'] / 2**30:.1f} GiB free on {dev.name}.")
+    if cap["limited"]:
+        cap["stop_reason"] = (f"memory: the planner puts batch {cap['first_over']} at "
+                              f"{cap['first_over_peak_bytes'] / 2**30:.2f} GiB, over {mem_fraction:.0%} of the "
+                              f"{cap['free_bytes'] / 2**30:.2f} GiB free on {dev.name}")
+    return cap
+
+
 def tune_batch(kind: str, cfg: dict, dev: Device, *, start: int = 1, max_batch: int = 256, knee_gain: float = 0.10,
                fixed: int = 1, util_threshold: float = 0.9, mem_fraction: float = 0.9, upper: int | None = None,
                **trial_kw) -> dict:
+    """The batch search on the model: capped where the planner says memory runs out (``memory_cap``), doubling
+    and bisecting below it; the knee, the dynamic policy and the user's ``fixed`` batch beside."""
+    cap = _capped(kind, cfg, dev, max_batch, mem_fraction, trial_kw)
+    top = cap["batch"]
     trial = InferTrial(cfg, dev, **trial_kw) if kind == "infer" else TrainTrial(cfg, dev, **trial_kw)
-    res = search_batch(trial, start=start, max_batch=max_batch, knee_gain=knee_gain, cleanup=lambda: release(dev))
+    res = search_batch(trial, start=min(start, top), max_batch=top, knee_gain=knee_gain,
+                       cleanup=lambda: release(dev))
     by = {r["batch"]: r for r in res["rows"]}
-    if fixed not in by:  # measure the user's batch too
-        extra = search_batch(trial, start=fixed, max_batch=fixed, cleanup=lambda: release(dev))["rows"][0]
-        by[fixed] = extra
+    if fixed not in by and fixed <= top:  # measure the user's batch too
+        by[fixed] = search_batch(trial, start=fixed, max_batch=fixed, cleanup=lambda: release(dev))["rows"][0]
     total = dev.total_memory()
-    dyn = dynamic_policy(res["rows"], start=start, util_threshold=util_threshold, mem_fraction=mem_fraction,
-                         total_bytes=total, upper=upper or max_batch)
+    dyn = dynamic_policy(res["rows"], start=min(start, top), util_threshold=util_threshold, mem_fraction=mem_fraction,
+                         total_bytes=total, upper=upper or top)
     res.update(schema=SCHEMA_BATCH, kind=kind, device=dev.name, device_name=dev.device_name(),
-               device_total_bytes=total, fixed_batch=fixed, dynamic=dyn, trial=trial_kw,
-               comparison=compare_policies(res, by[fixed], dyn))
+               device_total_bytes=total, fixed_batch=fixed, dynamic=dyn, trial=trial_kw, memory_cap=cap,
+               comparison=compare_policies(res, by.get(fixed), dyn))
     del trial
     release(dev)
     return res
