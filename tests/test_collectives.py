@@ -81,7 +81,7 @@ def test_hung_collective_ends_with_clear_message_within_timeout(tmp_path):
     msg = str(ei.value)
     assert "collective all_reduce of 8 bytes did not finish within 3 s" in msg, msg
     assert ei.value.records == []
-    assert wall < 20, wall  # ~3 s of timeout + torchrun start, not the 60 s wall clock
+    assert wall < 60, wall  # ended by the 3 s collective timeout (the message above), before the 60 s wall clock
 
 
 def test_wall_clock_timeout_kills_the_job():
@@ -89,7 +89,7 @@ def test_wall_clock_timeout_kills_the_job():
     with pytest.raises(DistributedRunError, match="did not finish within 2 s and was killed"):
         run_torchrun("gpuscope.measure.collectives.worker", ["--backend", "gloo", "--ops", "all_reduce", "--timeout", "60",
                                                       "--simulate-hang-rank", "1"], nproc=2, timeout_s=2)
-    assert time.perf_counter() - t0 < 15
+    assert time.perf_counter() - t0 < 60  # killed at its 2 s wall clock, before the worker's own 60 s timeout
 
 
 def test_torchrun_command_lines():
