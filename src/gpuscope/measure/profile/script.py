@@ -5,8 +5,10 @@
 The child runs the script with ``runpy.run_path`` (``-m pkg.mod`` with ``runpy.run_module``) as ``__main__``
 with its own ``sys.argv``, inside ``profile.profile_run``. This was chosen over a ``sitecustomize`` hook because it
 needs no writable site directory, works the same on CPU and CUDA, and a crash, ``sys.exit`` or out-of-memory in the
-script still ends the profile and writes the summary (``script_status``: ok | exit | oom | error). It profiles the
-whole run (no schedule): run a short version of the job (a few dozen steps). Scripts that spawn their own
+script still ends the profile and writes the summary (``script_status``: ok | exit | oom | error | interrupted,
+with ``script_exit_code`` and ``script_traceback``). It records the script from its start to its first
+``MAX_STEPS`` optimizer steps, then stops the profiler and lets the script run on (the profiler holds every event
+until it stops; a script without optimizer steps is recorded whole: run a short version of it). Scripts that spawn their own
 processes (torchrun, DataLoader workers) are profiled in the main process only.
 
 Steps: every ``torch.optim`` optimizer step marks a step (a global post-step hook, synchronised), so a training
