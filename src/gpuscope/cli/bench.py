@@ -100,6 +100,7 @@ def _checkpoint(model: str, weights: bool, device_map: str | None, max_memory: s
 def _run_one(case: dict, db, resume, as_json, gpu, timeout_s, command: str) -> None:
     from gpuscope.pipeline.bench import run_workloads
 
+    options.known_gpu(gpu)  # an unknown --gpu is said before the case runs, not beside its result
     s = Session(db, command, resume, as_json)
     guarded(s, lambda: run_workloads(s, [case], gpu, timeout_s))
 
@@ -118,11 +119,11 @@ def micro(
     device: str = options.device(),
 ) -> None:
     """Matmul per dtype, device memory copy/read/write, host<->device copies (pinned and pageable)."""
+    options.require_torch()  # before the matmul module, which imports torch
     from gpuscope.measure.micro.matmul import parse_shapes
     from gpuscope.pipeline.micro import run_micro
 
-    options.require_torch()
-    device = options.check_device(device)
+    device = options.device_exists(device)
     dts = _dtypes(dtype)
     if iters is not None:
         options.positive(iters=iters)
@@ -172,7 +173,7 @@ def infer(
     from gpuscope.workloads.sets import infer_case
 
     options.require_torch()
-    device = options.check_device(device)
+    device = options.device_exists(device)
     engine = options.axis(Engine, engine, "engine")
     extra = _infer_keys(engine, attn, fuse_proj, defer_stop, gc_freeze, device, min_time)
     model, ckpt = _checkpoint(model, weights, device_map, max_memory)
@@ -207,7 +208,7 @@ def train(
     from gpuscope.workloads.sets import train_case
 
     options.require_torch()
-    device = options.check_device(device)
+    device = options.device_exists(device)
     model, inline = options.case_model(model)
     keys = {"device": device, "grad_accum": grad_accum if grad_accum != 1 else None, "min_time_s": min_time or None,
             "lora_r": lora_r, "lora_alpha": lora_alpha, "lora_targets": lora_targets, "lora_dropout": lora_dropout}
@@ -249,9 +250,10 @@ def all_cmd(
     from gpuscope.workloads.sets import CASE_SETS
 
     options.require_torch()
-    device = options.check_device(device)
+    device = options.device_exists(device)
     accel = _on_accelerator(device)
     name = _workload_set(cases, quick, accel)
+    options.known_gpu(gpu)
     work = [dict(c, device=device) if device else c for c in CASE_SETS[name]()]
     s = Session(db, "bench all", resume, as_json)
     guarded(s, lambda: bench_all(s, work, device, "quick" if quick else "sweep", gpu,

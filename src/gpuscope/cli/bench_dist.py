@@ -120,6 +120,7 @@ def collectives(
     op_list, lo = _ops(ops), _size("min-bytes", min_bytes)
     _check(dtype, backend, nnodes, node_rank, rdzv_endpoint, timeout, wall_timeout, warmup, min_iters, min_time)
     on_gpu, nproc = _ranks(backend, nproc)
+    options.known_gpu(gpu)
     hi = _size("max-bytes", max_bytes) if max_bytes else (8 * 2 ** 30 if on_gpu else 64 * 2 ** 10)
     if hi < lo:
         raise UserError(f"--max-bytes ({hi}) must not be below --min-bytes ({lo}).")

@@ -44,7 +44,7 @@ def _model_case(model: str | None, config: str | None) -> dict:
 
 
 def _device(device: str | None) -> dict:
-    device = options.check_device(device)
+    device = options.device_exists(device)
     return {"device": device.split(":")[0]} if device else {}
 
 
@@ -54,6 +54,7 @@ def _run(case: dict, db: str | None, as_json: bool, gpu: str | None, node_rank: 
     from gpuscope.pipeline.dist import run_job
 
     typed = workloads.from_dict(case)
+    options.known_gpu(gpu)
     s = Session(db, f"bench {typed.KIND.value}", False, as_json)
     guarded(s, lambda: _print(s, run_job(s, typed, gpu, node_rank, rdzv)))
 
@@ -121,9 +122,9 @@ def compression(
 ) -> None:
     """DDP gradient compression: step time, bytes sent per step and loss deviation from the uncompressed run,
     per communication hook (same seed, same data, same steps)."""
+    options.require_torch()  # before the hooks' module, which imports torch
     from gpuscope.measure.distributed.compression import parse_hooks
 
-    options.require_torch()
     try:
         hook_list = parse_hooks(hooks)
     except ValueError as e:

@@ -46,7 +46,8 @@ def calibrate_cmd(
     from gpuscope.pipeline.micro import open_device, run_micro
 
     options.require_torch()
-    device = options.check_device(device)
+    device = options.device_exists(device)
+    options.writable(out)  # before minutes of measuring, not after
     dts = _dtypes(dtype)
     mode = "quick" if quick else "sweep"
     s = Session(db, "hardware calibrate", resume, as_json=False)

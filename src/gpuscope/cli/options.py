@@ -185,11 +185,52 @@ def pick_device(device: str | None) -> str:
         raise UserError(f"--device: {e}.") from None
 
 
+def device_exists(device: str | None) -> str | None:
+    """--device checked against this machine before anything is measured: an accelerator it names must be there
+    (cuda:N or xpu:N below the device count). None (the case's process picks) and cpu need no torch here."""
+    device = check_device(device)
+    if device is None or device == "cpu":
+        return device
+    pick_device(device)
+    kind, _, index = device.partition(":")
+    if index and kind in ("cuda", "xpu"):
+        import torch
+
+        count = getattr(torch, kind).device_count()
+        if int(index) >= count:
+            raise UserError(f"--device '{device}': this machine has {count} {kind} device(s), numbered from 0.")
+    return device
+
+
+def writable(path: str | None, flag: str = "out") -> str | None:
+    """A file the command will write at its end, checked before it measures (created and removed again when it
+    did not exist, so nothing is left behind)."""
+    if not path:
+        return path
+    p = Path(path).expanduser()
+    existed = p.exists()
+    try:
+        with open(p, "a"):
+            pass
+        if not existed:
+            p.unlink()
+    except OSError as exc:
+        raise UserError(f"--{flag} '{path}' cannot be written ({exc.strerror}).") from None
+    return path
+
+
 def open_device(device: str | None):
     """A ``measure.device.device.Device`` for --device (torch needed)."""
     from gpuscope.measure.device.device import Device
 
     return Device(pick_device(device))
+
+
+def stored_kind(value: str | None) -> str | None:
+    """--kind of the results commands: none, or a kind the store holds (specs.axes.WorkloadKind)."""
+    from gpuscope.specs.axes import WorkloadKind
+
+    return None if value is None else WorkloadKind.parse(value, flag="kind").value
 
 
 def kind(value: str, allowed=("infer", "train")) -> str:
@@ -254,6 +295,15 @@ def hardware(gpu: str, calibrated: bool = False):
     from gpuscope.specs.hardware import load_hardware
 
     return load_hardware(gpu)
+
+
+def known_gpu(gpu: str | None) -> None:
+    """A measuring command's --gpu (the hardware its estimate is planned on) checked before anything runs."""
+    if gpu:
+        try:
+            hardware(gpu)
+        except UserError as e:
+            raise UserError(str(e) if str(e).startswith("--gpu") else f"--gpu: {e}") from None
 
 
 def emit(value, as_json: bool, as_markdown: bool, to_json_text, to_markdown, render, min_width: int = 140) -> None:

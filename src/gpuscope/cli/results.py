@@ -39,6 +39,8 @@ def list_cmd(
 
     from gpuscope.workloads import headline
 
+    options.non_negative(limit=limit)
+    kind = options.stored_kind(kind)
     with _store(db) as st:
         rows = st.list(kind, limit or None)
     if as_json:
@@ -75,6 +77,7 @@ def export_cmd(
 
     if csv == as_json:
         raise UserError("results export needs exactly one of --csv or --json.")
+    kind = options.stored_kind(kind)
     with _store(db) as st:
         text = st.export_csv(kind) if csv else st.export_json(kind) + "\n"
     if not out:
@@ -113,9 +116,14 @@ def _compare_table(rows: list[dict]):
         t.add_column(c, justify="right" if c in ("id", "estimated", "measured", "error") else "left")
     for r in rows:
         scale, unit = (2**30, " GiB") if r["metric"].endswith("bytes") else (1e-3, " ms")
-        t.add_row(str(r["id"]), r["case"], r["metric"], f"{r['estimated'] / scale:,.2f}{unit}",
-                  f"{r['measured'] / scale:,.2f}{unit}", "-" if r["error"] is None else f"{r['error']:+.1%}")
+        t.add_row(str(r["id"]), r["case"], r["metric"], _scaled(r["estimated"], scale, unit),
+                  _scaled(r["measured"], scale, unit), "-" if r["error"] is None else f"{r['error']:+.1%}")
     return t
+
+
+def _scaled(value, scale: float, unit: str) -> str:
+    """A figure of the table, or "-" where there is none (a CPU run measures no device memory)."""
+    return "-" if value is None else f"{value / scale:,.2f}{unit}"
 
 
 @results.command("compare")
@@ -130,6 +138,8 @@ def compare_cmd(
     from gpuscope.report.bench_view import accuracy_lines
     from gpuscope.workloads import estimated_kinds
 
+    if not calibrated:
+        options.known_gpu(gpu)
     kinds = estimated_kinds()
     with _store(db) as st:
         stored = [st.get(r["id"]) for r in st.list() if r["kind"] in kinds and r.get("status") == "ok"]

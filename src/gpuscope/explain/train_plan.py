@@ -80,10 +80,12 @@ def plan_train(m, hw, r: TrainRequest):
 
     if wants_lora(r):
         return plan_lora(m, hw, r)
+    check_request(m, r)
     single = dict(micro_batch=r.micro_batch, seq=r.seq, precision=r.precision, optimizer=r.optimizer,
                   recompute=r.recompute, grad_accum=r.grad_accum, offload=r.offload, fused=r.fused,
                   num_gpus=r.num_gpus)
     if not r.multi:
+        single["grad_accum"] = _accumulation(r)
         return estimate_train(m, hw, with_ops=r.with_ops, **single)
     if r.db:
         from gpuscope.explain.measured_links import with_measured_links
@@ -96,9 +98,39 @@ def plan_train(m, hw, r: TrainRequest):
             raise UserError("--framework hf plans DDP or FSDP (--fsdp, --hsdp) over --num-gpus; TP/PP/EP/ZeRO "
                             "layouts need --framework megatron.")
         strategy = "hsdp" if r.hsdp else "fsdp" if r.fsdp else "ddp"
+        single["grad_accum"] = _accumulation(r)
         return estimate_train(m, hw, strategy=strategy, gpus_per_node=r.gpus_per_node, bucket_view=r.bucket_view,
                               **single)
     return _megatron(m, hw, r)
+
+
+def check_request(m, r: TrainRequest) -> None:
+    """What no plan can run, refused before planning: two sharding schemes at once, pipeline stages that do not
+    divide the layers."""
+    if (r.fsdp or r.hsdp) and r.zero:
+        flag = "--hsdp" if r.hsdp else "--fsdp"
+        raise UserError(f"{flag} and --zero {r.zero} are two sharding schemes; give one ({flag} shards as ZeRO-3 "
+                        f"does, in PyTorch's FSDP).")
+    stages = r.pp * r.virtual
+    if r.pp > 0 and r.virtual > 0 and m.num_layers % stages:
+        of = f"--pp {r.pp} x --virtual {r.virtual} ({stages})" if r.virtual > 1 else f"--pp ({r.pp})"
+        raise UserError(f"{of} must divide the model's {m.num_layers} layers into equal pipeline stages.")
+
+
+def _accumulation(r: TrainRequest) -> int:
+    """Micro-batches per optimizer step of PyTorch data parallelism: --grad-accum, or what --global-batch asks
+    (it must split into --micro-batch x data-parallel ranks, and agree with a --grad-accum given)."""
+    if r.global_batch is None:
+        return r.grad_accum
+    per_step = r.micro_batch * r.num_gpus
+    if r.global_batch <= 0 or r.global_batch % per_step:
+        raise UserError(f"--global-batch ({r.global_batch}) must be a multiple of --micro-batch x data-parallel "
+                        f"ranks ({r.micro_batch} x {r.num_gpus} = {per_step}).")
+    accum = r.global_batch // per_step
+    if r.grad_accum not in (1, accum):
+        raise UserError(f"--global-batch ({r.global_batch}) asks for {accum} micro-batches per step, --grad-accum "
+                        f"for {r.grad_accum}; give one of them.")
+    return accum
 
 
 def data_parallel(r: TrainRequest) -> int:

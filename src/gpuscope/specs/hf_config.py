@@ -161,11 +161,20 @@ def _sliding_window(kw: dict, cfg: dict, family: str) -> None:
         kw["sliding_window"] = None
 
 
+def _top_k(cfg: dict, experts: int, default: int | None = None) -> int:
+    """num_experts_per_tok: a positive integer, at most the routed experts a token can be sent to."""
+    k = _pos_int(cfg, _get(cfg, "num_experts_per_tok", default=default), "num_experts_per_tok")
+    if k > experts:
+        raise UserError(f"--model: config field 'num_experts_per_tok' ({k}) exceeds the {experts} routed experts "
+                        f"a token can be sent to.")
+    return k
+
+
 def _mixtral_experts(kw: dict, cfg: dict) -> None:
     """Mixtral: every layer's MLP is a top-k mixture of ``num_local_experts`` experts of intermediate_size."""
     layers, inter = kw["num_layers"], kw["intermediate_size"]
     e = _pos_int(cfg, _get(cfg, "num_local_experts"), "num_local_experts")
-    kw["moe"] = MoESpec(num_experts=e, experts_per_token=int(_get(cfg, "num_experts_per_tok", default=2)),
+    kw["moe"] = MoESpec(num_experts=e, experts_per_token=_top_k(cfg, e, default=2),
                         expert_intermediate_size=inter)
     kw["moe_layers"] = tuple(range(layers))
 
@@ -176,7 +185,7 @@ def _qwen2_moe_experts(kw: dict, cfg: dict) -> None:
     layers = kw["num_layers"]
     e = _pos_int(cfg, _get(cfg, "num_experts"), "num_experts")
     shared = int(cfg.get("shared_expert_intermediate_size") or 0)
-    kw["moe"] = MoESpec(num_experts=e, experts_per_token=int(_get(cfg, "num_experts_per_tok", default=4)),
+    kw["moe"] = MoESpec(num_experts=e, experts_per_token=_top_k(cfg, e, default=4),
                         expert_intermediate_size=int(_get(cfg, "moe_intermediate_size")),
                         shared_intermediate_size=shared, num_shared_experts=1 if shared else 0,
                         shared_expert_gate=bool(shared))
@@ -193,7 +202,7 @@ def _deepseek(kw: dict, cfg: dict, family: str, notes: list[str]) -> None:
         shared_n = int(cfg.get("n_shared_experts") or 0)
         mi = int(_get(cfg, "moe_intermediate_size"))
         kw["moe"] = MoESpec(
-            num_experts=e, experts_per_token=int(_get(cfg, "num_experts_per_tok")),
+            num_experts=e, experts_per_token=_top_k(cfg, e),
             expert_intermediate_size=mi, num_shared_experts=shared_n, shared_intermediate_size=shared_n * mi,
             # DeepSeek-V3's e_score_correction_bias is an nn.Buffer in transformers (DeepseekV3TopkRouter,
             # modeling_deepseek_v3.py), not a parameter (the remote code made it one): 0 parameters here.
