@@ -97,3 +97,21 @@ def test_a_database_that_lost_its_measurements_table_is_refused_untouched(tmp_pa
     with pytest.raises(UserError, match="lost its measurements table"):
         Store.open(path)
     assert _digest(path) == before
+
+
+def test_an_export_onto_the_database_itself_is_refused_and_the_file_unchanged(tmp_path):
+    import subprocess
+    import sys
+
+    path = _stored(tmp_path)
+    before = _digest(path)
+    for fmt in ("--json", "--csv"):
+        for target in (path, tmp_path / "r.sqlite-wal", tmp_path / "." / "r.sqlite"):
+            r = subprocess.run([sys.executable, "-m", "gpuscope", "results", "export", fmt, "--db", str(path),
+                                "--out", str(target)], capture_output=True, text=True)
+            assert r.returncode == 2, r.stderr
+            assert "is the results database itself" in r.stderr and "Traceback" not in r.stderr
+    assert _digest(path) == before
+    ok = subprocess.run([sys.executable, "-m", "gpuscope", "results", "export", "--json", "--db", str(path),
+                         "--out", str(tmp_path / "out.json")], capture_output=True, text=True)
+    assert ok.returncode == 0 and (tmp_path / "out.json").read_text().startswith("{")

@@ -79,6 +79,7 @@ def export_cmd(
         raise UserError("results export needs exactly one of --csv or --json.")
     kind = options.stored_kind(kind)
     with _store(db) as st:
+        _check_out_is_not_the_store(out, st.path)
         text = st.export_csv(kind) if csv else st.export_json(kind) + "\n"
     if not out:
         typer.echo(text, nl=False)
@@ -89,6 +90,20 @@ def export_cmd(
         Path(out).write_text(text)
     except OSError as exc:
         raise UserError(f"--out '{out}' cannot be written ({exc.strerror}).") from None
+
+
+def _check_out_is_not_the_store(out: str | None, db_path) -> None:
+    """--out must not name the database itself (or its WAL journal files): the export would overwrite it."""
+    from pathlib import Path
+
+    from gpuscope.errors import UserError
+
+    if not out:
+        return
+    o, d = Path(out).expanduser().resolve(), Path(db_path).expanduser().resolve()
+    if o in (d, d.with_name(d.name + "-wal"), d.with_name(d.name + "-shm")):
+        raise UserError(f"--out '{out}' is the results database itself; choose another file (nothing was "
+                        "written).")
 
 
 def compare_rows(stored: list[dict], gpu: str | None, calibrated: bool) -> tuple[list[dict], list[dict]]:

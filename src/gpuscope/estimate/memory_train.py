@@ -29,6 +29,7 @@ H200 for every phase of 14 training cases (research/results/2026-11-29-h200, res
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import accumulate
 
 from gpuscope.estimate.activations import hf_layer_saved_bytes
 from gpuscope.estimate.params import ParamCounts, layer_params
@@ -94,9 +95,11 @@ def train_memory(m: ModelSpec, pc: ParamCounts, *, micro_batch: int, seq: int, p
     # The LM head's weight gradient (the shared embedding's, when tied) exists from here on; with gradient
     # accumulation every gradient already exists (later micro-batches add into them in place).
     g_done = accum_grads or V * h * r.gpu_w_b
+    # what layers 0..i still hold while layer i runs backward (prefix sums: the walk stays linear in depth)
+    alive = list(accumulate(k + c for k, c in zip(kept, copies_alive)))
     for i in range(m.num_layers - 1, -1, -1):
         recomputed = (saved[i] + copies[i]) if full else 0.0
-        walk.append(r.rest + sum(kept[: i + 1]) + sum(copies_alive[: i + 1]) + recomputed + g_done + bwd_work)
+        walk.append(r.rest + alive[i] + recomputed + g_done + bwd_work)
         g_done += r.grads[i] if (offload == "none" and not accum_grads) else 0.0
     bwd_end = r.rest + r.grads_total + layer_input + _tied_embedding_grads(pc, amp) * (pc.embedding * r.gpu_w_b)
     foreach_tmp = 0.0 if (fused or optimizer == "sgd" or offload != "none") else pc.total * w_b
