@@ -2,12 +2,15 @@
 
 Time, per micro-batch, at the roofline of roofline.py (each phase max(GPU, host), as estimate/train.py):
 - forward: full training's forward ops (train.train_forward_ops, in the base's dtype) plus, per targeted module,
-  lora_A (a T x r x d_in GEMM), lora_B (T x d_out x r), the scale-and-add into the base output (read two T x d_out,
-  write one) and, with dropout, its pass over x; under QLoRA one dequantisation pass per decoder layer over its
+  lora_A (a T x r x d_in GEMM), lora_B (T x d_out x r), the scaling multiply (read and write T x d_out) and the add
+  into the base output (read two T x d_out, write one), under autocast the casts of x to fp32 and back (12 bytes an
+  element of T x d_in) and the kernels casting A and B (8 kernels a target beside the base GEMM: the list above
+  _adapter_ops) and, with dropout, its pass over x; under QLoRA one dequantisation pass per decoder layer over its
   4-bit Linear weights (read NF4_BYTES_PER_WEIGHT, write 2 bytes a weight: memory bound), before the GEMMs.
 - backward: through a frozen Linear only dX = dY W^T is computed (no dW): its GEMM FLOPs and bytes once, not
   twice; attention 2.5x its forward (flash backward recomputes the scores); elementwise traffic 2x; each adapter
-  GEMM twice (dX and dW); QLoRA dequantises every weight again (bitsandbytes MatMul4Bit saves the packed weight,
+  GEMM twice (dX and dW), the scaling multiply's backward once, x's gradient cast back twice and summed with the
+  base path's (18 bytes an element of T x d_in), 10 kernels a target; QLoRA dequantises every weight again (bitsandbytes MatMul4Bit saves the packed weight,
   not the dequantised one).
 - recompute (gradient checkpointing): each decoder layer's forward again, adapters and dequantisation included.
 - optimizer step over the fp32 adapters only (AdamW reads p, g, m, v and writes p, m, v: 28 bytes a parameter),
@@ -36,23 +39,68 @@ from gpuscope.specs.model import ModelSpec
 LORA_PRECISIONS = ("amp-bf16", "amp-fp16", "bf16", "fp32")
 
 
-def _adapter_ops(shape: LoraShape, T: int, dt: LoraDtypes) -> list:
-    """The adapters' forward ops, one group per (module, shape), counted over the layers holding it."""
+def _groups(shape: LoraShape) -> dict[tuple, int]:
+    """(module, d_in, d_out) -> how many layers hold that target."""
     groups: dict[tuple, int] = {}
     for layer in shape.sites_per_layer:
         for s in layer:
             groups[(s.name, s.n_in, s.n_out)] = groups.get((s.name, s.n_in, s.n_out), 0) + 1
+    return groups
+
+
+# peft's LoRA Linear forward, per target (peft 0.21 lora/layer.py Linear.forward, counted with torch.profiler on a
+# tiny Llama, bf16 base, fp32 adapters, bf16 autocast, lora_dropout 0): base GEMM; x.to(fp32) (_cast_input_dtype);
+# autocast's cast of A (fp32 -> bf16) and of x back to bf16; lora_A GEMM; the cast of B; lora_B GEMM; "* scaling";
+# "result +": 8 kernels beside the base GEMM. Its backward: the scaling multiply's; lora_B dW and dX; B's gradient
+# cast to fp32; lora_A dW and dX; A's gradient cast; the two casts of x's gradient (bf16 -> fp32 -> bf16); the sum
+# of x's gradient with the base path's: 10 kernels ("result +" passes its gradient through). The adapters' weight
+# casts move 12 bytes a parameter, priced in lora_step_time's cast_s; their kernels here. A/B gradients that already
+# exist (micro-batches after the first under --grad-accum) add one accumulation kernel each, not priced (a few KB).
+# Without autocast (bf16, fp32) x's and the output's casts differ and are not priced here. 16-bit base under
+# autocast:
+CAST_X_FWD_B = (2.0 + 4.0) + (4.0 + 2.0)  # x: read bf16 write fp32; autocast: read fp32 write bf16
+CAST_X_BWD_B = (2.0 + 4.0) + (4.0 + 2.0) + 3 * 2.0  # both casts of dx back, then dx += the base path's (2 in 1 out)
+
+
+def _out_b(dt: LoraDtypes) -> float:
+    """Bytes of lora_B's output: autocast's 16-bit dtype, else the fp32 adapters'."""
+    return 2.0 if dt.autocast else 4.0
+
+
+def _adapter_ops(shape: LoraShape, T: int, dt: LoraDtypes) -> list:
+    """The adapters' forward ops, one group per (module, shape), counted over the layers holding it."""
     ab = 2.0 if dt.autocast else dt.adapter_in_b
+    ob = _out_b(dt)
     r, out = shape.r, []
-    for (name, n_in, n_out), c in groups.items():
+    for (name, n_in, n_out), c in _groups(shape).items():
         out += [opsmod.Op(f"lora_A_{name}", "matmul", 2.0 * T * r * n_in, (T * n_in + T * r) * ab + n_in * r * ab,
                           1, c, (T, r, n_in)),
                 opsmod.Op(f"lora_B_{name}", "matmul", 2.0 * T * n_out * r, (T * r + T * n_out) * ab + r * n_out * ab,
                           1, c, (T, n_out, r)),
-                opsmod.Op(f"lora_add_{name}", "elementwise", 2.0 * T * n_out, 3.0 * T * n_out * dt.base_b, 2, c)]
+                # "* scaling" reads and writes lora_B's output; "result +" reads two T x d_out, writes one
+                opsmod.Op(f"lora_add_{name}", "elementwise", 2.0 * T * n_out,
+                          T * n_out * (2.0 * ob + 3.0 * dt.base_b), 2, c)]
+        if dt.autocast:
+            out += [opsmod.Op(f"lora_cast_x_{name}", "elementwise", 0.0, T * n_in * CAST_X_FWD_B, 2, c),
+                    opsmod.Op(f"lora_cast_w_{name}", "elementwise", 0.0, 0.0, 2, c)]
         if shape.dropout > 0:
             out.append(opsmod.Op(f"lora_dropout_{name}", "elementwise", 0.0, T * n_in * (2 * ab + 1), 1, c))
     return out
+
+
+def _adapter_backward(o: opsmod.Op, T: int, ob: float) -> opsmod.Op:
+    """One adapter op's backward (the kernel list above): GEMMs dX and dW; the scaling multiply's backward only
+    (read and write T x d_out in lora_B's output dtype ``ob``); x's casts and sum as CAST_X_BWD_B; the weights'
+    gradient casts (their bytes in cast_s); dropout twice its forward."""
+    if o.kind == "matmul":
+        return opsmod.Op(o.name + "_bwd", o.kind, o.flops * 2, o.bytes * 2, 2, o.count, o.matmul_shape)
+    if o.name.startswith("lora_add_"):
+        n_out = o.flops / (2.0 * T)
+        return opsmod.Op(o.name + "_bwd", o.kind, o.flops / 2, 2.0 * ob * T * n_out, 1, o.count)
+    if o.name.startswith("lora_cast_x_"):
+        return opsmod.Op(o.name + "_bwd", o.kind, 0.0, o.bytes * CAST_X_BWD_B / CAST_X_FWD_B, 3, o.count)
+    return opsmod.Op(o.name + "_bwd", o.kind, o.flops * 2, o.bytes * 2, o.kernels * 2 if "dropout" in o.name
+                     else o.kernels, o.count)
 
 
 def _dequant_op(m: ModelSpec) -> opsmod.Op:
@@ -62,15 +110,18 @@ def _dequant_op(m: ModelSpec) -> opsmod.Op:
     return opsmod.Op("nf4_dequant", "elementwise", 0.0, per_layer * (NF4_BYTES_PER_WEIGHT + 2.0), 7, m.num_layers)
 
 
-def _backward_ops(fwd_ops) -> list:
-    """Frozen matmuls: dX only (1x); adapter matmuls: dX and dW (2x); attention 2.5x; elementwise bytes 2x;
+def _backward_ops(fwd_ops, T: int, dt: LoraDtypes) -> list:
+    """Frozen matmuls: dX only (1x); adapters as _adapter_backward; attention 2.5x; elementwise bytes 2x;
     the NF4 dequantisation once again."""
     out = []
     for o in fwd_ops:
+        if o.name.startswith("lora_"):
+            out.append(_adapter_backward(o, T, _out_b(dt)))
+            continue
         if o.name == "nf4_dequant":
             f, b = 1.0, 1.0
         elif o.kind == "matmul":
-            f = b = 2.0 if o.name.startswith("lora_") else 1.0
+            f = b = 1.0
         elif o.kind == "attention":
             f, b = 2.5, 2.0
         else:
@@ -91,7 +142,7 @@ def lora_step_time(m, hw, shape: LoraShape, *, micro_batch, seq, precision, opti
     fwd_ops = train_forward_ops(m, micro_batch, seq, dt.base_b, dt.base_b)
     fwd_ops += _adapter_ops(shape, T, dt) + ([_dequant_op(m)] if qlora else [])
     _, f_gpu, _, f_times = forward_time(fwd_ops, tflops, bw, eng, sms, False, m.head_dim)
-    _, b_gpu, _, b_times = forward_time(_backward_ops(fwd_ops), tflops, bw, eng, sms, False, m.head_dim)
+    _, b_gpu, _, b_times = forward_time(_backward_ops(fwd_ops, T, dt), tflops, bw, eng, sms, False, m.head_dim)
     r_gpu = sum(t.gpu_s for o, t in zip(fwd_ops, f_times) if opsmod.in_layers(o)) if full else 0.0
     host = train_host_s(fwd_ops, m, eng.launch_s, full, train_host_for(hw))
     micro_gpu = f_gpu + b_gpu + r_gpu
