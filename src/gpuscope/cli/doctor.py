@@ -72,7 +72,8 @@ def doctor(
     if len(args) == 1 and args[0] in ("infer", "train"):
         if bare_run:
             raise UserError(BARE_RUN_WORKLOAD)
-        o.positive(batch=batch, prompt=prompt or 1, gen=gen or 1, micro_batch=micro_batch, seq=seq, steps=steps)
+        o.positive(batch=batch, micro_batch=micro_batch, seq=seq, steps=steps,
+                   **{k: v for k, v in (("prompt", prompt), ("gen", gen)) if v is not None})
         name, extra = o.case_model(model, config)
         if args[0] == "infer":
             prompt, gen, dtype = _infer_sizes(prompt, gen, dtype, device, plan_only)
@@ -103,7 +104,8 @@ def _infer_sizes(prompt, gen, dtype, device, plan_only: bool) -> tuple[int, int,
     if on_cpu and chosen:
         typer.echo("doctor infer on a CPU: " + ", ".join(f"--{k} {sizes[k]}" for k in chosen)
                    + " (CPU-sized defaults, so it finishes in a minute or two; pass them to change)", err=True)
-    return prompt or sizes["prompt"], gen or sizes["gen"], dtype or sizes["dtype"]
+    return (sizes["prompt"] if prompt is None else prompt, sizes["gen"] if gen is None else gen,
+            dtype or sizes["dtype"])
 
 
 def _infer_case(name, extra, batch, prompt, gen, dtype, engine, attn, fuse_proj, defer_stop, device) -> dict:
