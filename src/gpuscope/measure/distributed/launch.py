@@ -44,7 +44,7 @@ OUT_ENV = "GPUSCOPE_DIST_OUT"
 ERROR_KEY = "gpuscope_error"
 NVLS_ENV = "NCCL_NVLS_ENABLE"
 DEFAULT_RDZV_PORT = 29500
-_SRC = str(Path(__file__).resolve().parents[2])
+_SRC = str(Path(__file__).resolve().parents[3])  # the directory that holds the gpuscope package
 RANK_ENTRY = "gpuscope.measure.distributed.rank"  # each worker: die with torchrun, register its pid, run the module
 
 __all__ = ["DistributedRunError", "torchrun_command", "run_torchrun", "worker_env", "emit", "fail", "output_path",
