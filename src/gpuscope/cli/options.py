@@ -10,7 +10,6 @@ Checks raise UserError; none imports torch (``require_torch`` only looks for it)
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
@@ -112,17 +111,35 @@ def offload(default: str = "none", help: str | None = None):
 # ---- checks -------------------------------------------------------------------------------------------------------
 
 def positive(**values) -> None:
-    """Each keyword (the flag's name, ``_`` for ``-``) must be positive: a count a positive integer."""
+    """Each keyword (the flag's name, ``_`` for ``-``) must be positive and finite: a count a positive integer
+    below 2**31 (specs/numbers.py says why), a float a finite number above 0."""
+    import math
+
+    from gpuscope.specs.numbers import MAX_COUNT
+
     for name, v in values.items():
-        if v is None or v <= 0:
-            what = "positive" if isinstance(v, float) else "a positive integer"
-            raise UserError(f"--{name.replace('_', '-')} must be {what}, not {v}.")
+        flag = f"--{name.replace('_', '-')}"
+        if isinstance(v, float):
+            if not (math.isfinite(v) and v > 0):
+                raise UserError(f"{flag} must be positive and finite, not {v}.")
+        elif v is None or v <= 0:
+            raise UserError(f"{flag} must be a positive integer, not {v}.")
+        elif v > MAX_COUNT:
+            raise UserError(f"{flag} must be a positive integer at most {MAX_COUNT:,}, not {v}.")
 
 
 def non_negative(**values) -> None:
+    """Each keyword must be 0 or more (and finite)."""
+    import math
+
+    from gpuscope.specs.numbers import MAX_COUNT
+
     for name, v in values.items():
-        if v is not None and v < 0:
-            raise UserError(f"--{name.replace('_', '-')} must be 0 or more, not {v}.")
+        bad = v is not None and (v < 0 or (isinstance(v, float) and not math.isfinite(v)) or
+                                 (isinstance(v, int) and v > MAX_COUNT))
+        if bad:
+            raise UserError(f"--{name.replace('_', '-')} must be 0 or more, finite and at most {MAX_COUNT:,}, "
+                            f"not {v}.")
 
 
 def choice(name: str, value: str, allowed) -> str:
@@ -249,9 +266,11 @@ def resolve_config(model: str | None, config: str | None) -> tuple[dict, str]:
             p = p / "config.json"
         if not p.is_file():
             raise UserError(f"--config '{config}' does not exist.")
+        from gpuscope.specs.numbers import loads
+
         try:
-            cfg = json.loads(p.read_text())
-        except json.JSONDecodeError:
+            cfg = loads(p.read_text(), f"--config '{config}'")
+        except UnicodeDecodeError:
             raise UserError(f"--config '{config}' is not valid JSON.") from None
         if not isinstance(cfg, dict) or "model_type" not in cfg:
             raise UserError(f"--config '{config}' has no 'model_type'.")

@@ -67,6 +67,7 @@ def infer(
     """Inference: weights, KV cache and activations at the peak; TTFT, TPOT, tokens/s."""
     from gpuscope.estimate.infer import estimate_infer
 
+    o.positive(batch=batch, prompt=prompt, gen=gen, num_gpus=num_gpus, tp=tp)
     est = estimate_infer(o.load_model_spec(model), o.hardware(gpu, calibrated), batch=batch, prompt=prompt, gen=gen,
                          dtype=dtype, kv_dtype=kv_dtype, engine=engine, num_gpus=num_gpus, tp=tp, with_ops=ops,
                          mla_cache=mla_cache, fuse_proj=fuse_proj)
@@ -116,6 +117,9 @@ def train(
     multi-GPU layout (Megatron-style TP/PP/DP/ZeRO; --search ranks all layouts)."""
     from gpuscope.explain.train_plan import LayoutSearch, TrainRequest, plan_train
 
+    o.positive(micro_batch=micro_batch, seq=seq, grad_accum=grad_accum, num_gpus=num_gpus, tp=tp, pp=pp, cp=cp, ep=ep,
+               virtual=virtual, **{k: v for k, v in dict(dp=dp, global_batch=global_batch, gpus_per_node=gpus_per_node,
+                                                        lora_r=lora_r, lora_alpha=lora_alpha).items() if v is not None})
     r = TrainRequest(micro_batch, seq, precision, optimizer, recompute, grad_accum, offload, fused, num_gpus, tp, pp,
                      dp, cp, ep, zero, fsdp, hsdp, bucket_view, framework, sp, virtual, global_batch, gpus_per_node,
                      search, db, with_ops=ops, lora_r=lora_r, lora_alpha=lora_alpha, lora_targets=lora_targets,

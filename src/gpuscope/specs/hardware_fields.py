@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from gpuscope.errors import UserError, nearest
+from gpuscope.specs.numbers import MIN_RATE, count, number
 
 GIB = 2**30
 # Default efficiencies for a user-defined device with none given (same as the catalog's "other" default).
@@ -44,6 +45,9 @@ _MEASURED_MAY_BE_ZERO = {"host_forward_s", "host_step_s", "host_setup_s", "host_
                          "host_train_bwd_fixed", "host_opt_fixed", "host_train_ckpt_layer", "host_train_other_kernels"}
 
 
+_COUNTS = {"sm_count": 2**31 - 1, "device_total_bytes": 2**62}  # integers, not rates
+
+
 def lookup_form(name: str) -> str:
     """Lookup form of a name: lower case, with '_', '-' and spaces dropped ('H100-SXM' == 'h100 sxm')."""
     return re.sub(r"[\s_\-]+", "", name.strip().lower())
@@ -60,12 +64,10 @@ def _num(entry: dict, field_name: str, where: str, *, allow_zero: bool = False, 
             raise UserError(f"field '{field_name}' is missing in {where}.")
         return None
     value = entry[field_name]
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise UserError(f"field '{field_name}' in {where} must be a number, not {value!r}.")
-    if value < 0 or (value == 0 and not allow_zero):
-        allowed = "zero or positive" if allow_zero else "positive"
-        raise UserError(f"field '{field_name}' in {where} must be {allowed}, not {value!r}.")
-    return value
+    # finite, and inside the range where bytes or FLOPs over it stay a float64 (specs/numbers.py)
+    if field_name in _COUNTS:
+        return count(value, f"field '{field_name}' in {where}", maximum=_COUNTS[field_name])
+    return number(value, f"field '{field_name}' in {where}", allow_zero=allow_zero)
 
 
 def _str(entry: dict, field_name: str, where: str, default: str | None = None) -> str:
@@ -88,7 +90,7 @@ def _strs(entry: dict, field_name: str, where: str) -> tuple[str, ...]:
 
 def _efficiency(entry: dict, field_name: str, where: str, default: float) -> float:
     value = entry.get(field_name, default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not MIN_RATE <= value <= 1:
         raise UserError(f"field '{field_name}' in {where} must be a fraction in (0, 1], not {value!r}.")
     return float(value)
 

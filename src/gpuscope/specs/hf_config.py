@@ -7,11 +7,11 @@ transformers; the parameter counts they imply are checked against real modules b
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from gpuscope.errors import UserError
 from gpuscope.specs.model import MLASpec, ModelSpec, MoESpec
+from gpuscope.specs.numbers import MAX_LAYERS, count, loads
 
 SUPPORTED_FAMILIES = (
     "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "gemma", "gemma2", "phi3",
@@ -35,8 +35,8 @@ def load_config_file(path: Path) -> dict:
     if not path.is_file():
         raise UserError(f"--model: no config.json at '{path}'.")
     try:
-        cfg = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        cfg = loads(path.read_text(), f"--model: '{path}'")
+    except UnicodeDecodeError as exc:
         raise UserError(f"--model: '{path}' is not valid JSON ({exc.__class__.__name__}: {exc}).") from None
     if not isinstance(cfg, dict):
         raise UserError(f"--model: '{path}' must hold a JSON object, not {type(cfg).__name__}.")
@@ -52,10 +52,16 @@ def _get(cfg: dict, *names, default=None, required: bool = True):
     raise UserError(f"--model: config has no '{names[0]}' field, which a {cfg.get('model_type')} model needs.")
 
 
-def _pos_int(cfg: dict, value, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value or value <= 0:
-        raise UserError(f"--model: config field '{name}' must be a positive integer, got {value!r}.")
-    return int(value)
+def _pos_int(cfg: dict, value, name: str, minimum: int = 1) -> int:
+    """A count of the config: an integer (not a bool), finite, below 2**31 (layers: at most MAX_LAYERS)."""
+    top = MAX_LAYERS if name in ("num_hidden_layers", "n_layer") else None
+    return count(value, f"--model: config field '{name}'", minimum=minimum, **({"maximum": top} if top else {}))
+
+
+def _opt_int(cfg: dict, name: str, default: int, minimum: int = 1) -> int:
+    """An optional count: absent or null gives ``default``."""
+    value = cfg.get(name)
+    return default if value is None else _pos_int(cfg, value, name, minimum)
 
 
 def spec_from_config(cfg: dict, name: str = "", source: str = "") -> ModelSpec:
@@ -98,7 +104,7 @@ def _shape(cfg: dict, family: str, name: str, source: str) -> dict:
     head_dim = _pos_int(cfg, head_dim, "head_dim")
     inter = _pos_int(cfg, _get(cfg, "intermediate_size"), "intermediate_size")
     vocab = _pos_int(cfg, _get(cfg, "vocab_size"), "vocab_size")
-    max_pos = int(cfg.get("max_position_embeddings") or 4096)
+    max_pos = _opt_int(cfg, "max_position_embeddings", 4096)
     tie = bool(cfg.get("tie_word_embeddings", family in ("gemma", "gemma2")))
     return dict(
         name=name or cfg.get("_name_or_path") or family,
@@ -148,15 +154,16 @@ def _sliding_window(kw: dict, cfg: dict, family: str) -> None:
     # Sliding-window attention: Mistral (all layers when set), Qwen2 (only if use_sliding_window, from
     # max_window_layers on), Gemma-2 (every other layer), Phi-3 (all layers when set).
     window = cfg.get("sliding_window")
-    if window:
+    if window is not None and window is not False:  # null (or false) is no window; else a window of >= 1 token
+        window = _pos_int(cfg, window, "sliding_window")
         if family in ("qwen2", "qwen2_moe", "qwen3"):
             if cfg.get("use_sliding_window"):
-                mwl = int(cfg.get("max_window_layers", layers))
-                kw["sliding_window"], kw["sliding_window_layers"] = int(window), max(0, layers - mwl)
+                mwl = _opt_int(cfg, "max_window_layers", layers, minimum=0)
+                kw["sliding_window"], kw["sliding_window_layers"] = window, max(0, layers - mwl)
         elif family == "gemma2":
-            kw["sliding_window"], kw["sliding_window_layers"] = int(window), (layers + 1) // 2
+            kw["sliding_window"], kw["sliding_window_layers"] = window, (layers + 1) // 2
         elif family in ("mistral", "mixtral", "phi3"):
-            kw["sliding_window"], kw["sliding_window_layers"] = int(window), layers
+            kw["sliding_window"], kw["sliding_window_layers"] = window, layers
     if kw.get("sliding_window_layers") == 0:
         kw["sliding_window"] = None
 
@@ -184,23 +191,27 @@ def _qwen2_moe_experts(kw: dict, cfg: dict) -> None:
     mlp_only_layers."""
     layers = kw["num_layers"]
     e = _pos_int(cfg, _get(cfg, "num_experts"), "num_experts")
-    shared = int(cfg.get("shared_expert_intermediate_size") or 0)
+    shared = _opt_int(cfg, "shared_expert_intermediate_size", 0, minimum=0)
     kw["moe"] = MoESpec(num_experts=e, experts_per_token=_top_k(cfg, e, default=4),
-                        expert_intermediate_size=int(_get(cfg, "moe_intermediate_size")),
+                        expert_intermediate_size=_pos_int(cfg, _get(cfg, "moe_intermediate_size"),
+                                                          "moe_intermediate_size"),
                         shared_intermediate_size=shared, num_shared_experts=1 if shared else 0,
                         shared_expert_gate=bool(shared))
-    step = int(cfg.get("decoder_sparse_step", 1) or 1)
-    only_mlp = set(cfg.get("mlp_only_layers") or [])
+    step = _opt_int(cfg, "decoder_sparse_step", 1)
+    only_mlp = cfg.get("mlp_only_layers") or []
+    if not isinstance(only_mlp, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in only_mlp):
+        raise UserError("--model: config field 'mlp_only_layers' must be a list of layer indices.")
+    only_mlp = set(only_mlp)
     kw["moe_layers"] = tuple(i for i in range(layers) if i not in only_mlp and (i + 1) % step == 0)
 
 
 def _deepseek(kw: dict, cfg: dict, family: str, notes: list[str]) -> None:
     """DeepSeek-V2/V3: routed + shared experts after the first dense layers, and multi-head latent attention."""
     layers, heads = kw["num_layers"], kw["num_heads"]
-    e = int(cfg.get("n_routed_experts") or 0)
+    e = _opt_int(cfg, "n_routed_experts", 0, minimum=0)
     if e:
-        shared_n = int(cfg.get("n_shared_experts") or 0)
-        mi = int(_get(cfg, "moe_intermediate_size"))
+        shared_n = _opt_int(cfg, "n_shared_experts", 0, minimum=0)
+        mi = _pos_int(cfg, _get(cfg, "moe_intermediate_size"), "moe_intermediate_size")
         kw["moe"] = MoESpec(
             num_experts=e, experts_per_token=_top_k(cfg, e),
             expert_intermediate_size=mi, num_shared_experts=shared_n, shared_intermediate_size=shared_n * mi,
@@ -208,16 +219,14 @@ def _deepseek(kw: dict, cfg: dict, family: str, notes: list[str]) -> None:
             # modeling_deepseek_v3.py), not a parameter (the remote code made it one): 0 parameters here.
             router_bias_params=0,
         )
-        k_dense = int(cfg.get("first_k_dense_replace", 0) or 0)
-        freq = int(cfg.get("moe_layer_freq", 1) or 1)
+        k_dense = _opt_int(cfg, "first_k_dense_replace", 0, minimum=0)
+        freq = _opt_int(cfg, "moe_layer_freq", 1)
         kw["moe_layers"] = tuple(i for i in range(layers) if i >= k_dense and i % freq == 0)
     q_lora = cfg.get("q_lora_rank")
     kw["mla"] = MLASpec(
-        q_lora_rank=int(q_lora) if q_lora else None,
-        kv_lora_rank=int(_get(cfg, "kv_lora_rank")),
-        qk_nope_head_dim=int(_get(cfg, "qk_nope_head_dim")),
-        qk_rope_head_dim=int(_get(cfg, "qk_rope_head_dim")),
-        v_head_dim=int(_get(cfg, "v_head_dim")),
+        q_lora_rank=_pos_int(cfg, q_lora, "q_lora_rank") if q_lora is not None else None,
+        **{f: _pos_int(cfg, _get(cfg, f), f, minimum=0 if f == "qk_nope_head_dim" else 1)
+           for f in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")},
     )
     kw["qkv_bias"] = kw["out_bias"] = bool(cfg.get("attention_bias", False))
     if family == "deepseek_v2":  # DeepseekV2MLP (dense layers and shared experts) reads config.mlp_bias
@@ -235,10 +244,11 @@ def _gpt2(cfg: dict, name: str, source: str) -> ModelSpec:
     return ModelSpec(
         name=name or cfg.get("_name_or_path") or "gpt2", family="gpt2", hidden_size=hidden,
         num_layers=_pos_int(cfg, _get(cfg, "n_layer", "num_hidden_layers"), "n_layer"),
-        num_heads=heads, num_kv_heads=heads, head_dim=hidden // heads,
-        intermediate_size=int(cfg.get("n_inner") or 4 * hidden),
+        num_heads=heads, num_kv_heads=heads, head_dim=_pos_int(cfg, hidden // heads, "hidden_size / heads"),
+        intermediate_size=_opt_int(cfg, "n_inner", 4 * hidden),
         vocab_size=_pos_int(cfg, _get(cfg, "vocab_size"), "vocab_size"),
-        max_position_embeddings=int(_get(cfg, "n_positions", "max_position_embeddings", default=1024)),
+        max_position_embeddings=_pos_int(cfg, _get(cfg, "n_positions", "max_position_embeddings", default=1024),
+                                         "n_positions"),
         tie_embeddings=bool(cfg.get("tie_word_embeddings", True)), gated_mlp=False, norm="layernorm",
         qkv_bias=True, out_bias=True, mlp_bias=True, learned_positions=True,
         activation=str(cfg.get("activation_function", "gelu_new")), source=source,
@@ -251,10 +261,10 @@ def _neox(cfg: dict, name: str, source: str) -> ModelSpec:
     return ModelSpec(
         name=name or cfg.get("_name_or_path") or "gpt_neox", family="gpt_neox", hidden_size=hidden,
         num_layers=_pos_int(cfg, _get(cfg, "num_hidden_layers"), "num_hidden_layers"),
-        num_heads=heads, num_kv_heads=heads, head_dim=hidden // heads,
-        intermediate_size=int(cfg.get("intermediate_size") or 4 * hidden),
+        num_heads=heads, num_kv_heads=heads, head_dim=_pos_int(cfg, hidden // heads, "hidden_size / heads"),
+        intermediate_size=_opt_int(cfg, "intermediate_size", 4 * hidden),
         vocab_size=_pos_int(cfg, _get(cfg, "vocab_size"), "vocab_size"),
-        max_position_embeddings=int(cfg.get("max_position_embeddings") or 2048),
+        max_position_embeddings=_opt_int(cfg, "max_position_embeddings", 2048),
         tie_embeddings=bool(cfg.get("tie_word_embeddings", False)), gated_mlp=False, norm="layernorm",
         qkv_bias=bool(cfg.get("attention_bias", True)), out_bias=bool(cfg.get("attention_bias", True)),
         mlp_bias=True, parallel_residual=bool(cfg.get("use_parallel_residual", True)),
