@@ -128,11 +128,11 @@ def test_tune_batch_capped_by_free_memory(monkeypatch):
     assert "fixed" not in {c["policy"] for c in r["comparison"]}  # batch 8 is past the cap: not tried
 
 
-def test_doctor_infer_sizes_are_cpu_sized_on_a_cpu(capsys):
+def test_doctor_infer_sizes_are_cpu_sized_on_a_cpu():
     from gpuscope.cli.doctor import _infer_sizes
 
-    assert _infer_sizes(None, None, None, "cpu", False) == (64, 8, "fp32")
-    assert "--prompt 64, --gen 8, --dtype fp32 (CPU-sized defaults" in capsys.readouterr().err
-    assert _infer_sizes(512, None, "bf16", "cpu", False) == (512, 8, "bf16")  # what is given is kept
-    assert "--gen 8 (CPU-sized" in capsys.readouterr().err
-    assert _infer_sizes(None, None, None, "cpu", True) == (512, 64, "bf16")  # no run: the planner's defaults
+    *sizes, note = _infer_sizes(None, None, None, "cpu", False)
+    assert sizes == [64, 8, "fp32"] and "--prompt 64, --gen 8, --dtype fp32 (CPU-sized defaults" in note
+    *sizes, note = _infer_sizes(512, None, "bf16", "cpu", False)
+    assert sizes == [512, 8, "bf16"] and "--gen 8 (CPU-sized" in note  # what is given is kept
+    assert _infer_sizes(None, None, None, "cpu", True) == (512, 64, "bf16", None)  # no run: the planner's defaults

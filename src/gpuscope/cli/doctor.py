@@ -76,8 +76,10 @@ def doctor(
                    **{k: v for k, v in (("prompt", prompt), ("gen", gen)) if v is not None})
         name, extra = o.case_model(model, config)
         if args[0] == "infer":
-            prompt, gen, dtype = _infer_sizes(prompt, gen, dtype, device, plan_only)
+            prompt, gen, dtype, note = _infer_sizes(prompt, gen, dtype, device, plan_only)
             case = _infer_case(name, extra, batch, prompt, gen, dtype, engine, attn, fuse_proj, defer_stop, device)
+            if note:  # after the checks: bad input stays one sentence
+                typer.echo(note, err=True)
         else:
             case = _train_case(name, extra, micro_batch, seq, precision, recompute, steps)
         report = _workload_report(args[0], name, case, gpu, plan_only, device)
@@ -87,9 +89,10 @@ def doctor(
     _exit_for(report, as_json)
 
 
-def _infer_sizes(prompt, gen, dtype, device, plan_only: bool) -> tuple[int, int, str]:
+def _infer_sizes(prompt, gen, dtype, device, plan_only: bool) -> tuple[int, int, str, str | None]:
     """--prompt, --gen and --dtype, the defaults CPU-sized where the run is on a CPU (bf16 matmuls run about 70x
-    slower than fp32 on a CPU without AMX, and a 1B model's 64 tokens take minutes there), said on stderr."""
+    slower than fp32 on a CPU without AMX, and a 1B model's 64 tokens take minutes there), and the note that says
+    so (None where nothing was chosen for a CPU)."""
     on_cpu = False
     if not plan_only and None in (prompt, gen, dtype):
         o.require_torch()
@@ -101,11 +104,11 @@ def _infer_sizes(prompt, gen, dtype, device, plan_only: bool) -> tuple[int, int,
             on_cpu = False
     sizes = CPU_INFER_SIZES if on_cpu else INFER_SIZES
     chosen = {k: v for k, v in (("prompt", prompt), ("gen", gen), ("dtype", dtype)) if v is None}
-    if on_cpu and chosen:
-        typer.echo("doctor infer on a CPU: " + ", ".join(f"--{k} {sizes[k]}" for k in chosen)
-                   + " (CPU-sized defaults, so it finishes in a minute or two; pass them to change)", err=True)
+    note = ("doctor infer on a CPU: " + ", ".join(f"--{k} {sizes[k]}" for k in chosen)
+            + " (CPU-sized defaults, so it finishes in a minute or two; pass them to change)") if on_cpu and chosen \
+        else None
     return (sizes["prompt"] if prompt is None else prompt, sizes["gen"] if gen is None else gen,
-            dtype or sizes["dtype"])
+            dtype or sizes["dtype"], note)
 
 
 def _infer_case(name, extra, batch, prompt, gen, dtype, engine, attn, fuse_proj, defer_stop, device) -> dict:
