@@ -93,10 +93,9 @@ def train_memory(m: ModelSpec, pc: ParamCounts, *, micro_batch: int, seq: int, p
                  + head_bwd_transient)
     walk = []
     # The LM head's weight gradient (the shared embedding's, when tied) exists from here on; with gradient
-    # accumulation every gradient already exists (later micro-batches add into them in place).
-    g_done = accum_grads or V * h * r.gpu_w_b
-    # what layers 0..i still hold while layer i runs backward (prefix sums: the walk stays linear in depth)
-    alive = list(accumulate(k + c for k, c in zip(kept, copies_alive)))
+    # accumulation every gradient already exists (later micro-batches add into them in place). alive[i]: what
+    # layers 0..i still hold while layer i runs backward (prefix sums: the walk stays linear in depth).
+    g_done, alive = accum_grads or V * h * r.gpu_w_b, list(accumulate(k + c for k, c in zip(kept, copies_alive)))
     for i in range(m.num_layers - 1, -1, -1):
         recomputed = (saved[i] + copies[i]) if full else 0.0
         walk.append(r.rest + alive[i] + recomputed + g_done + bwd_work)
