@@ -104,8 +104,7 @@ def train_memory(m: ModelSpec, pc: ParamCounts, *, micro_batch: int, seq: int, p
     foreach_tmp = 0.0 if (fused or optimizer == "sgd" or offload != "none") else pc.total * w_b
     phases = {"forward": forward_peak, "backward": max([bwd_start, bwd_end] + walk),
               "optimizer": r.rest + (r.grads_total if offload == "none" else 0.0) + foreach_tmp}
-    peak = max(phases.values())
-    at = max(phases, key=phases.get)
+    peak, at = max(phases.values()), max(phases, key=phases.get)
     breakdown = {
         "weights": r.weights,
         "optimizer_states": r.opt_states,
