@@ -142,13 +142,16 @@ def _stop_one_worker(seen: set[int], stopped: list[int]) -> None:
 
 @pytest.mark.parametrize("fault", ["hung", "stopped"])
 def test_no_rank_outlives_the_job(fault):
+    # only what this job starts: earlier tests in this process may have left their own long-lived helpers
+    # (a multiprocessing resource tracker, compile workers), which are this process's descendants too
+    before = _descendants(os.getpid())
     seen: set[int] = set()
     stopped: list[int] = []
     args = ["--backend", "gloo", "--ops", "all_reduce", "--max-bytes", "16", "--timeout", "3"]
     if fault == "hung":
         args += ["--simulate-hang-rank", "1"]
         watcher = threading.Thread(target=lambda: seen.update(_wait_for(
-            lambda: len(_descendants(os.getpid())) >= 3 and _descendants(os.getpid()), 60) or ()))
+            lambda: len(_descendants(os.getpid()) - before) >= 3 and _descendants(os.getpid()) - before, 60) or ()))
     else:
         args += ["--min-time", "120"]
         watcher = threading.Thread(target=_stop_one_worker, args=(seen, stopped))
@@ -156,6 +159,7 @@ def test_no_rank_outlives_the_job(fault):
     with pytest.raises(DistributedRunError):
         run_torchrun("gpuscope.measure.collectives.worker", args, nproc=2, timeout_s=25)
     watcher.join(5)
+    seen -= before
     assert len(seen) >= 3 and (fault == "hung" or stopped), (seen, stopped)
     _assert_all_gone(seen)
 
