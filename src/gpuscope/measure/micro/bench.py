@@ -22,8 +22,11 @@ research/scripts/gpu_decode_ceilings.py):
 
 Rates:
 - matmul: ``2*m*n*k / median_s / 1e12`` TFLOPS (TOPS for int8). fp32 runs with TF32 off, tf32 with it on (CUDA only),
-  fp8 is ``torch._scaled_mm`` of e4m3 operands with bf16 output (CUDA compute capability >= 8.9, or a backend
-  where torch runs it), int8 is ``torch._int_mm`` (int32 output).
+  fp8 is ``torch._scaled_mm`` of e4m3 operands with per-tensor scales and bf16 output (CUDA compute capability
+  >= 8.9, or a backend where torch runs it), int8 is ``torch._int_mm`` (int32 output); both with a row-major A and
+  a column-major B, the only layout cuBLASLt's 8-bit tensor-core kernels run (matmul._operands says why: a
+  row-major int8 B ran at 128 TOPS on an H200), and with long-K shapes added to each mode (matmul.LOWP_QUICK,
+  LOWP_SWEEP: 8-bit GEMMs peak at a longer K than 16-bit ones).
   Two figures per dtype: ``tflops``, the best shape's median over a long queued run (sustained: under a power cap
   the clock settles below boost, which is what a training step sees and what calibration uses), and
   ``tflops_achievable``, the maximum achievable rate on mamf-finder v4's terms (its MAMF: "the median of a shape's
@@ -139,14 +142,14 @@ def micro_configs(dev: Device, mode: str = "quick", dtypes=None, benches=("matmu
     out = []
     if "matmul" in benches:
         shapes_given = bool(shapes)
-        shapes = [list(s) for s in (shapes or matmul_shapes(mode, dev, sms=sm_count(dev)))]
         # the achievable (burst) rate of the fastest shape (quick) or three (sweep, given shapes); no idle on the
         # host (no boost clock to recover, and CI's CPU run stays short)
         burst = dict(BURST, idle_s=0.0, bursts=1, iters=5) if dev.type == "cpu" else dict(BURST)
         top = 1 if mode == "quick" and not shapes_given else 3
         for d in dtypes or MATMUL_DTYPES:
             given = {"shapes_given": True} if shapes_given else {}
-            out.append({**base, "bench": "matmul", "dtype": d, "shapes": shapes, **timing, **given,
+            mine = [list(s) for s in (shapes or matmul_shapes(mode, dev, sms=sm_count(dev), dtype=d))]
+            out.append({**base, "bench": "matmul", "dtype": d, "shapes": mine, **timing, **given,
                         "timing": "queued", "burst": burst, "burst_top": top})
     if "memory" in benches:
         for op in MEMORY_OPS:

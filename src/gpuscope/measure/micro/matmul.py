@@ -5,6 +5,7 @@ iterations and the achievable rate on mamf-finder v4's terms (bursts after an id
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import statistics
 
@@ -16,15 +17,27 @@ from gpuscope.measure.micro.timing import L2Flusher, Settings, burst_times, stat
 MATMUL_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8")
 
 
-def matmul_shapes(mode: str, dev: Device, sms: int | None = None) -> list[tuple[int, int, int]]:
+# 8-bit operands (fp8, int8) do twice the work per byte of a 16-bit GEMM's tile at twice the tensor-core rate:
+# a tile's fixed costs (prologue, epilogue, the bf16/int32 output write) weigh twice as much, and a long K is what
+# amortises them (tilelang's fp8 table on an H800 at M = N = 8192: 1,378 TFLOP/s at K 4096, 1,461 at 8192, 1,523 at
+# 16384). The low-precision dtypes add these shapes to each mode's set; the other dtypes keep theirs.
+LOWP_DTYPES = ("fp8", "int8")
+LOWP_QUICK = [(8192, 8192, 16384)]
+LOWP_SWEEP = [(4096, 4096, 16384), (8192, 8192, 16384), (16384, 8192, 8192), (8192, 16384, 16384),
+              (16384, 16384, 8192), (4096, 8192, 16384)]
+
+
+def matmul_shapes(mode: str, dev: Device, sms: int | None = None,
+                  dtype: str | None = None) -> list[tuple[int, int, int]]:
     """The matmul shapes of a mode; ``sms``: the GPU's multiprocessor count, which adds :func:`wave_shapes` to the
-    sweep."""
+    sweep; ``dtype`` fp8 / int8 adds the long-K shapes 8-bit GEMMs peak at (LOWP_QUICK, LOWP_SWEEP)."""
+    lowp = dtype in LOWP_DTYPES and dev.type != "cpu"
     if dev.type == "cpu":
         if mode == "quick":
             return [(256, 256, 256), (512, 512, 512)]
         return [(s, s, s) for s in range(128, 1025, 128)] + [(1024, 512, 1024), (512, 1024, 2048)]
     if mode == "quick":
-        return [(4096, 4096, 4096), (8192, 8192, 8192)]
+        return [(4096, 4096, 4096), (8192, 8192, 8192)] + (LOWP_QUICK if lowp else [])
     # Squares, then a grid of rectangular shapes (M 4-8K, N 8-18K, K 2-8K), as mamf-finder sweeps M, N and K
     # rather than squares alone: the best rate need not sit at a square size (tile waves fill differently).
     squares = [(s, s, s) for s in range(1024, 16385, 1024)]
@@ -32,7 +45,8 @@ def matmul_shapes(mode: str, dev: Device, sms: int | None = None) -> list[tuple[
             for k in (2048, 2816, 4096, 8192)]
     rect = [(16384, 8192, 4096), (4096, 14336, 4096), (8192, 28672, 4096)]
     waves = wave_shapes(sms) if sms else []
-    return list(dict.fromkeys(squares + grid + rect + PUBLISHED_BEST + waves))  # in order, each once
+    extra = LOWP_SWEEP if lowp else []
+    return list(dict.fromkeys(squares + grid + rect + PUBLISHED_BEST + waves + extra))  # in order, each once
 
 
 def wave_shapes(sms: int, tile=(128, 256), waves=(1, 2, 3, 4), ks=(4096, 6144, 8192, 12288),
@@ -116,9 +130,19 @@ def _generator(dev: Device, seed: int) -> torch.Generator:
         return torch.Generator().manual_seed(seed)
 
 
-def _operands(dtype: str, m: int, n: int, k: int, dev: Device, gen: torch.Generator):
+def _operands(dtype: str, m: int, n: int, k: int, dev: Device, gen: torch.Generator, b_layout: str = "col"):
     """Fresh random operands, drawn on the device itself where it has a generator (a CPU randn of two 16384^2
-    matrices takes seconds), else on the CPU and copied."""
+    matrices takes seconds), else on the CPU and copied.
+
+    Layouts (why the 8-bit ones are what they are): A is row-major (m, k); B is (k, n) and, for fp8 and int8,
+    COLUMN-major (the transpose of a contiguous (n, k) tensor), which is how a linear layer's weight (out, in)
+    enters ``x @ w.t()``. cuBLASLt runs its 8-bit tensor-core kernels (IMMA for int8, QMMA for fp8) in the "TN"
+    layout only: A transposed, B not, in its column-major terms, which is row-major A times column-major B here
+    (cuBLAS documentation, cublasLtMatmul: "To use FP8 kernels ... A must be transposed and B non-transposed (The
+    TN format)"; the same holds for the int8 IMMA kernels). torch._scaled_mm refuses any other B; torch._int_mm
+    accepts a row-major B but then hands cuBLASLt an "NN" problem, which on an H200 ran at 128 TOPS against a
+    1,979 TOPS dense peak in every stored run (research/results/2026-11-30-h200-j): not the IMMA path. ``b_layout
+    "row"`` keeps that layout for int8, so research/scripts/gpu_micro_lowp.py can show the difference."""
     d = dev.torch_device
     where = d if gen.device.type == d.type else torch.device("cpu")
 
@@ -127,7 +151,9 @@ def _operands(dtype: str, m: int, n: int, k: int, dev: Device, gen: torch.Genera
 
     if dtype == "int8":
         a = torch.randint(-128, 128, (m, k), dtype=torch.int8, generator=gen, device=where).to(d)
-        b = torch.randint(-128, 128, (k, n), dtype=torch.int8, generator=gen, device=where).to(d)
+        if b_layout == "row":
+            return a, torch.randint(-128, 128, (k, n), dtype=torch.int8, generator=gen, device=where).to(d)
+        b = torch.randint(-128, 128, (n, k), dtype=torch.int8, generator=gen, device=where).to(d).t()
         return a, b
     if dtype == "fp8":
         a = randn(m, k).to(torch.float8_e4m3fn)
@@ -137,12 +163,17 @@ def _operands(dtype: str, m: int, n: int, k: int, dev: Device, gen: torch.Genera
     return randn(m, k, dtype=tdt), randn(k, n, dtype=tdt)
 
 
-def _mm(dtype: str, dev: Device):
+def _mm(dtype: str, dev: Device, fast_accum: bool = False):
+    """The matmul of a dtype. fp8: per-tensor fp32 scales (one scalar each), bf16 output, and torch's default
+    accumulation (``use_fast_accum=False``: cuBLASLt promotes the partial sums to fp32 at intervals, what fp8
+    training's weight-gradient GEMMs use); ``fast_accum`` True is the faster forward-pass setting that inference and
+    torchao's float8 forward use."""
     if dtype == "int8":
         return torch._int_mm
     if dtype == "fp8":
         one = torch.ones((), device=dev.torch_device, dtype=torch.float32)
-        return lambda a, b: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+        return lambda a, b: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16,
+                                             use_fast_accum=fast_accum)
     return torch.matmul
 
 
@@ -163,20 +194,23 @@ BURST_MAX_S = 0.25  # seconds of matmul work a burst may hold (fewer iterations 
 
 
 def matmul_bench(dev: Device, dtype: str, shapes, st: Settings, flush: L2Flusher | None, seed: int = 0,
-                 burst: dict | None = None, burst_top: int = 1, probe=None) -> dict:
+                 burst: dict | None = None, burst_top: int = 1, probe=None, b_layout: str = "col",
+                 fast_accum: bool = False) -> dict:
     """Median rate per shape (queued iterations) and the best of them (``tflops``); then, with ``burst``, the
     achievable rate (``tflops_achievable``) of the ``burst_top`` fastest shapes (module docstring). ``probe()``
-    returns the SM clock in MHz, or None."""
+    returns the SM clock in MHz, or None. ``b_layout`` (int8) and ``fast_accum`` (fp8): :func:`_operands`,
+    :func:`_mm`."""
     why = dtype_support(dev, dtype)
     if why:
         return {"status": "unsupported", "reason": why}
     gen = _generator(dev, seed)
-    mm = _mm(dtype, dev)
+    mm = _mm(dtype, dev, fast_accum)
+    operands = functools.partial(_operands, b_layout=b_layout)
     rows = []
     before = (lambda i: flush()) if flush else None
     with _tf32(dtype == "tf32"):
         for (m, n, k) in shapes:
-            fn = _rotating(mm, [_operands(dtype, m, n, k, dev, gen) for _ in range(2)])
+            fn = _rotating(mm, [operands(dtype, m, n, k, dev, gen) for _ in range(2)])
             try:
                 times = time_queued(dev, fn, st, before=before)
             except RuntimeError as e:
@@ -190,14 +224,16 @@ def matmul_bench(dev: Device, dtype: str, shapes, st: Settings, flush: L2Flusher
             rows.append({"m": m, "n": n, "k": k, **s, "tflops": 2 * m * n * k / s["time_s"] / 1e12,
                          "tflops_mean_time": 2 * m * n * k / s["time_s_mean"] / 1e12,
                          "tflops_at_min_time": 2 * m * n * k / s["time_s_min"] / 1e12})
-        achievable = _achievable(dev, dtype, rows, burst, burst_top, mm, gen, before, probe) if burst else None
+        achievable = (_achievable(dev, dtype, rows, burst, burst_top, mm, operands, gen, before, probe)
+                      if burst else None)
     best = max(rows, key=lambda r: r["tflops"])
     # mamf-finder prints mean, median and max over its iterations for the best shape of each; ours: the best
     # shape's median is the headline (a sustained rate), the other two are kept for comparison with it
     res = {"status": "ok", "tflops": best["tflops"], "best_shape": [best["m"], best["n"], best["k"]],
            "tflops_best_mean": max(r["tflops_mean_time"] for r in rows),
            "tflops_best_iteration": max(r["tflops_at_min_time"] for r in rows),
-           "shapes": rows, "unit": "TOPS" if dtype == "int8" else "TFLOPS", "timing": "queued" if dev._events_ok()
+           "shapes": rows, "unit": "TOPS" if dtype == "int8" else "TFLOPS",
+           **_layout(dtype, b_layout, fast_accum), "timing": "queued" if dev._events_ok()
            else "per_iteration",
            "metric_formula": "2*m*n*k / median_s / 1e12; tflops = max over shapes of the median; "
                              "tflops_best_mean / tflops_best_iteration: max over shapes of the mean / fastest "
@@ -210,13 +246,13 @@ def matmul_bench(dev: Device, dtype: str, shapes, st: Settings, flush: L2Flusher
     return res
 
 
-def _achievable(dev, dtype, rows, burst, top_n, mm, gen, before, probe) -> list[dict]:
+def _achievable(dev, dtype, rows, burst, top_n, mm, operands, gen, before, probe) -> list[dict]:
     """mamf-finder v4's MAMF of the ``top_n`` shapes with the best medians: the median of the ``fastest`` fastest
     iterations over ``bursts`` bursts (:func:`burst_times`)."""
     out = []
     for r in sorted(rows, key=lambda r: -r["tflops"])[:max(1, top_n)]:
         m, n, k = r["m"], r["n"], r["k"]
-        fn = _rotating(mm, [_operands(dtype, m, n, k, dev, gen) for _ in range(2)])
+        fn = _rotating(mm, [operands(dtype, m, n, k, dev, gen) for _ in range(2)])
         fn(0)  # kernel selection and workspace outside the bursts
         # a burst is short (BURST_MAX_S of work at this shape's median, at least `fastest` iterations): the boost
         # clock holds only briefly after idle, and a slow GPU's large shapes would otherwise take seconds a burst
@@ -230,6 +266,15 @@ def _achievable(dev, dtype, rows, burst, top_n, mm, gen, before, probe) -> list[
                     "tflops_burst_median": 2 * m * n * k / statistics.median(times) / 1e12,
                     "sm_clock_mhz": clocks, "sm_clock_mhz_min": min(clocks) if clocks else None})
     return out
+
+
+def _layout(dtype: str, b_layout: str, fast_accum: bool) -> dict:
+    """What a result records of the operands' layout and the accumulation (8-bit dtypes only)."""
+    if dtype == "int8":
+        return {"b_layout": "column-major" if b_layout == "col" else "row-major"}
+    if dtype == "fp8":
+        return {"b_layout": "column-major", "use_fast_accum": fast_accum, "scales": "per-tensor fp32"}
+    return {}
 
 
 def sm_count(dev: Device) -> int | None:
