@@ -19,10 +19,10 @@ from typing import Optional
 
 import typer
 
-from gpuscope.cli import options
+from gpuscope.cli import bench_cpu, options
 from gpuscope.cli.bench_run import Session, bench_gpu, guarded, json_out, timeout
 from gpuscope.errors import UserError
-from gpuscope.specs.axes import MEASURED_PRECISIONS, MEASURED_RECOMPUTE, Attention, Engine
+from gpuscope.specs.axes import MEASURED_PRECISIONS, MEASURED_RECOMPUTE, Attention, Engine, Precision
 
 bench = typer.Typer(name="bench", help="Measure: microbenchmarks and LLM workloads, stored with provenance.",
                     no_args_is_help=True)
@@ -109,7 +109,7 @@ def _run_one(case: dict, db, resume, as_json, gpu, timeout_s, command: str) -> N
 def micro(
     quick: bool = typer.Option(True, "--quick/--thorough", help="A few shapes (default) or the full sweep."),
     dtype: list[str] = typer.Option(None, "--dtype", help="Matmul dtypes (repeat or comma-separate): "
-                                    "fp32, tf32, bf16, fp16, fp8, int8 (default: all)."),
+                                    "fp32, tf32, bf16, fp16, fp8, int8 (default: all; fp32 on a CPU)."),
     shapes: str = typer.Option(None, "--shapes", help="Matmul only, at these MxNxK shapes (comma-separated, "
                                "e.g. 2048x2048x13312,1024x15360x4096: the public MAMF table's best)."),
     iters: int = typer.Option(None, "--iters", help="At least this many timed iterations per shape "
@@ -124,7 +124,8 @@ def micro(
     from gpuscope.pipeline.micro import run_micro
 
     device = options.device_exists(device)
-    dts = _dtypes(dtype)
+    given, note = bench_cpu.defaults("bench micro", device, micro_dtype=_dtypes(dtype))
+    dts = given["micro_dtype"]
     if iters is not None:
         options.positive(iters=iters)
     options.non_negative(warmup=warmup)
@@ -133,6 +134,7 @@ def micro(
     except ValueError as e:
         raise UserError(f"--shapes: {e}.") from None
     benches = ("matmul",) if shape_list else ("matmul", "memory", "transfer")
+    bench_cpu.say(note)
     s = Session(db, "bench micro", resume, as_json)
     guarded(s, lambda: run_micro(s, device, "quick" if quick else "sweep", dts, benches, shapes=shape_list,
                                  iters=iters, warmup=warmup))
@@ -151,9 +153,10 @@ def _infer_keys(engine, attn, fuse_proj, defer_stop, gc_freeze, device, min_time
 def infer(
     model: str = options.model(),
     batch: int = typer.Option(1, "--batch"),
-    prompt: int = typer.Option(512, "--prompt", help="Prompt tokens per sequence."),
-    gen: int = typer.Option(128, "--gen", help="Generated tokens per sequence (EOS disabled)."),
-    dtype: str = options.dtype(),
+    prompt: int = typer.Option(None, "--prompt", help=f"Prompt tokens per sequence ({bench_cpu.help_for('prompt')})."),
+    gen: int = typer.Option(None, "--gen", help="Generated tokens per sequence (EOS disabled; "
+                            f"{bench_cpu.help_for('gen')})."),
+    dtype: str = options.dtype(None, help=f"bf16|fp16|fp32 ({bench_cpu.help_for('dtype')})."),
     engine: str = options.axis_option(Engine, Engine.HF_EAGER, "engine", help=HELP["engine"]),
     repeats: int = typer.Option(3, "--repeats", help="Timed generate calls (median)."),
     min_time: float = typer.Option(0.0, "--min-time", help=HELP["min_time"]),
@@ -176,11 +179,14 @@ def infer(
     device = options.device_exists(device)
     engine = options.axis(Engine, engine, "engine")
     extra = _infer_keys(engine, attn, fuse_proj, defer_stop, gc_freeze, device, min_time)
+    given, note = bench_cpu.defaults("bench infer", device, prompt=prompt, gen=gen, dtype=dtype)
+    extra.update(bench_cpu.case_keys("infer", device))
     model, ckpt = _checkpoint(model, weights, device_map, max_memory)
     if not weights:
         model, inline = options.case_model(model)
         extra.update(inline)
-    case = infer_case(model, batch, prompt, gen, dtype=dtype, repeats=repeats, **ckpt, **extra)
+    case = infer_case(model, batch, **given, repeats=repeats, **ckpt, **extra)
+    bench_cpu.say(note)
     _run_one(case, db, resume, as_json, gpu, timeout_s, "bench infer")
 
 
@@ -188,8 +194,10 @@ def infer(
 def train(
     model: str = options.model(),
     micro_batch: int = typer.Option(1, "--micro-batch"),
-    seq: int = typer.Option(2048, "--seq"),
-    precision: str = options.precision(among=MEASURED_PRECISIONS),
+    seq: int = typer.Option(None, "--seq", help=f"Tokens per sequence ({bench_cpu.help_for('seq')})."),
+    precision: str = options.precision(None, among=MEASURED_PRECISIONS,
+                                       help=f"{options.choice_help(Precision, MEASURED_PRECISIONS)} "
+                                       f"({bench_cpu.help_for('precision')})."),
     recompute: str = options.recompute(among=MEASURED_RECOMPUTE),
     grad_accum: int = typer.Option(1, "--grad-accum", help="Micro-batches (forward + backward) per optimizer step."),
     steps: int = typer.Option(6, "--steps", help="Timed optimizer steps (median)."),
@@ -202,6 +210,7 @@ def train(
     lora_alpha: float = typer.Option(None, "--lora-alpha", help="LoRA alpha (default: the rank)."),
     lora_targets: str = typer.Option(None, "--lora-targets", help="all-linear (default) or module names."),
     lora_dropout: float = typer.Option(None, "--lora-dropout", help="Dropout on the adapters' input."),
+    qlora: bool = typer.Option(False, "--qlora", help="QLoRA: the base's Linear layers in bitsandbytes NF4."),
 ) -> None:
     """LLM training step (random weights, AdamW): step time, tokens/s, memory per phase; estimate beside it.
     With --lora-r: LoRA fine-tuning through peft (base frozen in the compute dtype, fp32 adapters)."""
@@ -209,11 +218,15 @@ def train(
 
     options.require_torch()
     device = options.device_exists(device)
+    given, note = bench_cpu.defaults("bench train", device, seq=seq, precision=precision)
     model, inline = options.case_model(model)
     keys = {"device": device, "grad_accum": grad_accum if grad_accum != 1 else None, "min_time_s": min_time or None,
-            "lora_r": lora_r, "lora_alpha": lora_alpha, "lora_targets": lora_targets, "lora_dropout": lora_dropout}
+            "lora_r": lora_r, "lora_alpha": lora_alpha, "lora_targets": lora_targets, "lora_dropout": lora_dropout,
+            "qlora": qlora or None}
     extra = {k: v for k, v in keys.items() if v is not None}  # only when set: ids of earlier cases stay the same
-    case = train_case(model, micro_batch, seq, precision, recompute, steps=steps, warmup=warmup, **inline, **extra)
+    case = train_case(model, micro_batch, given["seq"], given["precision"], recompute, steps=steps, warmup=warmup,
+                      **inline, **extra)
+    bench_cpu.say(note)
     _run_one(case, db, resume, as_json, gpu, timeout_s, "bench train")
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpuscope.errors import UserError
 from gpuscope.specs.axes import MEASURED_PRECISIONS, MEASURED_RECOMPUTE, Optimizer, Precision, Recompute, WorkloadKind
 from gpuscope.workloads.case import Case, model_name, model_spec
 from gpuscope.workloads.infer import check_min_time
@@ -40,6 +41,7 @@ class TrainCase(Case):
     lora_alpha: float | None = None
     lora_targets: str | None = None
     lora_dropout: float = 0.0
+    qlora: bool = False  # the base's decoder Linear layers in bitsandbytes NF4 (measure/llm/lora.py); needs lora_r
 
     def __post_init__(self):
         self.positive("micro_batch", "seq", "steps", "grad_accum")
@@ -49,12 +51,14 @@ class TrainCase(Case):
         self.axis("precision", Precision, among=MEASURED_PRECISIONS)
         self.axis("recompute", Recompute, among=MEASURED_RECOMPUTE)
         self.axis("optimizer", Optimizer)
+        if self.qlora and (self.lora_r is None or self.precision is Precision.FP32):
+            raise UserError("--qlora needs --lora-r and a 16-bit --precision (amp-bf16, amp-fp16 or bf16).")
         check_min_time(self.min_time_s)
 
     @property
     def name(self) -> str:
         ga = f"-ga{self.grad_accum}" if int(self.grad_accum) > 1 else ""
-        lora = f"-lora_r{self.lora_r}" if self.lora_r is not None else ""
+        lora = f"-{'q' if self.qlora else ''}lora_r{self.lora_r}" if self.lora_r is not None else ""
         return (f"train/{model_name(self)}/mb{self.micro_batch}{ga}-s{self.seq}-{self.precision}"
                 f"-rc_{self.recompute}{lora}")
 
@@ -86,7 +90,7 @@ def _estimate_lora(case: TrainCase, hw):
     return estimate_lora_train(m, hw, shape, micro_batch=case.micro_batch, seq=case.seq,
                                precision=case.precision.value, optimizer=case.optimizer.value,
                                recompute=case.recompute.value, fused=case.fused, grad_accum=int(case.grad_accum),
-                               alpha=case.lora_alpha)
+                               alpha=case.lora_alpha, qlora=bool(case.qlora))
 
 
 def run(case: TrainCase) -> dict:
