@@ -1,0 +1,98 @@
+"""Serving engines as the planner models them: their KV-cache page, memory rule, batch limits, scheduler and how
+they launch a step. Each default is read from the engine's source or documentation (cited beside it).
+
+- ``transformers``: transformers 5.x continuous batching (``generate_batch`` / ``init_continuous_batching``), as
+  5.17 resolves its ``ContinuousBatchingConfig`` (generation/configuration_utils.py, continuous_batching/
+  initialization.py, cache.py, scheduler.py): pages (blocks) of 256 tokens; 90% of the memory free after the model
+  is loaded (80% when logits processors run, e.g. sampling); max_batch_tokens 8192 (bounded by memory);
+  max_requests_per_batch min(requests, 1024); a FIFO scheduler that puts decoding requests first, splits prompts
+  that do not fit the token budget (chunked prefill) and admits no new prompt once fewer than 15% of the blocks are
+  free; preemption when a request cannot get a block (its cache is dropped and recomputed: cpu_offload_space 0).
+  Attention: without a flash-attention package the model runs ``paged|sdpa``, which reads every scheduled request's
+  KV back from the cache and runs one SDPA over the packed batch with a dense [M, N + M] mask; an attention mask
+  turns CUDA graphs and async batching off by default (``decide_use_cuda_graphs``), so every step is eager, with the
+  host's batch preparation in series. With flash attention (``attn="flash"``): varlen flash for prefill, the
+  ``flash_attn_with_kvcache`` block-table fast path for decode, CUDA graphs on both paths and async batching
+  (double IO buffers).
+- ``vllm``: vLLM V1 (vllm/engine/arg_utils.py ``get_batch_defaults``): 16-token blocks, gpu_memory_utilization 0.9
+  of the device's total memory, chunked prefill always on, on a GPU of 70 GiB or more (not A100) the API server's
+  max_num_batched_tokens 8192 and max_num_seqs 1024 (2048 / 256 below 70 GiB); decode under piecewise CUDA
+  graphs; preemption by recompute of the latest-admitted request.
+- ``trtllm``: TensorRT-LLM's PyTorch backend under ``trtllm-bench``: 32-token blocks (KvCacheConfig
+  tokens_per_block), kv_cache_free_gpu_mem_fraction 0.90 of the memory free after weights and activations,
+  max_batch_size 2048 and max_num_tokens 8192 (LLM API defaults), CUDA-graph decode (the perf-overview's
+  ``cuda_graph_config`` batch sizes up to 8192).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from gpuscope.errors import UserError
+
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class ServeEngine:
+    name: str
+    block_size: int
+    mem_rule: str  # "transformers" | "vllm" | "trtllm" (kv_pages.py)
+    mem_fraction: float
+    max_num_seqs: int
+    max_batched_tokens: int
+    safety_margin: float = 0.0  # fraction of blocks below which no new prompt is admitted
+    decode_graph: bool = True  # decode steps replayed from CUDA graphs (no launch cost per kernel)
+    dense_masked_attention: bool = False  # transformers paged|sdpa: one SDPA over the packed batch, dense mask
+    # host time per step outside the kernels, in series with the GPU (a synchronous loop) or overlapped (async)
+    host_step_s: float = 0.0
+    host_per_request_s: float = 0.0
+    host_per_kv_token_s: float = 0.0  # building the read indices of every cached token read (transformers sdpa)
+    host_overlapped: bool = True
+    # the fraction of the roofline's GEMM and bandwidth rates this engine's kernels reach (1.0: the op model's own)
+    efficiency: float = 1.0
+    source: str = ""
+
+
+# transformers CB host costs per step (sync loop, paged|sdpa): the scheduler and prepare_batch_tensors walk every
+# request in Python (~40 us each with its mask block of ~4 small kernels at the eager launch cost), and
+# get_read_indices builds a Python list of every cached position read (list.extend(range) and torch.tensor of
+# the list: ~15 ns a position); a fixed ~1.5 ms for the loop, the update and the device-to-host copy of the tokens.
+TRANSFORMERS_HOST = dict(host_step_s=1.5e-3, host_per_request_s=40e-6, host_per_kv_token_s=15e-9,
+                         host_overlapped=False)
+
+ENGINES = {
+    "transformers": ServeEngine("transformers", 256, "transformers", 0.9, 1024, 8192, safety_margin=0.15,
+                                decode_graph=False, dense_masked_attention=True, **TRANSFORMERS_HOST,
+                                source="transformers 5.17 continuous batching, paged|sdpa"),
+    "vllm": ServeEngine("vllm", 16, "vllm", 0.9, 1024, 8192, host_step_s=1.0e-3, host_per_request_s=2e-6,
+                        source="vLLM V1 defaults (API server, >= 70 GiB GPU)"),
+    "trtllm": ServeEngine("trtllm", 32, "trtllm", 0.9, 2048, 8192, host_step_s=0.5e-3, host_per_request_s=1e-6,
+                          source="TensorRT-LLM PyTorch backend, trtllm-bench defaults"),
+}
+
+
+def serve_engine(name: str, hw=None, *, attn: str = "sdpa", sampling: bool = False, requests: int | None = None,
+                 mem_fraction: float | None = None, max_num_seqs: int | None = None,
+                 max_batched_tokens: int | None = None, block_size: int | None = None) -> ServeEngine:
+    """The engine ``name`` with its defaults for this GPU and workload, and any override given."""
+    key = (name or "").lower()
+    if key not in ENGINES:
+        raise UserError(f"--engine '{name}' is not one of {', '.join(ENGINES)}.")
+    e = ENGINES[key]
+    if key == "vllm" and hw is not None and (hw.device_total_bytes < 70 * GIB or "a100" in hw.key):
+        e = replace(e, max_num_seqs=256, max_batched_tokens=2048)
+    if key == "transformers":
+        if attn not in ("sdpa", "flash"):
+            raise UserError(f"--attn '{attn}' is not one of sdpa, flash.")
+        if sampling:
+            e = replace(e, mem_fraction=0.8)  # resolve_max_memory_percent: 0.8 with logits processors
+        if requests:
+            e = replace(e, max_num_seqs=min(requests, e.max_num_seqs))  # resolve_using_hints
+        if attn == "flash":  # no mask: CUDA graphs and async batching on (initialization.py)
+            e = replace(e, decode_graph=True, dense_masked_attention=False, host_overlapped=True,
+                        host_per_kv_token_s=0.0, source="transformers 5.17 continuous batching, paged flash")
+    over = {k: v for k, v in dict(mem_fraction=mem_fraction, max_num_seqs=max_num_seqs,
+                                  max_batched_tokens=max_batched_tokens, block_size=block_size).items()
+            if v is not None}
+    return replace(e, **over) if over else e

@@ -1,0 +1,145 @@
+"""The time of one continuous-batching step: T new tokens of any mix of prefill chunks and decodes, S rows that
+sample a token, and attention over each sequence's cached context.
+
+A step is split into what grows with its tokens and what grows with the context the attention reads:
+- token-linear ops (projections, MLP/experts, norms, rotary, residuals, the LM head of the S sampled rows, the TP
+  all-reduces): ops.forward_ops for T tokens with no cache, timed by roofline.time_ops (the same op list and
+  roofline as `plan infer`), tabulated once on a grid of T and interpolated (piecewise-linear in T, as the roofline
+  of each op is);
+- attention, per layer, from the step's (query, key) pairs and the KV tokens it reads:
+  paged kernels (vLLM, TensorRT-LLM, transformers' flash path): FLOPs 4 x pairs x heads x head_dim at
+  roofline.attention_efficiency of the GEMM rate, bytes = KV read once + q and output, the larger of the two;
+  transformers' paged|sdpa: every key of every scheduled request meets every query of the packed batch (dense
+  mask): FLOPs 4 x M x N_k x heads x head_dim at the masked-SDPA rate (roofline.MASKED_SDPA_FRACTION, measured
+  with causal FLOPs counted, so x 2 for computed pairs), plus the copies it makes each layer: the cache read-back
+  (index_select of K and V: read + write N_k tokens), repeat_kv out to every query head, the mask
+  (M x N_k in the activation dtype) written and read, at roofline.ELEMENTWISE_BW_FRACTION of the copy bandwidth;
+- the host: eager steps launch every kernel from Python (engines.EngineModel "eager" launch cost, overlapped with
+  the GPU), CUDA-graph decode steps launch none; the engine's own per-step work (profiles.ServeEngine host_*) is
+  in series with the GPU for a synchronous loop and overlapped for an asynchronous one.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass
+
+from gpuscope.estimate import ops as opsmod
+from gpuscope.estimate.comm import collective_time
+from gpuscope.estimate.engines import engine_for
+from gpuscope.estimate.roofline import (ELEMENTWISE_BW_FRACTION, MASKED_SDPA_FRACTION, attention_efficiency,
+                                        sm_count, time_ops)
+from gpuscope.estimate.topology import topology_for
+from gpuscope.specs.model import ModelSpec
+
+SKIP = ("attention", "cache")  # op kinds attention_s models instead
+HEAD = ("final_norm", "lm_head")  # ops applied to the sampled rows only
+SDPA_QUERY_TILE = 64  # the memory-efficient SDPA kernel re-reads K and V once per 64-query tile
+EXTRA_SDPA_KERNELS = 8  # per layer: index_copy K/V, index_select K/V, repeat_kv K/V, q.contiguous, the SDPA
+MASK_KERNELS_PER_REQUEST = 4  # build_attention_mask: full, triu, slice-assign per request (+ the reset fill)
+
+
+def _grid(limit: int) -> list[int]:
+    pts = set(range(1, 17))
+    x = 16.0
+    while x < limit:
+        x *= 1.25
+        pts.add(int(round(x)))
+    pts.add(limit)
+    return sorted(p for p in pts if p <= limit)
+
+
+def _interp(xs: list[int], ys: list[float], x: float) -> float:
+    if x <= xs[0]:
+        return ys[0] * x / xs[0]
+    if x >= xs[-1]:
+        return ys[-1] * x / xs[-1]
+    i = bisect.bisect_left(xs, x)
+    x0, x1 = xs[i - 1], xs[i]
+    return ys[i - 1] + (ys[i] - ys[i - 1]) * (x - x0) / (x1 - x0)
+
+
+@dataclass
+class StepModel:
+    """Per-step time of one engine serving one model on one GPU type (see the module docstring)."""
+
+    xs: list[int]
+    linear_s: list[float]  # token-linear GPU time (and TP all-reduces) at xs tokens
+    head_s: list[float]  # final norm + LM head at xs sampled rows
+    kernels: int  # kernels of one eager forward (token-linear ops and attention)
+    launch_s: float  # host per kernel of an eager step
+    forward_host_s: float
+    layers: int
+    heads: float  # per GPU
+    head_dim: int
+    kv_tok_b: float  # K+V bytes of one token in one layer, per GPU (cache dtype)
+    act_b: float
+    n_rep: int
+    attn_rate: float  # FLOP/s of the attention kernel
+    bw: float  # bytes/s
+    floor_s: float  # per-layer attention kernel floor
+    engine: object
+
+    def step_s(self, tokens: float, rows: float, kv_read: float, pairs: float, requests: float,
+               decode_only: bool) -> float:
+        """Seconds of one step (module docstring): ``tokens`` new tokens, ``rows`` sampled, ``kv_read`` KV tokens
+        read (past + new, all scheduled sequences), ``pairs`` causal (query, key) pairs, ``requests`` scheduled."""
+        e = self.engine
+        gpu = _interp(self.xs, self.linear_s, tokens) + _interp(self.xs, self.head_s, max(rows, 1.0))
+        gpu += self.attention_s(tokens, kv_read, pairs)
+        graph = decode_only and e.decode_graph
+        host = 0.0
+        if not graph:
+            kernels = self.kernels + (MASK_KERNELS_PER_REQUEST * requests if e.dense_masked_attention else 0)
+            host = kernels * self.launch_s + self.forward_host_s
+        wall = max(gpu, host)
+        loop = e.host_step_s + e.host_per_request_s * requests + e.host_per_kv_token_s * (kv_read + tokens)
+        return max(wall, loop) if e.host_overlapped else wall + loop
+
+    def attention_s(self, tokens: float, kv_read: float, pairs: float) -> float:
+        hd = self.head_dim
+        if self.engine.dense_masked_attention:
+            keys = kv_read
+            flops = 4.0 * tokens * keys * self.heads * hd
+            rep = keys * self.kv_tok_b * self.n_rep
+            copies = 2 * keys * self.kv_tok_b + (keys * self.kv_tok_b + rep if self.n_rep > 1 else 0.0)
+            mask = 2 * tokens * keys * self.act_b  # written by the reset fill, read by the SDPA
+            sdpa = rep * math.ceil(max(tokens, 1) / SDPA_QUERY_TILE) + 2 * tokens * self.heads * hd * self.act_b
+            t = max(flops / (2 * MASKED_SDPA_FRACTION * self.attn_rate),
+                    sdpa / self.bw, ) + (copies + mask) / (ELEMENTWISE_BW_FRACTION * self.bw)
+        else:
+            flops = 4.0 * pairs * self.heads * hd
+            byts = kv_read * self.kv_tok_b + 2 * tokens * self.heads * hd * self.act_b
+            t = max(flops / self.attn_rate, byts / self.bw)
+        return self.layers * (t + self.floor_s)
+
+
+def build_step_model(m: ModelSpec, hw, engine, *, w_b: float, kv_b: float, compute: str, tp: int,
+                     max_tokens: int, max_rows: int) -> StepModel:
+    act_b = 2.0 if compute != "fp32" else 4.0
+    tflops = hw.achievable_tflops(compute) * tp * engine.efficiency
+    bw = hw.achievable_bw_gbs() * 1e9 * tp * engine.efficiency
+    sms = sm_count(hw)
+    sms = sms * tp if sms else None
+    eager = engine_for("eager", hw)
+    kernel_eng = engine_for("graph" if engine.decode_graph and not engine.dense_masked_attention else "eager", hw)
+    topo = topology_for(hw, tp) if tp > 1 else None
+    xs = _grid(max(max_tokens, max_rows, 1))
+    linear, head = [], []
+    for t in xs:
+        ops = opsmod.forward_ops(m, t, 1, 0, act_b, w_b, act_b, head_tokens=t, hf_cache_cat=False, head_w_b=act_b)
+        times = time_ops(ops, tflops, bw / 1e9, kernel_eng, sms, m.head_dim)
+        linear.append(sum(x.gpu_s for x in times if x.kind not in SKIP and x.name not in HEAD)
+                      + (2 * m.num_layers * collective_time("all_reduce", t * m.hidden_size * act_b, tp, topo)
+                         if topo else 0.0))
+        head.append(sum(x.gpu_s for x in times if x.name in HEAD))
+    ops1 = opsmod.forward_ops(m, 1, 1, 0, act_b, w_b, act_b, head_tokens=1, hf_cache_cat=False, head_w_b=act_b)
+    kernels = sum(o.kernels * o.count for o in ops1 if o.kind not in SKIP)
+    kernels += m.num_layers * (EXTRA_SDPA_KERNELS if engine.dense_masked_attention else 2)
+    shard = max(1, min(tp, m.num_kv_heads))
+    n_rep = max(1, m.num_heads // max(1, m.num_kv_heads))
+    return StepModel(xs, linear, head, kernels, eager.launch_s, eager.forward_s, m.num_layers, m.num_heads / tp,
+                     m.head_dim, 2 * m.num_kv_heads / shard * m.head_dim * kv_b, act_b, n_rep,
+                     tflops * 1e12 * attention_efficiency(m.head_dim), bw,
+                     kernel_eng.matmul_min_s, engine)
