@@ -52,6 +52,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("bench", "Measure: microbenchmarks and LLM workloads, stored with provenance."),
     "results": ("results", "Stored measurements: list, show one, export CSV or JSON, compare with the planner."),
     "tune": ("tune", "Find the batch size and precision that suit your model on this device."),
+    "report": ("report", "Write an HTML report (plots, provenance) of stored measurements."),
+    "ui": ("ui", "Serve a local web page with forms for plan, compare and advise, drawn as the HTML report is."),
 }
 _registered: set[str] = set()
 

@@ -21,6 +21,7 @@ import typer
 
 from gpuscope.cli import bench_cpu, options
 from gpuscope.cli.bench_run import Session, bench_gpu, guarded, json_out, timeout
+from gpuscope.cli.report import html_option
 from gpuscope.errors import UserError
 from gpuscope.specs.axes import MEASURED_PRECISIONS, MEASURED_RECOMPUTE, Attention, Engine, Precision
 
@@ -97,12 +98,12 @@ def _checkpoint(model: str, weights: bool, device_map: str | None, max_memory: s
     return str(d.resolve()), {"weights": True, **keys}  # from_pretrained reads the directory itself
 
 
-def _run_one(case: dict, db, resume, as_json, gpu, timeout_s, command: str) -> None:
+def _run_one(case: dict, db, resume, as_json, gpu, timeout_s, command: str, html: str | None = None) -> None:
     from gpuscope.pipeline.bench import run_workloads
 
     options.known_gpu(gpu)  # an unknown --gpu is said before the case runs, not beside its result
     s = Session(db, command, resume, as_json)
-    guarded(s, lambda: run_workloads(s, [case], gpu, timeout_s))
+    guarded(s, lambda: run_workloads(s, [case], gpu, timeout_s), html=html)
 
 
 @bench.command("micro")
@@ -170,6 +171,7 @@ def infer(
     gpu: str = bench_gpu(), timeout_s: float = timeout(),
     db: str = options.db(), resume: bool = options.resume(), as_json: bool = json_out(),
     device: str = options.device(),
+    html: str = html_option(),
 ) -> None:
     """LLM inference (random weights, or a local checkpoint's with --weights): TTFT, TPOT, tokens/s, peak
     memory; estimate beside it."""
@@ -187,7 +189,7 @@ def infer(
         extra.update(inline)
     case = infer_case(model, batch, **given, repeats=repeats, **ckpt, **extra)
     bench_cpu.say(note)
-    _run_one(case, db, resume, as_json, gpu, timeout_s, "bench infer")
+    _run_one(case, db, resume, as_json, gpu, timeout_s, "bench infer", html)
 
 
 @bench.command("train")
@@ -206,6 +208,7 @@ def train(
     gpu: str = bench_gpu(), timeout_s: float = timeout(),
     db: str = options.db(), resume: bool = options.resume(), as_json: bool = json_out(),
     device: str = options.device(),
+    html: str = html_option(),
     lora_r: int = typer.Option(None, "--lora-r", help="LoRA (peft) on the frozen base: the adapters' rank."),
     lora_alpha: float = typer.Option(None, "--lora-alpha", help="LoRA alpha (default: the rank)."),
     lora_targets: str = typer.Option(None, "--lora-targets", help="all-linear (default) or module names."),
@@ -227,7 +230,7 @@ def train(
     case = train_case(model, micro_batch, given["seq"], given["precision"], recompute, steps=steps, warmup=warmup,
                       **inline, **extra)
     bench_cpu.say(note)
-    _run_one(case, db, resume, as_json, gpu, timeout_s, "bench train")
+    _run_one(case, db, resume, as_json, gpu, timeout_s, "bench train", html)
 
 
 def _on_accelerator(device: str | None) -> bool:
@@ -256,6 +259,7 @@ def all_cmd(
     timeout_s: float = timeout(help="Seconds before one case is stopped."),
     db: str = options.db(), resume: bool = options.resume(), as_json: bool = json_out(),
     device: str = options.device(),
+    html: str = html_option(),
 ) -> None:
     """Every microbenchmark, then a set of inference and training workloads, each planned beside it on this run's
     own calibration (default) or the catalog."""
@@ -270,7 +274,8 @@ def all_cmd(
     work = [dict(c, device=device) if device else c for c in CASE_SETS[name]()]
     s = Session(db, "bench all", resume, as_json)
     guarded(s, lambda: bench_all(s, work, device, "quick" if quick else "sweep", gpu,
-                                 calibrate or (calibrate is None and accel), host, timeout_s, name == "gpu", name))
+                                 calibrate or (calibrate is None and accel), host, timeout_s, name == "gpu", name),
+            html=html)
 
 
 def register(app: typer.Typer) -> None:

@@ -134,9 +134,9 @@ def exit_on_failures(run) -> None:
         raise typer.Exit(1)
 
 
-def guarded(s: Session, fn, exit_on_fail: bool = True):
-    """Run fn(); on Ctrl-C (or SIGTERM) say what was kept and exit 130; then print the run, and (``exit_on_fail``)
-    exit 1 when some cases failed. The BenchRun."""
+def guarded(s: Session, fn, exit_on_fail: bool = True, html: str | None = None):
+    """Run fn(); on Ctrl-C (or SIGTERM) say what was kept and exit 130; then print the run (``html``: also as a
+    page: gpuscope report of this run), and (``exit_on_fail``) exit 1 when some cases failed. The BenchRun."""
     try:
         fn()
     except KeyboardInterrupt:
@@ -148,6 +148,11 @@ def guarded(s: Session, fn, exit_on_fail: bool = True):
         s.close()
         raise
     run = finish(s)
+    if html:
+        from gpuscope.report.html.store_report import write_store_report
+
+        write_store_report(run.db, html, run=run.run_id, title=f"gpuscope bench: run {run.run_id}")
+        typer.echo(f"wrote {html}", err=True)
     if exit_on_fail:
         exit_on_failures(run)
     return run

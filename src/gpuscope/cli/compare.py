@@ -13,6 +13,7 @@ from typing import List, Optional
 import typer
 
 from gpuscope.cli import options as o
+from gpuscope.cli.report import html_option, write_html
 from gpuscope.estimate.cost import (DEFAULT_HOURS_PER_YEAR, DEFAULT_PUE, DEFAULT_USD_PER_KWH, DEFAULT_UTILISATION,
                                     DEFAULT_YEARS, IDLE_FRACTION)
 from gpuscope.explain.measured_inputs import gather_measured
@@ -136,7 +137,7 @@ def _inputs(ctx: typer.Context, model, gpu):
     return o.load_model_spec(model), gpus_from(names)
 
 
-def _run(ctx, model, gpu, w, econ, src: Sources, as_json, as_md) -> None:
+def _run(ctx, model, gpu, w, econ, src: Sources, as_json, as_md, html=None) -> None:
     """One comparison: the workload on every GPU asked, with stored or given measurements beside it."""
     from gpuscope.explain.compare_hw import compare
     from gpuscope.report.compare_view import compare_markdown, compare_with_sources, dumps, render_compare
@@ -147,6 +148,7 @@ def _run(ctx, model, gpu, w, econ, src: Sources, as_json, as_md) -> None:
     meas, origin, store = gather_measured(m, w, src.measured, src.db, src.no_db)
     c = compare(m, gpus, w, prices=table, econ=econ, measured=meas)
     j = compare_with_sources(c, origin, store, src.measured)
+    write_html(j, html)
     o.emit(c, as_json, as_md, lambda _c: dumps(j), compare_markdown, render_compare, 160)
 
 
@@ -164,11 +166,12 @@ def infer(
     sources=None,
     as_json: bool = o.json_out("gpuscope.compare/1"),
     as_md: bool = o.markdown(),
+    html: Optional[str] = html_option(),
 ) -> None:
     """Inference: fewest cards per dtype, TTFT, tokens/s, tokens/J, $ per 1M tokens, TCO."""
     from gpuscope.explain.compare_hw import InferWorkload
 
-    _run(ctx, model, gpu, InferWorkload(**workload, kv_dtype=kv_dtype), econ, sources, as_json, as_md)
+    _run(ctx, model, gpu, InferWorkload(**workload, kv_dtype=kv_dtype), econ, sources, as_json, as_md, html)
 
 
 @cmp_app.command("train")
@@ -184,6 +187,7 @@ def train(
     sources=None,
     as_json: bool = o.json_out("gpuscope.compare/1"),
     as_md: bool = o.markdown(),
+    html: Optional[str] = html_option(),
 ) -> None:
     """Training on one card: fit, tokens/s, MFU, energy, cost, and a 6ND token budget on N cards."""
-    _run(ctx, model, gpu, workload, econ, sources, as_json, as_md)
+    _run(ctx, model, gpu, workload, econ, sources, as_json, as_md, html)

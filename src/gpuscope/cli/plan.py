@@ -9,6 +9,7 @@ from __future__ import annotations
 import typer
 
 from gpuscope.cli import options as o
+from gpuscope.cli.report import html_option, write_html
 
 JSON_HELP = "Print JSON (schema gpuscope.estimate/1)."
 WEIGHT_DTYPES = "bf16|fp16|fp32|fp8|int8|int4"  # estimate/dtypes.WEIGHT_DTYPES (not imported: start-up)
@@ -40,9 +41,12 @@ def register(app: typer.Typer) -> None:
     app.add_typer(plan)
 
 
-def _show(est, as_json: bool, ops: bool = False) -> None:
+def _show(est, as_json: bool, ops: bool = False, html: str | None = None) -> None:
     from gpuscope.report.estimate_view import render, to_json_text
 
+    if html:  # the page draws time by operation; the printed result keeps ops only if --ops asked for them
+        write_html(est.to_json(), html)
+        est.ops = est.ops if ops else []
     typer.echo(to_json_text(est)) if as_json else render(est, o.console(), show_ops=ops)
 
 
@@ -63,15 +67,16 @@ def infer(
     ops: bool = typer.Option(False, "--ops", help="Show the per-operation breakdown."),
     calibrated: bool = o.calibrated(),
     as_json: bool = o.json_out(help=JSON_HELP),
+    html: str = html_option(),
 ) -> None:
     """Inference: weights, KV cache and activations at the peak; TTFT, TPOT, tokens/s."""
     from gpuscope.estimate.infer import estimate_infer
 
     o.positive(batch=batch, prompt=prompt, gen=gen, num_gpus=num_gpus, tp=tp)
     est = estimate_infer(o.load_model_spec(model), o.hardware(gpu, calibrated), batch=batch, prompt=prompt, gen=gen,
-                         dtype=dtype, kv_dtype=kv_dtype, engine=engine, num_gpus=num_gpus, tp=tp, with_ops=ops,
-                         mla_cache=mla_cache, fuse_proj=fuse_proj)
-    _show(est, as_json, ops)
+                         dtype=dtype, kv_dtype=kv_dtype, engine=engine, num_gpus=num_gpus, tp=tp,
+                         with_ops=ops or bool(html), mla_cache=mla_cache, fuse_proj=fuse_proj)
+    _show(est, as_json, ops, html)
 
 
 @plan.command("train")
@@ -112,6 +117,7 @@ def train(
     qlora: bool = typer.Option(False, "--qlora", help=QLORA_HELP),
     calibrated: bool = o.calibrated(),
     as_json: bool = o.json_out(help=JSON_HELP),
+    html: str = html_option(),
 ) -> None:
     """Training: one GPU (HF eager: memory per phase, step time, MFU), LoRA/QLoRA fine-tuning (--lora-r), or a
     multi-GPU layout (Megatron-style TP/PP/DP/ZeRO; --search ranks all layouts)."""
@@ -122,12 +128,14 @@ def train(
                                                         lora_r=lora_r, lora_alpha=lora_alpha).items() if v is not None})
     r = TrainRequest(micro_batch, seq, precision, optimizer, recompute, grad_accum, offload, fused, num_gpus, tp, pp,
                      dp, cp, ep, zero, fsdp, hsdp, bucket_view, framework, sp, virtual, global_batch, gpus_per_node,
-                     search, db, with_ops=ops, lora_r=lora_r, lora_alpha=lora_alpha, lora_targets=lora_targets,
-                     lora_dropout=lora_dropout, qlora=qlora)
+                     search, db, with_ops=ops or bool(html), lora_r=lora_r, lora_alpha=lora_alpha,
+                     lora_targets=lora_targets, lora_dropout=lora_dropout, qlora=qlora)
     out = plan_train(o.load_model_spec(model), o.hardware(gpu, calibrated), r)
     if not isinstance(out, LayoutSearch):
-        return _show(out, as_json, ops and not r.multi)
-    from gpuscope.report.search_view import render_search, search_json_text
+        return _show(out, as_json, ops and not r.multi, html)
+    from gpuscope.report.search_view import render_search, search_json_text, search_to_json
+
+    write_html(search_to_json(out), html)
 
     typer.echo(search_json_text(out)) if as_json else render_search(out, o.console())
 __import__("gpuscope.cli.plan_serve", fromlist=["register"]).register(plan)  # `plan serve` (cli/plan_serve.py)
