@@ -118,12 +118,23 @@ def plan_cmd(
                                         "(gradient accumulation fills it; default seq x max micro-batch)."),
     max_micro_batch: int = typer.Option(64, "--max-micro-batch"),
     as_json: bool = typer.Option(False, "--json"),
+    lora_r: int = typer.Option(None, "--lora-r", help="LoRA fine-tuning: rank seq x micro-batch x checkpointing x "
+                               "optimizer (8-bit, paged) for adapters of this rank (explain/lora_tune.py)."),
+    lora_targets: str = typer.Option(None, "--lora-targets", help="With --lora-r: all-linear or module names."),
+    qlora: bool = typer.Option(False, "--qlora", help="With --lora-r: the frozen base in 4-bit NF4."),
 ) -> None:
     """Planner-only: the single-GPU training configurations that fit, fastest first (no GPU needed)."""
     from gpuscope.explain.recommend import recommend_train
     from gpuscope.report.recommend_view import recommend_json_text, render_recommend
 
     m, hw = o.load_model_spec(model), o.hardware(gpu)
+    if lora_r is not None or qlora or lora_targets:
+        from gpuscope.explain.lora_tune import tune_lora
+        from gpuscope.report.lora_view import print_tune
+
+        return print_tune(tune_lora(m, hw, r=lora_r, targets=lora_targets, qlora=qlora, seq=seq,
+                                    tokens_per_step=tokens_per_step, max_micro_batch=max_micro_batch), as_json,
+                          o.console(160))
     choices = recommend_train(m, hw, seq=seq, tokens_per_step=tokens_per_step, max_micro_batch=max_micro_batch)
     if as_json:
         typer.echo(recommend_json_text(choices, m.name, hw.key, seq))
