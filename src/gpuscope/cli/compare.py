@@ -188,6 +188,29 @@ def train(
     as_json: bool = o.json_out("gpuscope.compare/1"),
     as_md: bool = o.markdown(),
     html: Optional[str] = html_option(),
+    lora_r: Optional[int] = typer.Option(None, "--lora-r", help="LoRA fine-tuning with adapters of this rank: per "
+                                         "card the longest sequence, the fastest fit at --seq, GPU-hours and cost."),
+    lora_targets: Optional[str] = typer.Option(None, "--lora-targets", help="With --lora-r: all-linear or names."),
+    qlora: bool = typer.Option(False, "--qlora", help="With --lora-r: the frozen base in 4-bit NF4."),
 ) -> None:
     """Training on one card: fit, tokens/s, MFU, energy, cost, and a 6ND token budget on N cards."""
+    if lora_r is not None or qlora or lora_targets:
+        return _lora(ctx, model, gpu, workload, econ, sources, (lora_r, lora_targets, qlora), as_json, as_md)
     _run(ctx, model, gpu, workload, econ, sources, as_json, as_md, html)
+
+
+def _lora(ctx, model, gpu, w, econ, src: Sources, lora, as_json, as_md) -> None:
+    """`compare train --lora-r`: explain/lora_compare.py's cards (micro-batch, checkpointing, optimizer searched)."""
+    from gpuscope.errors import UserError
+    from gpuscope.explain.lora_compare import compare_lora
+    from gpuscope.report.lora_view import compare_markdown, print_compare
+    from gpuscope.specs.prices import load_prices
+
+    r, targets, qlora = lora
+    if r is None:
+        raise UserError("--qlora and --lora-targets need --lora-r (the adapters' rank, e.g. --lora-r 16).")
+    m, gpus = _inputs(ctx, model, gpu)
+    c = compare_lora(m, gpus, r=r, targets=targets, qlora=qlora, seq=w.seq, precision=w.precision,
+                     optimizer=w.optimizer, tokens=w.tokens, prices=load_prices(src.prices),
+                     usd_per_kwh=econ.usd_per_kwh, pue=econ.pue)
+    print_compare(c.to_json(), as_json, as_md, o.console(160))

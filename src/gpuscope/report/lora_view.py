@@ -105,3 +105,13 @@ def print_tune(doc: dict, as_json: bool, console) -> None:
         return
     render_tune(doc, f"{doc['model']} {kind} r{doc['lora']['r']} on {doc['hardware']}, seq {doc['lora']['seq']}: "
                      "configurations that fit, fastest first", console)
+
+
+def print_compare(doc: dict, as_json: bool, as_md: bool, console) -> None:
+    """`compare train --lora-r`: JSON, Markdown or the table."""
+    if as_json:
+        print(json.dumps(doc, indent=2))
+    elif as_md:
+        print(compare_markdown(doc))
+    else:
+        render_compare(doc, console)
