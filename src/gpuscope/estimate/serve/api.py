@@ -130,7 +130,7 @@ def simulate(r: ServeRequest, eng, kv, step, rate: float | None = None):
     sim = Simulator(reqs, step, num_blocks=kv.num_blocks, block_size=kv.block_size,
                     max_num_seqs=min(eng.max_num_seqs, kv.max_batched_tokens),
                     max_batched_tokens=kv.max_batched_tokens, safety_margin=eng.safety_margin,
-                    concurrency=r.concurrency if rate is None else None)
+                    concurrency=r.concurrency if rate is None else None, reserve_full=eng.reserve_full)
     return sim.run()
 
 

@@ -21,7 +21,8 @@ they launch a step. Each default is read from the engine's source or documentati
 - ``trtllm``: TensorRT-LLM's PyTorch backend under ``trtllm-bench``: 32-token blocks (KvCacheConfig
   tokens_per_block), kv_cache_free_gpu_mem_fraction 0.90 of the memory free after weights and activations,
   max_batch_size 2048 and max_num_tokens 8192 (LLM API defaults), CUDA-graph decode (the perf-overview's
-  ``cuda_graph_config`` batch sizes up to 8192).
+  ``cuda_graph_config`` batch sizes up to 8192), and the GUARANTEED_NO_EVICT capacity scheduler (the default
+  ``CapacitySchedulerPolicy``): a request is admitted only when the blocks of its whole prompt + output are free.
 """
 
 from __future__ import annotations
@@ -51,6 +52,9 @@ class ServeEngine:
     host_overlapped: bool = True
     # the fraction of the roofline's GEMM and bandwidth rates this engine's kernels reach (1.0: the op model's own)
     efficiency: float = 1.0
+    # admit a request only with blocks for its whole prompt + output (TensorRT-LLM's GUARANTEED_NO_EVICT capacity
+    # scheduler): nothing is ever preempted, fewer sequences run at once
+    reserve_full: bool = False
     source: str = ""
 
 
@@ -68,7 +72,7 @@ ENGINES = {
     "vllm": ServeEngine("vllm", 16, "vllm", 0.9, 1024, 8192, host_step_s=1.0e-3, host_per_request_s=2e-6,
                         source="vLLM V1 defaults (API server, >= 70 GiB GPU)"),
     "trtllm": ServeEngine("trtllm", 32, "trtllm", 0.9, 2048, 8192, host_step_s=0.5e-3, host_per_request_s=1e-6,
-                          source="TensorRT-LLM PyTorch backend, trtllm-bench defaults"),
+                          reserve_full=True, source="TensorRT-LLM PyTorch backend, trtllm-bench defaults"),
 }
 
 

@@ -50,12 +50,14 @@ class SimResult:
 
 class Simulator:
     def __init__(self, requests, step, *, num_blocks: int, block_size: int, max_num_seqs: int,
-                 max_batched_tokens: int, safety_margin: float = 0.0, concurrency: int | None = None):
+                 max_batched_tokens: int, safety_margin: float = 0.0, concurrency: int | None = None,
+                 reserve_full: bool = False):
         self.step, self.B, self.nb = step, block_size, num_blocks
         self.max_seqs, self.budget, self.margin = max_num_seqs, max_batched_tokens, safety_margin
         self.seqs = [Seq(r, target=r.prompt, computed=r.cached) for r in requests]
         self.pending = deque(range(len(self.seqs)))  # not yet arrived, in arrival order
         self.concurrency = concurrency
+        self.reserve = reserve_full
         self.release_at: list = []  # closed loop: (time, index) of requests released by finishes
         if concurrency:
             for _ in range(min(concurrency, len(self.seqs))):
@@ -167,7 +169,7 @@ class Simulator:
             return False
         s = self.seqs[self.waiting[0]]
         chunk = min(s.target - s.computed, max(1, self.budget - len(self.decoding)))
-        need = -(-(s.computed + chunk) // self.B) - s.blocks
+        need = -(-((s.target + s.req.out - s.generated) if self.reserve else s.computed + chunk) // self.B) - s.blocks
         return need <= self.free and (not self.decoding or self.free >= self.margin * self.nb)
 
     def _schedule_prefills(self, budget: int) -> list:
@@ -185,7 +187,7 @@ class Simulator:
             i = self.waiting[0]
             s = self.seqs[i]
             c = min(s.target - s.computed, budget)
-            if not self._grow(i, s.computed + c):
+            if not self._grow(i, s.target + s.req.out - s.generated if self.reserve else s.computed + c):
                 break
             self.waiting.popleft()
             s.admit, self.order = self.order, self.order + 1
