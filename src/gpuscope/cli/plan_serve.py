@@ -49,35 +49,33 @@ def serve(
 ) -> None:
     """Serving: KV-cache capacity, throughput, TTFT/TPOT/ITL/E2E percentiles, goodput and cost under
     continuous batching (offline, Poisson --rate, or --concurrency clients)."""
-    import json
+    kw = dict(locals())
+    r = _request(kw)
+    from gpuscope.estimate.serve import plan_serve
 
-    from gpuscope.estimate.serve import ServeRequest, plan_serve
+    est = plan_serve(r, o.hardware(kw["gpu"], kw["calibrated"]))
+    if kw["as_json"]:
+        import json
 
-    o.positive(requests=requests, prompt=prompt, gen=gen, tp=tp,
-               **{k: v for k, v in dict(concurrency=concurrency, max_num_seqs=max_num_seqs,
-                                        max_batched_tokens=max_batched_tokens, block_size=block_size).items()
-                  if v is not None})
-    o.positive(**{k: float(v) for k, v in dict(rate=rate, slo_ttft=slo_ttft, slo_tpot=slo_tpot,
-                                                  mem_fraction=mem_fraction).items() if v is not None})
-    o.non_negative(prefix_hit=prefix_hit, prompt_spread=prompt_spread, gen_spread=gen_spread)
-    if mem_fraction is not None and mem_fraction > 1:
-        from gpuscope.errors import UserError
-
-        raise UserError(f"--mem-fraction must be at most 1, got {mem_fraction}.")
-    r = ServeRequest(o.load_model_spec(model), requests, prompt, gen, rate=rate, concurrency=concurrency,
-                     dtype=dtype, kv_dtype=kv_dtype, engine=engine, tp=tp, slo_ttft=slo_ttft, slo_tpot=slo_tpot,
-                     prompt_dist=prompt_dist, prompt_spread=prompt_spread, gen_dist=gen_dist, gen_spread=gen_spread,
-                     prefix_hit=prefix_hit, seed=seed, attn=attn, sampling=sampling, mem_fraction=mem_fraction,
-                     max_num_seqs=max_num_seqs, max_batched_tokens=max_batched_tokens, block_size=block_size,
-                     curve=curve)
-    if rate is not None and concurrency is not None:
-        from gpuscope.errors import UserError
-
-        raise UserError("--rate and --concurrency are exclusive: give one (or neither, for offline).")
-    est = plan_serve(r, o.hardware(gpu, calibrated))
-    if as_json:
         typer.echo(json.dumps(est.to_json(), indent=2))
     else:
         from gpuscope.report.serve_view import render
 
         render(est, o.console())
+
+
+def _request(kw: dict):
+    """The ServeRequest of the command's options, each checked first (one sentence, exit 2)."""
+    from gpuscope.errors import UserError
+    from gpuscope.estimate.serve import ServeRequest
+
+    counts = ("requests", "prompt", "gen", "tp", "concurrency", "max_num_seqs", "max_batched_tokens", "block_size")
+    o.positive(**{k: kw[k] for k in counts if kw[k] is not None})
+    o.positive(**{k: float(kw[k]) for k in ("rate", "slo_ttft", "slo_tpot", "mem_fraction") if kw[k] is not None})
+    o.non_negative(prefix_hit=kw["prefix_hit"], prompt_spread=kw["prompt_spread"], gen_spread=kw["gen_spread"])
+    if kw["mem_fraction"] is not None and kw["mem_fraction"] > 1:
+        raise UserError(f"--mem-fraction must be at most 1, got {kw['mem_fraction']}.")
+    if kw["rate"] is not None and kw["concurrency"] is not None:
+        raise UserError("--rate and --concurrency are exclusive: give one (or neither, for offline).")
+    fields = {k: v for k, v in kw.items() if k not in ("model", "gpu", "calibrated", "as_json")}
+    return ServeRequest(o.load_model_spec(kw["model"]), **fields)
