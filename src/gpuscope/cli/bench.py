@@ -21,9 +21,9 @@ import typer
 
 from gpuscope.cli import bench_cpu, options
 from gpuscope.cli.bench_run import Session, bench_gpu, guarded, json_out, timeout
-from gpuscope.cli.report import html_option
 from gpuscope.errors import UserError
-from gpuscope.specs.axes import MEASURED_PRECISIONS, MEASURED_RECOMPUTE, Attention, Engine, Precision
+from gpuscope.report.html.option import html_option
+from gpuscope.specs.axes import MEASURED_RECOMPUTE, TRAIN_PRECISIONS, Attention, Engine, Precision
 
 bench = typer.Typer(name="bench", help="Measure: microbenchmarks and LLM workloads, stored with provenance.",
                     no_args_is_help=True)
@@ -197,8 +197,8 @@ def train(
     model: str = options.model(),
     micro_batch: int = typer.Option(1, "--micro-batch"),
     seq: int = typer.Option(None, "--seq", help=f"Tokens per sequence ({bench_cpu.help_for('seq')})."),
-    precision: str = options.precision(None, among=MEASURED_PRECISIONS,
-                                       help=f"{options.choice_help(Precision, MEASURED_PRECISIONS)} "
+    precision: str = options.precision(None, among=TRAIN_PRECISIONS,
+                                       help=f"{options.choice_help(Precision, TRAIN_PRECISIONS)} "
                                        f"({bench_cpu.help_for('precision')})."),
     recompute: str = options.recompute(among=MEASURED_RECOMPUTE),
     grad_accum: int = typer.Option(1, "--grad-accum", help="Micro-batches (forward + backward) per optimizer step."),

@@ -13,7 +13,14 @@ Gradients are set to None after each step (optimizer.zero_grad's default since P
   16-bit weight copies of layers <= l, the gradients of layers > l and the head, and layer l's working set.
   The reported backward peak is the maximum over that walk.
 - optimizer step: rest + gradients (+ the temporaries of a foreach, non-fused implementation: one tensor list the
-  size of the parameters). Fused AdamW (torch.optim.AdamW(fused=True)) updates in place.
+  size of the parameters: torch/optim/adam.py _multi_tensor_adam's ``exp_avg_sq_sqrt = torch._foreach_sqrt(
+  exp_avg_sqs)``, every other _foreach op of AdamW is in place). Fused AdamW (torch.optim.AdamW(fused=True)) updates
+  in place.
+- bf16-master (measure/models/master_weights.py): bf16 weights and gradients (2 + 2 bytes), an fp32 master copy
+  (4) and fp32 AdamW states (8) held by the optimizer: 16 bytes per parameter at rest with the gradients, as AMP's
+  4 + 4 + 8 but with the activations and the autocast-free compute of pure bf16. Its step casts one bucket of
+  gradients at a time to fp32 (MASTER_BUCKET_NUMEL elements, or the largest tensor if larger), runs fused AdamW on
+  that bucket's masters and copies them back to bf16: the bucket's fp32 gradients are the step's only temporary.
 - full recompute (activation checkpointing of each decoder layer, non-reentrant): only each layer's input is kept;
   its activations come back one layer at a time in backward; autocast's weight cache is dropped when the forward's
   autocast region ends, so the 16-bit copies live only during forward and per layer in backward.
@@ -37,10 +44,23 @@ from gpuscope.estimate.runtime import TRAIN_WORKSPACE_BYTES
 from gpuscope.specs.axes import Precision
 from gpuscope.specs.model import ModelSpec
 
+# The bf16-master step's bucket: 2^26 elements (256 MiB of fp32 gradients); measure/models/master_weights.py
+# groups its parameters by this size (a tensor larger than it is a bucket of its own).
+MASTER_BUCKET_NUMEL = 2**26
+
+
 def precision_bytes(precision: str) -> tuple[float, float, str]:
     """(weight/grad bytes, activation bytes, compute dtype): specs/axes.Precision's."""
     p = Precision.parse(precision, "precision")
     return p.weight_bytes, p.activation_bytes, p.compute_dtype
+
+
+def master_step_bytes(pc: ParamCounts, precision: str) -> float:
+    """bf16-master's optimizer-step temporary: one bucket of fp32 gradients (the largest tensor, the embedding or
+    the LM head, when it exceeds a bucket); 0 for every other precision."""
+    if Precision.parse(precision, "precision") is not Precision.BF16_MASTER:
+        return 0.0
+    return 4.0 * max(MASTER_BUCKET_NUMEL, pc.embedding, pc.lm_head)
 
 
 def optimizer_state_bytes(params: float, optimizer: str, weight_b: float) -> float:
@@ -64,7 +84,7 @@ def train_memory(m: ModelSpec, pc: ParamCounts, *, micro_batch: int, seq: int, p
     amp = precision.startswith("amp") or precision == "fp8"
     T, V, h = micro_batch * seq, m.vocab_size, m.hidden_size
     layer_p = [layer_params(m, i) for i in range(m.num_layers)]
-    r = _resident(m, pc, layer_p, w_b, optimizer, offload)
+    r = _resident(m, pc, layer_p, w_b, optimizer, offload, Precision.parse(precision, "precision"))
     # 16-bit weight copies autocast makes (matmul weights: all but norms; embedding lookups are not autocast).
     # With offload the weights already are 16 bit: no copies.
     copy_b = 2.0 if (amp and offload == "none") else 0.0
@@ -101,12 +121,15 @@ def train_memory(m: ModelSpec, pc: ParamCounts, *, micro_batch: int, seq: int, p
         walk.append(r.rest + alive[i] + recomputed + g_done + bwd_work)
         g_done += r.grads[i] if (offload == "none" and not accum_grads) else 0.0
     bwd_end = r.rest + r.grads_total + layer_input + _tied_embedding_grads(pc, amp) * (pc.embedding * r.gpu_w_b)
-    foreach_tmp = 0.0 if (fused or optimizer == "sgd" or offload != "none") else pc.total * w_b
+    state_b = Precision.parse(precision, "precision").state_bytes  # what the optimizer updates: its dtype
+    foreach_tmp = 0.0 if (fused or optimizer == "sgd" or offload != "none") else pc.total * state_b
+    foreach_tmp += master_step_bytes(pc, precision)
     phases = {"forward": forward_peak, "backward": max([bwd_start, bwd_end] + walk),
               "optimizer": r.rest + (r.grads_total if offload == "none" else 0.0) + foreach_tmp}
     peak, at = max(phases.values()), max(phases, key=phases.get)
     breakdown = {
         "weights": r.weights,
+        **({"master_weights_fp32": r.master} if r.master else {}),
         "optimizer_states": r.opt_states,
         "gradients": r.grads_total if (at == "optimizer" or grad_accum > 1) else 0.0,
         "activations": sum(kept) + (fwd_extra_layer if at == "forward" else 0.0),
@@ -126,6 +149,7 @@ class _Resident:
 
     gpu_w_b: float  # bytes of a weight / gradient on the GPU
     weights: float
+    master: float  # bf16-master's fp32 master copy (0 otherwise)
     opt_states: float
     host: float
     rest: float  # weights + optimizer states + workspace
@@ -133,8 +157,10 @@ class _Resident:
     grads_total: float
 
 
-def _resident(m: ModelSpec, pc: ParamCounts, layer_p: list, w_b: float, optimizer: str, offload: str) -> _Resident:
+def _resident(m: ModelSpec, pc: ParamCounts, layer_p: list, w_b: float, optimizer: str, offload: str,
+              p: Precision) -> _Resident:
     P = pc.total
+    master = P * p.master_bytes  # offload with bf16-master is refused (estimate/train.py): it is always here
     # Where weights, gradients and states live. Offloaded training keeps 16-bit weights/grads on the GPU.
     gpu_w_b = w_b if offload == "none" else 2.0
     if offload == "params":
@@ -142,14 +168,14 @@ def _resident(m: ModelSpec, pc: ParamCounts, layer_p: list, w_b: float, optimize
         weights = (two_layers + pc.embedding + pc.lm_head + pc.norms) * gpu_w_b
     else:
         weights = P * gpu_w_b
-    opt_states = optimizer_state_bytes(P, optimizer, w_b) if offload == "none" else 0.0
+    opt_states = optimizer_state_bytes(P, optimizer, p.state_bytes) if offload == "none" else 0.0
     host = 0.0 if offload == "none" else P * w_b + optimizer_state_bytes(P, optimizer, w_b)
     # Gradients: all of them on the GPU unless offloaded, where each layer's stream out as it completes.
     grads = [lp.total * gpu_w_b for lp in layer_p]
     grads_total = (P * gpu_w_b if offload == "none"
                    else (m.vocab_size * m.hidden_size + max(lp.total for lp in layer_p)) * gpu_w_b)
-    return _Resident(gpu_w_b, weights, opt_states, host, weights + opt_states + TRAIN_WORKSPACE_BYTES, grads,
-                     grads_total)
+    return _Resident(gpu_w_b, weights, master, opt_states, host,
+                     weights + master + opt_states + TRAIN_WORKSPACE_BYTES, grads, grads_total)
 
 
 def _head_bytes(T: int, h: int, V: int, act_b: float, stream_b: float, amp: bool) -> tuple[float, float, float]:
@@ -183,7 +209,7 @@ def ddp_bucket_bytes(pc: ParamCounts, precision: str) -> float:
 
 
 def fsdp_train_memory(m: ModelSpec, pc: ParamCounts, *, num_gpus: int, micro_batch: int, seq: int,
-                      optimizer: str, recompute: str, precision: str = "amp-bf16") -> TrainMemory:
+                      optimizer: str, recompute: str, precision: str = "amp-bf16", fused: bool = True) -> TrainMemory:
     """FSDP2 (torch.distributed.fsdp.fully_shard on every decoder layer and the root), as `gpuscope bench
     train-dist --strategy fsdp` runs it: ``amp-bf16`` = fp32 parameters with MixedPrecisionPolicy(param_dtype=bf16,
     reduce_dtype=fp32); ``bf16`` = bf16 parameters, no policy (gradients reduced in bf16, bf16 AdamW states).
@@ -194,7 +220,11 @@ def fsdp_train_memory(m: ModelSpec, pc: ParamCounts, *, num_gpus: int, micro_bat
       the running layer and the prefetched next one are unsharded at a time;
     - the layers compute in bf16 (the policy casts the parameters), so activations are those of pure bf16
       training (activations.py with precision "bf16"); no autocast weight cache;
-    - backward: a layer's bf16 gradient is cast to fp32 for the reduce-scatter (reduce_dtype) and its 1/N shard kept.
+    - backward: a layer's bf16 gradient is cast to fp32 for the reduce-scatter (reduce_dtype) and its 1/N shard kept;
+    - optimizer step: the shards' parameters, states and gradients, and with a foreach (``fused`` False) AdamW its
+      one full-size temporary list (``_foreach_sqrt(exp_avg_sqs)``, module docstring) over the local shards: + P / N
+      in the shards' dtype. Derived from torch/optim/adam.py, not yet checked against an FSDP2 allocator snapshot
+      (issue 26 item 1: FSDP2 + foreach AdamW read 15-16% above a plan that lacked it; two GPUs were not lent since).
     """
     N = num_gpus
     P = pc.total
@@ -224,7 +254,8 @@ def fsdp_train_memory(m: ModelSpec, pc: ParamCounts, *, num_gpus: int, micro_bat
         walk.append(rest + sum(kept[: i + 1]) + (saved[i] if full else 0.0) + in_flight + g_done + bwd_work)
         g_done += layer_p[i].total * pb / N
     backward = max(walk + [rest + sharded])
-    optimizer_peak = rest + sharded
+    foreach_tmp = 0.0 if (fused or optimizer == "sgd") else P * pb / N
+    optimizer_peak = rest + sharded + foreach_tmp
     phases = {"forward": forward, "backward": backward, "optimizer": optimizer_peak}
     breakdown = {"weights_sharded": sharded, "optimizer_states": opt_states, "root_unsharded_bf16": root,
                  "layers_unsharded_bf16": in_flight, "activations": sum(kept),
@@ -232,5 +263,7 @@ def fsdp_train_memory(m: ModelSpec, pc: ParamCounts, *, num_gpus: int, micro_bat
     at = max(phases, key=phases.get)
     if at == "forward":
         breakdown["logits_and_loss"] = head_saved + 6.0 * T * V
+    if at == "optimizer" and foreach_tmp:
+        breakdown["optimizer_temporaries"] = foreach_tmp
     breakdown["other_at_peak"] = phases[at] - sum(breakdown.values())
     return TrainMemory(phases=phases, breakdown=breakdown, host_bytes=0.0)

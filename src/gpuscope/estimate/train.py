@@ -206,6 +206,9 @@ def _checked(micro_batch, seq, grad_accum, num_gpus, precision, optimizer, recom
                                                         or grad_accum != 1):
         raise UserError(f"--strategy {out[4]} is planned for --precision amp-bf16 (FSDP2 with a bf16 "
                         "mixed-precision policy) or bf16, no offload and --grad-accum 1.")
+    if out[0] == Precision.BF16_MASTER.value and out[3] != "none":
+        raise UserError("--precision bf16-master keeps its fp32 master weights on the GPU: use --offload none "
+                        "(with offload, amp-bf16 already keeps fp32 masters on the host).")
     return out
 
 
@@ -214,7 +217,7 @@ def _memory(m, pc, micro_batch, seq, precision, optimizer, recompute, grad_accum
     """The allocator's phase peaks: FSDP2's sharded walk, or one replica's walk plus DDP's gradient buckets."""
     if fsdp:
         return fsdp_train_memory(m, pc, num_gpus=shard, micro_batch=micro_batch, seq=seq, optimizer=optimizer,
-                                 recompute=recompute, precision=precision)
+                                 recompute=recompute, precision=precision, fused=fused)
     mem = train_memory(m, pc, micro_batch=micro_batch, seq=seq, precision=precision, optimizer=optimizer,
                        recompute=recompute, grad_accum=grad_accum, offload=offload, fused=fused)
     if num_gpus > 1:  # DDP's gradient buckets live beside everything, in every phase
@@ -289,15 +292,15 @@ def _step_time(m, hw, pc, micro_batch, seq, precision, optimizer, recompute, gra
     host = train_host_s(fwd_ops, m, train_engine.launch_s, full, train_host_for(hw))
     host_micro = host["forward"] + host["backward"] + host["recompute"]
     micro_s = max(micro_gpu, host_micro)
-    # Per optimizer step: AdamW reads p, g, m, v and writes p, m, v; autocast re-casts weights every forward
-    # (read fp32, write 16 bit) and casts 16-bit weight grads back (read 2, write 4).
-    if optimizer == "adamw-8bit":
-        opt_bytes = P * (3 * w_b + 4)  # p, g read, p written; two 8-bit states read and written
-    else:
-        opt_bytes = {"adamw": 7, "adam": 7, "sgd": 5}[optimizer] * P * w_b
+    # Per optimizer step: autocast re-casts weights every forward (read fp32, write 16 bit) and casts 16-bit weight
+    # grads back (read 2, write 4); the optimizer's passes over what it updates: _optimizer_bytes.
+    opt_bytes = _optimizer_bytes(P, optimizer, precision, fused)
     cast_bytes = 12.0 * (P - pc.embedding) if (amp and offload == "none") else 0.0
     foreach_launch_s = 0.0 if fused else 12 * m.num_layers * 12 * train_engine.launch_s  # ~12 lists x 12 tensors
-    opt_s = max(opt_bytes / (bw * 1e9), host["optimizer"]) + foreach_launch_s
+    # bf16-master launches two kernels per tensor (the grad's fp32 cast and the copy back to bf16)
+    master_launch_s = (2 * (m.num_layers * (9 if m.gated_mlp else 12) + 4) * train_engine.launch_s
+                       if precision == Precision.BF16_MASTER.value else 0.0)
+    opt_s = max(opt_bytes / (bw * 1e9), host["optimizer"] + master_launch_s) + foreach_launch_s
     offload_s = 0.0
     if offload != "none":
         link = host_link_gbs(hw) * 1e9
@@ -314,6 +317,27 @@ def _step_time(m, hw, pc, micro_batch, seq, precision, optimizer, recompute, gra
     return _StepTime(step_s, micro_s, micro_gpu, host_micro, max(f_gpu, host["forward"]),
                      max(b_gpu + r_gpu, host["backward"] + host["recompute"]), b_gpu, r_gpu, opt_s, offload_s,
                      f_times, b_times, train_engine.launch_s, tflops, bw)
+
+
+# Element accesses per parameter of one AdamW step (each a read or a write of one tensor element), from
+# torch/optim/adam.py: the fused kernel reads p, g, m, v and writes p, m, v (7); the foreach implementation (AdamW:
+# decoupled weight decay on, the default 0.01; no amsgrad, no maximize) makes eight passes: mul_(p) 2, lerp_(m, g) 3,
+# mul_(v) 2, addcmul_(v, g, g) 4, sqrt(v) -> tmp 2, div_(tmp) 2, add_(tmp, eps) 2, addcdiv_(p, m, tmp) 4 = 21
+# (Adam without weight decay skips the first: 19).
+ADAM_ACCESSES = {"fused": 7, "adamw-foreach": 21, "adam-foreach": 19}
+
+
+def _optimizer_bytes(P: float, optimizer: str, precision: str, fused: bool) -> float:
+    """Bytes one optimizer step moves. AdamW / Adam: ADAM_ACCESSES x the updated dtype's bytes (the parameters', or
+    bf16-master's fp32 masters); bf16-master adds its gradients' fp32 cast (read 2, write 4) and the masters' copy
+    back to bf16 (read 4, write 2): 12 bytes a parameter, 40 in all when fused. SGD with momentum: 5 accesses.
+    8-bit AdamW: p, g read, p written, two 8-bit states read and written."""
+    p = Precision.parse(precision, "precision")
+    master = 12.0 * P if p is Precision.BF16_MASTER else 0.0
+    if optimizer == "adamw-8bit":
+        return P * (3 * p.state_bytes + 4) + master
+    passes = 5 if optimizer == "sgd" else ADAM_ACCESSES["fused" if fused else f"{optimizer}-foreach"]
+    return passes * P * p.state_bytes + master
 
 
 def _flops_per_token(m: ModelSpec, pc, seq: int, full: bool) -> tuple[float, float]:

@@ -3,8 +3,10 @@ measurement runs, and the one sentence a bad value gets. CLI choices, validation
 derive from these classes (a value is its string: ``Precision.AMP_BF16 == "amp-bf16"`` and it serialises as such).
 
 - ``Precision``: training precision. ``amp-*``: fp32 parameters, gradients and optimizer states with autocast
-  compute in the half dtype (PyTorch AMP); ``bf16``: parameters, gradients and states all bf16; ``fp8``: planner
-  only (Transformer Engine-style fp8 GEMMs over amp-bf16 states).
+  compute in the half dtype (PyTorch AMP); ``bf16``: parameters, gradients and states all bf16; ``bf16-master``:
+  bf16 weights and gradients for compute, fp32 master weights and AdamW states in the optimizer step
+  (measure/models/master_weights.py; single-GPU `bench train` only); ``fp8``: planner only (Transformer
+  Engine-style fp8 GEMMs over amp-bf16 states). ``Precision.numerics``: what each does to the updates.
 - ``Optimizer``, ``Recompute``: the optimizer's states and activation recompute (``selective``: Korthikanti et al.
   2022's attention-core recompute, planner only; ``full``: every decoder layer re-run in the backward).
 - ``Strategy``: data-parallel training's sharding (``hsdp``: planner only).
@@ -46,12 +48,13 @@ class Precision(Axis):
     AMP_BF16 = "amp-bf16"
     AMP_FP16 = "amp-fp16"
     BF16 = "bf16"
+    BF16_MASTER = "bf16-master"
     FP32 = "fp32"
     FP8 = "fp8"
 
     @property
     def measured(self) -> bool:
-        return self in MEASURED_PRECISIONS
+        return self in TRAIN_PRECISIONS
 
     @property
     def amp(self) -> bool:
@@ -60,19 +63,53 @@ class Precision(Axis):
     @property
     def compute_dtype(self) -> str:
         """The dtype the GEMMs run in (MFU is against this dtype's dense peak)."""
-        return {"amp-bf16": "bf16", "amp-fp16": "fp16", "bf16": "bf16", "fp32": "fp32", "fp8": "fp8"}[self.value]
+        return {"amp-bf16": "bf16", "amp-fp16": "fp16", "bf16": "bf16", "bf16-master": "bf16", "fp32": "fp32",
+                "fp8": "fp8"}[self.value]
 
     @property
     def weight_bytes(self) -> float:
-        """Bytes of one parameter (and of its gradient) as stored."""
+        """Bytes of one parameter (and of its gradient) as the model holds it."""
+        return 2.0 if self in (Precision.BF16, Precision.BF16_MASTER) else 4.0
+
+    @property
+    def master_bytes(self) -> float:
+        """Bytes per parameter of a separate fp32 master copy the optimizer updates (0: the model's own weights
+        are what it updates)."""
+        return 4.0 if self is Precision.BF16_MASTER else 0.0
+
+    @property
+    def state_bytes(self) -> float:
+        """Bytes of one optimizer-state element (AdamW's exp_avg, exp_avg_sq): the dtype of what the optimizer
+        updates (torch.optim keeps its states in the parameter's dtype)."""
         return 2.0 if self is Precision.BF16 else 4.0
+
+    @property
+    def numerics(self) -> str:
+        """What the precision does to the weight updates, in one line (shown beside each recommendation)."""
+        return NUMERICS[self.value]
 
     @property
     def activation_bytes(self) -> float:
         return 4.0 if self is Precision.FP32 else 2.0
 
 
+# bf16 has 8 significand bits: w + u rounds back to w when |u| < 2^-9 |w| (half an ulp), so an AdamW update of
+# lr x O(1) is lost on a weight of magnitude |w| > 2^9 lr: at lr 1e-5 every weight above ~5e-3 stops moving, which
+# is most of a trained model's weights (Zamirai et al. 2020, "Revisiting BFloat16 Training", arXiv 2010.06192:
+# pure bf16 with round-to-nearest updates loses accuracy; stochastic rounding or Kahan summation recover it).
+NUMERICS = {
+    "amp-bf16": "fp32 master weights and states: safe for pre-training",
+    "amp-fp16": "fp32 master weights and states, loss scaling: safe, watch for scaler skips",
+    "bf16": "pure bf16: updates below 2^-9 of a weight are rounded away (small LR stalls); fine-tuning only",
+    "bf16-master": "fp32 master weights and states: safe for pre-training (gradients summed in bf16 across "
+                   "accumulation)",
+    "fp32": "fp32 throughout: the reference",
+    "fp8": "fp8 GEMMs over fp32 master weights (planner only): needs per-tensor scaling recipes",
+}
+
 MEASURED_PRECISIONS = (Precision.AMP_BF16, Precision.AMP_FP16, Precision.BF16, Precision.FP32)
+# what single-GPU `bench train` runs: the above and bf16-master (its mixed-precision step is single-GPU only)
+TRAIN_PRECISIONS = MEASURED_PRECISIONS + (Precision.BF16_MASTER,)
 
 
 class Optimizer(Axis):
@@ -166,3 +203,5 @@ class WorkloadKind(Axis):
     COLLECTIVE = "collective"  # the store's kind for a collective point (`bench collectives`)
     COMPRESSION = "compression"
     HOST = "host"  # a calibration's host-cost fits (`hardware calibrate --host`)
+    SERVE = "serve"  # a serving run under continuous batching (`bench serve`)
+    DIFFUSION = "diffusion"  # one point of image or video generation (`bench diffusion`)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpuscope.errors import UserError
-from gpuscope.specs.axes import MEASURED_PRECISIONS, MEASURED_RECOMPUTE, Optimizer, Precision, Recompute, WorkloadKind
+from gpuscope.specs.axes import MEASURED_RECOMPUTE, TRAIN_PRECISIONS, Optimizer, Precision, Recompute, WorkloadKind
 from gpuscope.workloads.case import Case, model_name, model_spec
 from gpuscope.workloads.infer import check_min_time
 from gpuscope.workloads.notes import host_moved, joules, not_ok, stolen
@@ -48,7 +48,10 @@ class TrainCase(Case):
         if self.lora_r is not None:
             self.positive("lora_r")
         self.non_negative("warmup")
-        self.axis("precision", Precision, among=MEASURED_PRECISIONS)
+        self.axis("precision", Precision, among=TRAIN_PRECISIONS)
+        if self.lora_r is not None and self.precision is Precision.BF16_MASTER:
+            raise UserError("--precision bf16-master is for full training: LoRA takes amp-bf16, amp-fp16, bf16 or "
+                            "fp32.")
         self.axis("recompute", Recompute, among=MEASURED_RECOMPUTE)
         self.axis("optimizer", Optimizer)
         if self.qlora and (self.lora_r is None or self.precision is Precision.FP32):

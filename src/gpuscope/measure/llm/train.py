@@ -2,10 +2,11 @@
 per phase.
 
 Case keys: ``kind="train"``, ``model`` / ``config`` (as for inference), ``micro_batch``, ``seq``, ``precision``
-(amp-bf16 | amp-fp16 | bf16 | fp32), ``optimizer`` (adamw), ``fused`` (true; used on CUDA only), ``recompute``
-(none | full), ``steps`` (6 timed), ``min_time_s`` (0: the timed steps go on until this many seconds have passed,
-at least ``steps`` of them; the count run is ``timed_steps``), ``warmup`` (2), ``attn`` (sdpa), ``seed`` (0),
-optional ``device``; LoRA: ``lora_r``, ``lora_alpha``, ``lora_targets``, ``lora_dropout`` (measure/llm/lora.py).
+(amp-bf16 | amp-fp16 | bf16 | bf16-master | fp32), ``optimizer`` (adamw), ``fused`` (true; used on CUDA only),
+``recompute`` (none | full), ``steps`` (6 timed), ``min_time_s`` (0: the timed steps go on until this many seconds
+have passed, at least ``steps`` of them; the count run is ``timed_steps``), ``warmup`` (2), ``attn`` (sdpa),
+``seed`` (0), optional ``device``; LoRA: ``lora_r``, ``lora_alpha``, ``lora_targets``, ``lora_dropout``
+(measure/llm/lora.py).
 
 Precision (amp-bf16 | amp-fp16 | bf16 | fp32, as in CONTRACT.md): measure/models/train_step.py's docstring.
 
@@ -24,7 +25,7 @@ from functools import partial
 
 import torch
 
-from gpuscope.measure.choices import PRECISIONS as PRECISION_NAMES, RECOMPUTES, check_choice
+from gpuscope.measure.choices import RECOMPUTES, TRAIN_PRECISION_NAMES, check_choice
 from gpuscope.measure.device.device import Device, release, run_as_result, summarize
 from gpuscope.measure.device.device import repeats as timed_repeats
 from gpuscope.measure.device.nvml import PhaseEnergy
@@ -32,6 +33,7 @@ from gpuscope.measure.host.load import HostLoad
 from gpuscope.measure.host.probe import HostProbe
 from gpuscope.measure.llm.lora import apply_lora, lora_base_dtype, wants_lora
 from gpuscope.measure.models.hf_model import build_model, case_config, model_bytes, vocab_size
+from gpuscope.measure.models.master_weights import make_optimizer
 from gpuscope.measure.models.train_step import (PRECISIONS, enable_recompute, grad_scaler, instrumented_step,
                                                 matmul_settings, step_functions)
 
@@ -74,7 +76,9 @@ def train_settings(case: dict) -> dict:
     """The case's training settings with their defaults, checked (ValueError names the key and what is allowed)."""
     B, S = int(case["micro_batch"]), int(case["seq"])
     precision = case.get("precision", "amp-bf16")
-    check_choice("precision", precision, PRECISION_NAMES)
+    check_choice("precision", precision, TRAIN_PRECISION_NAMES)
+    if precision == "bf16-master" and wants_lora(case):
+        raise ValueError("precision: bf16-master is for full training; LoRA takes amp-bf16, amp-fp16, bf16 or fp32")
     recompute = case.get("recompute", "none")
     check_choice("recompute", recompute, RECOMPUTES)
     if case.get("optimizer", "adamw") != "adamw":
@@ -163,9 +167,9 @@ def _run_train(case: dict, dev: Device, state: dict) -> dict:
     model, config, res = _load_model(case, dev, case_config(case), t)
     _, ac_dtype = PRECISIONS[t["precision"]]
     fused = bool(case.get("fused", True)) and dev.type == "cuda"
-    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4, fused=fused)
+    opt, opt_fields = make_optimizer(model.parameters(), t["precision"], fused)  # bf16-master: fp32 masters
     scaler = grad_scaler(dev, ac_dtype)
-    res.update({"optimizer": "adamw", "optimizer_fused": fused, "grad_scaler": scaler is not None})
+    res.update({"optimizer": "adamw", "optimizer_fused": fused, "grad_scaler": scaler is not None, **opt_fields})
     res.update(matmul_settings())
 
     # A fresh random batch for every step (made up front, so no kernel of it falls inside a timed step); steps

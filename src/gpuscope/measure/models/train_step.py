@@ -6,6 +6,8 @@ Precision, as in CONTRACT.md (the names are gpuscope.specs.axes' measured precis
 - ``amp-bf16`` / ``amp-fp16``: fp32 parameters, gradients and AdamW states; forward under
   ``torch.autocast(device_type, dtype)``; amp-fp16 scales the loss with ``GradScaler(init_scale=8192)``.
 - ``bf16``: parameters, gradients and optimizer states all bf16, no autocast.
+- ``bf16-master``: bf16 parameters and gradients, no autocast; the optimizer holds fp32 masters and fp32 AdamW
+  states (measure/models/master_weights.py).
 - ``fp32``: everything fp32, no autocast (TF32 matmul setting recorded: torch's default is off).
 """
 
@@ -18,12 +20,12 @@ import torch
 from gpuscope.measure.device.device import Device
 from gpuscope.measure.device.provenance import quiet
 from gpuscope.measure.models.hf_model import DTYPES
-from gpuscope.specs.axes import MEASURED_PRECISIONS, Precision
+from gpuscope.specs.axes import TRAIN_PRECISIONS
 
 # name -> (parameter dtype, autocast dtype or None), derived from the axis: parameters are stored in 2 bytes only
-# for bf16; amp-* autocasts to its compute dtype
-PRECISIONS = {p.value: (torch.bfloat16 if p is Precision.BF16 else torch.float32,
-                        DTYPES[p.compute_dtype] if p.amp else None) for p in MEASURED_PRECISIONS}
+# for bf16 and bf16-master; amp-* autocasts to its compute dtype
+PRECISIONS = {p.value: (torch.bfloat16 if p.weight_bytes == 2 else torch.float32,
+                        DTYPES[p.compute_dtype] if p.amp else None) for p in TRAIN_PRECISIONS}
 
 
 def enable_recompute(model) -> str:
