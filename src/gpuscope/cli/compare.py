@@ -13,10 +13,10 @@ from typing import List, Optional
 import typer
 
 from gpuscope.cli import options as o
-from gpuscope.cli.report import html_option, write_html
 from gpuscope.estimate.cost import (DEFAULT_HOURS_PER_YEAR, DEFAULT_PUE, DEFAULT_USD_PER_KWH, DEFAULT_UTILISATION,
                                     DEFAULT_YEARS, IDLE_FRACTION)
 from gpuscope.explain.measured_inputs import gather_measured
+from gpuscope.report.html.option import html_option, write_html
 
 MODEL_HELP = o.MODEL_HELP
 GPU_HELP = "Catalog name/alias or hardware TOML; repeat (or comma-separate) for several."

@@ -9,7 +9,7 @@ from __future__ import annotations
 import typer
 
 from gpuscope.cli import options as o
-from gpuscope.cli.report import html_option, write_html
+from gpuscope.report.html.option import html_option, write_html
 
 JSON_HELP = "Print JSON (schema gpuscope.estimate/1)."
 WEIGHT_DTYPES = "bf16|fp16|fp32|fp8|int8|int4"  # estimate/dtypes.WEIGHT_DTYPES (not imported: start-up)

@@ -67,34 +67,3 @@ def report(
             write_store_report(str(path), out, run, kind, gpu, calibrated, title)
     typer.echo(f"wrote {out} ({Path(out).stat().st_size / 1e6:.1f} MB)")
 
-
-HTML_HELP = "Also write this command's result as a self-contained HTML page with plots (needs plotly)."
-
-
-def _html_ready(path: str | None) -> str | None:
-    """--html checked before the command works: plotly installed, the folder there."""
-    if path:
-        from pathlib import Path
-
-        from gpuscope.errors import UserError
-        from gpuscope.report.html.page import plotly_js
-
-        plotly_js()
-        if not Path(path).expanduser().parent.is_dir():
-            raise UserError(f"--html '{path}': its folder does not exist.")
-    return path
-
-
-def html_option():
-    """--html PATH of plan, compare and bench: the same views as `gpuscope report`, for one command's result."""
-    return typer.Option(None, "--html", help=HTML_HELP, callback=_html_ready)
-
-
-def write_html(doc: dict, path: str | None) -> None:
-    """Write ``doc`` (a command's JSON document) as a page at ``path``, when one is given; says where on stderr."""
-    if not path:
-        return
-    from gpuscope.report.html.views import write_result
-
-    write_result(doc, path)
-    typer.echo(f"wrote {path}", err=True)
