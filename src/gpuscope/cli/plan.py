@@ -139,3 +139,4 @@ def train(
 
     typer.echo(search_json_text(out)) if as_json else render_search(out, o.console())
 __import__("gpuscope.cli.plan_serve", fromlist=["register"]).register(plan)  # `plan serve` (cli/plan_serve.py)
+__import__("gpuscope.cli.plan_diffusion", fromlist=["register"]).register(plan)  # `plan diffusion` (cli/plan_diffusion.py)

@@ -1,0 +1,174 @@
+"""plan_diffusion: memory, time, throughput and energy of a diffusion pipeline call (or one of its components).
+
+A call: encode the prompt(s) once (each text encoder; twice where the negative prompt is encoded too), run the
+denoiser ``steps`` times at batch B (2B with classifier-free guidance: diffusers concatenates the unconditional and
+conditional latents into one batch), decode the latents with the VAE once.
+    total_s = text_encode_s + steps x (step_s + step_overhead_s) + vae_decode_s + offload transfers
+    images/s = B / total_s (images);  s per clip = total_s / B (video)
+Energy per image: P x total_s / B with P = idle + (TDP - idle) x (GPU-busy time / total_s) (estimate/cost.power_w).
+"""
+
+from __future__ import annotations
+
+import math
+
+from gpuscope.estimate.cost import power_w
+from gpuscope.estimate.diffusion.components import Shapes, trace_component
+from gpuscope.estimate.diffusion.memory import ComponentCost, pipeline_phases, transfer_bytes
+from gpuscope.estimate.diffusion.request import DiffusionRequest, Resolved, resolve
+from gpuscope.estimate.diffusion.result import DiffusionPlan, limits_for
+from gpuscope.estimate.diffusion.text import t5_fp32_params
+from gpuscope.estimate.diffusion.time import STEP_KERNELS, forward_seconds, top_ops
+from gpuscope.estimate.engines import EngineModel
+from gpuscope.estimate.runtime import runtime_overheads
+from gpuscope.estimate.train import host_link_gbs
+from gpuscope.specs.diffusion import ComponentSpec, PipelineSpec, load_pipeline
+
+BYTES = {"fp16": 2.0, "bf16": 2.0, "fp32": 4.0}
+ROLES_OF = {"pipeline": ("text_encoder", "image_encoder", "denoiser", "vae"), "denoiser": ("denoiser",),
+            "vae-decode": ("vae",), "text-encoders": ("text_encoder", "image_encoder")}
+
+
+def _ctx(spec: PipelineSpec, r: Resolved) -> tuple[int, int]:
+    """(context tokens, context width) the denoiser attends to."""
+    d = spec.denoiser
+    if d is None:
+        return 77, 768
+    cls = d.class_name
+    if cls == "UNetSpatioTemporalConditionModel":
+        return 1, d.get("cross_attention_dim", 1024)
+    if cls == "SD3Transformer2DModel":
+        return 77 + r.t5_tokens, d.get("joint_attention_dim", 4096)
+    if cls == "FluxTransformer2DModel":
+        return r.t5_tokens, d.get("joint_attention_dim", 4096)
+    if cls == "CogVideoXTransformer3DModel":
+        return d.get("max_text_seq_length", r.t5_tokens), d.get("text_embed_dim", 4096)
+    return 77, d.get("cross_attention_dim", 768)
+
+
+def _latent_frames(spec: PipelineSpec, r: Resolved) -> int:
+    d = spec.denoiser
+    if d is not None and d.class_name == "CogVideoXTransformer3DModel":
+        ratio = d.get("temporal_compression_ratio", 4)
+        return (r.frames - 1) // ratio + 1
+    return r.frames
+
+
+def _vae_upcast(spec: PipelineSpec, req: DiffusionRequest) -> bool:
+    vae = spec.vae
+    return (req.component == "pipeline" and req.dtype == "fp16" and vae is not None and bool(vae.get("force_upcast"))
+            and spec.pipeline_class == "StableDiffusionXLPipeline")
+
+
+def _vae_tiles(vae: ComponentSpec, r: Resolved, lh: int, lw: int, tiling: bool) -> tuple[int, int, int]:
+    """(tiles, tile latent h, w): AutoencoderKL.tiled_decode cuts latents larger than sample_size / factor into
+    tiles of that size, stepping 75% of a tile (tile_overlap_factor 0.25); smaller latents decode whole."""
+    tile = int(vae.get("sample_size", 512) // r.vae_factor) if isinstance(vae.get("sample_size", 512), int) else 64
+    if not tiling or vae.class_name != "AutoencoderKL" or (lh <= tile and lw <= tile):
+        return 1, lh, lw
+    stride = int(tile * 0.75)
+    return math.ceil(lh / stride) * math.ceil(lw / stride), min(tile, lh), min(tile, lw)
+
+
+def _cost(comp: ComponentSpec, shapes: Shapes, dtype: str, req: DiffusionRequest, hw, passes: int,
+          inputs: float, repeat: int = 1, extra_kernels: int = 0) -> ComponentCost:
+    act_b = w_b = BYTES[dtype]
+    t = trace_component(comp, shapes, act_b, w_b, req.attention)
+    weight_bytes = t.params * w_b
+    if comp.class_name == "T5EncoderModel" and dtype == "fp16":
+        weight_bytes += 2.0 * t5_fp32_params(comp.config)
+    fwd = forward_seconds(t.ops, hw, dtype if hw.supports(dtype) else "fp32", t.heads_dims, EngineModel(),
+                          extra_kernels)
+    if repeat > 1:  # VAE tiles: the same forward per tile
+        fwd = {**fwd, "wall_s": fwd["wall_s"] * repeat, "gpu_s": fwd["gpu_s"] * repeat,
+               "host_s": fwd["host_s"] * repeat, "kernels": fwd["kernels"] * repeat, "flops": fwd["flops"] * repeat}
+    return ComponentCost(comp.name, comp.role, comp.class_name, t.params, weight_bytes, t.peak, t.peak_op,
+                         t.largest_weight * w_b, fwd, passes, inputs)
+
+
+def component_costs(spec: PipelineSpec, r: Resolved, req: DiffusionRequest, hw) -> list[ComponentCost]:
+    lh, lw = r.height // r.vae_factor, r.width // r.vae_factor
+    rows = r.batch * (2 if r.cfg else 1)
+    ctx_len, ctx_dim = _ctx(spec, r)
+    frames = _latent_frames(spec, r)
+    b = BYTES[req.dtype]
+    roles = ROLES_OF[req.component]
+    costs = []
+    for comp in spec.components.values():
+        if comp.role not in roles:
+            continue
+        if comp.role in ("text_encoder", "image_encoder"):
+            s = Shapes(rows, r.batch, r.batch, lh, lw, t5_tokens=r.t5_tokens)
+            passes = 2 if (r.encode_negative and comp.role == "text_encoder") else 1
+            costs.append(_cost(comp, s, req.dtype, req, hw, passes, 0.0))
+        elif comp.role == "denoiser":
+            s = Shapes(rows, r.batch, r.batch, lh, lw, frames=frames, ctx_tokens=ctx_len)
+            cin = comp.get("in_channels", 4)
+            inputs = ((r.batch + 2 * rows) * cin * lh * lw * frames + rows * ctx_len * ctx_dim) * b
+            costs.append(_cost(comp, s, req.dtype, req, hw, r.steps, inputs))
+        else:
+            dtype = "fp32" if _vae_upcast(spec, req) else req.dtype
+            images = 1 if req.vae_slicing else r.batch
+            vframes = 1 if (req.vae_slicing and r.video) else frames
+            tiles, th, tw = _vae_tiles(comp, r, lh, lw, req.vae_tiling)
+            s = Shapes(rows, r.batch, images, th, tw, frames=vframes)
+            repeat = tiles * (r.batch // images) * (frames // vframes if comp.class_name != "AutoencoderKLCogVideoX"
+                                                     else 1)
+            out_px = r.batch * r.height * r.width * 3 * max(r.frames, 1)
+            held = (1.8 * out_px if tiles > 1 else out_px if repeat > 1 else 0.0) * BYTES[dtype]
+            costs.append(_cost(comp, s, dtype, req, hw, 1, b * r.batch * 16 * lh * lw * frames + held, repeat))
+    return costs
+
+
+def _times(costs: list[ComponentCost], r: Resolved, req: DiffusionRequest, hw) -> dict[str, float]:
+    link = host_link_gbs(hw) * 1e9
+    moved = transfer_bytes(costs, req.offload)
+    den = [c for c in costs if c.role == "denoiser"]
+    step = den[0].forward["wall_s"] if den else 0.0
+    eng = EngineModel()
+    overhead = (STEP_KERNELS * eng.launch_s) if den else 0.0
+    seq_step = (den[0].weight_bytes / link) if (den and req.offload == "sequential") else 0.0
+    text = sum(c.forward["wall_s"] * c.passes for c in costs if c.role in ("text_encoder", "image_encoder"))
+    vae = sum(c.forward["wall_s"] for c in costs if c.role == "vae")
+    transfers = sum(v for k, v in moved.items() if not den or k != den[0].name or req.offload == "model") / link
+    denoise = r.steps * (step + overhead + seq_step) if den else 0.0
+    total = text + denoise + vae + transfers
+    busy = (sum(c.forward["gpu_s"] * c.passes for c in costs if c.role != "denoiser") +
+            (r.steps * den[0].forward["gpu_s"] if den else 0.0))
+    return {"step_s": step, "step_overhead_s": overhead + seq_step, "denoise_s": denoise, "text_encode_s": text,
+            "vae_decode_s": vae, "offload_transfer_s": transfers + (r.steps * seq_step), "total_s": total,
+            "gpu_busy_s": busy}
+
+
+def plan_resolved(spec: PipelineSpec, req: DiffusionRequest, hw, r: Resolved, with_limits: bool = True
+                  ) -> DiffusionPlan:
+    costs = component_costs(spec, r, req, hw)
+    # SDXL fp16: the VAE is fp16 until the pipeline upcasts it for the decode (half its fp32 bytes before)
+    upcast = sum(c.weight_bytes for c in costs if c.role == "vae") / 2.0 if _vae_upcast(spec, req) else 0.0
+    phases = pipeline_phases(costs, req.offload, upcast)
+    peak = max(phases.values()) if phases else 0.0
+    times = _times(costs, r, req, hw)
+    overhead = runtime_overheads(peak)
+    fits = peak + sum(overhead.values()) <= hw.device_total_bytes
+    util = min(1.0, times["gpu_busy_s"] / times["total_s"]) if times["total_s"] else 0.0
+    pw = power_w(hw.tdp_w, util)
+    plan = DiffusionPlan(spec=spec, hw=hw, req=req, r=r, costs=costs, phases=phases, peak=peak, overhead=overhead,
+                         fits=fits, times=times, power=pw, upcast_vae=bool(upcast))
+    plan.ops = {c.name: top_ops(c.forward["times"]) for c in costs}
+    if with_limits:
+        plan.limits = limits_for(lambda **kw: plan_resolved(spec, req, hw, _replace(r, **kw), False).fits, r)
+    return plan
+
+
+def _replace(r: Resolved, **kw) -> Resolved:
+    from dataclasses import replace
+
+    return replace(r, **kw)
+
+
+def plan_diffusion(request: DiffusionRequest, hardware) -> DiffusionPlan:
+    """The library call: a DiffusionRequest (model: a diffusers folder or preset) and a HardwareSpec
+    (specs.hardware.load_hardware) -> DiffusionPlan (``.to_json()``: schema gpuscope.estimate/1)."""
+    spec = load_pipeline(request.model)
+    r = resolve(request, spec)
+    return plan_resolved(spec, request, hardware, r)

@@ -1,0 +1,86 @@
+"""Time of a component's forward: the roofline per op (estimate/roofline.time_ops) under the host's launch floor.
+
+Per op on the GPU (roofline.py): t = max(flops / F, bytes / B, kernels x t_min), with
+- GEMMs (Linear) at the dtype's achievable rate x wave quantization (roofline.wave_efficiency);
+- convolutions as implicit GEMMs (M = images x output pixels, N = out channels, K = in channels x kernel volume)
+  at CONV_EFFICIENCY x that rate. CONV_EFFICIENCY is assumed, not measured: cuDNN's implicit-GEMM kernels for
+  the 3x3 convolutions of SD-class UNets and VAEs (64-1280 channels) are taken to reach 80% of a GEMM of the same
+  M, N, K (NVIDIA "Convolutional Layers User's Guide": implicit GEMM runs as a GEMM whose K-loop gathers the
+  im2col tiles; channel counts that are multiples of 8 keep Tensor Cores fed). Where a GPU run's `bench diffusion`
+  result disagrees, a measured conv ceiling replaces it.
+- attention (SDPA flash / memory-efficient) at roofline.attention_efficiency(head_dim) x the GEMM rate (measured
+  on the H200 for causal prefill, causal FLOPs counted; bidirectional attention's tiles are all full, so this is a
+  floor on its rate);
+- elementwise kernels at roofline.ELEMENTWISE_BW_FRACTION of the copy bandwidth.
+
+In fp32, convolutions run on TF32 Tensor Cores where the device has them: PyTorch's
+torch.backends.cudnn.allow_tf32 defaults to True (matmuls' allow_tf32 defaults to False, so Linear layers stay
+fp32).
+
+Host (engines.EngineModel, eager): every kernel is launched from Python through diffusers' modules, launch_s
+each, plus forward_s per forward; the host runs ahead of the GPU, so a forward takes max(GPU time, host time). A
+small batch is host-bound: SDXL's UNet launches about 2,000 kernels per step (the trace counts them), 34 ms of host
+time at 17.2 us each, against about 15 ms of GPU work at 1024x1024 batch 1 with CFG on an H200.
+
+Per denoising step the pipeline adds its own kernels: the CFG batch cat and the guidance combine (chunk, sub, mul,
+add), the scheduler's step (EulerDiscrete / FlowMatchEuler: sigma lookups, a multiply-add, dtype casts):
+STEP_KERNELS, launched like the rest.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import replace
+
+from gpuscope.estimate.engines import EngineModel
+from gpuscope.estimate.ops import Op
+from gpuscope.estimate.roofline import OpTime, sm_count, time_ops
+
+CONV_EFFICIENCY = 0.8
+STEP_KERNELS = 16  # the pipeline's own kernels per denoising step (see the module docstring)
+
+
+def _as_roofline_ops(ops: list[Op]) -> list[Op]:
+    """Convolutions become GEMMs whose FLOPs are inflated by 1 / CONV_EFFICIENCY (same M, N, K)."""
+    out = []
+    for o in ops:
+        if o.kind == "conv":
+            o = replace(o, kind="matmul", flops=o.flops / CONV_EFFICIENCY)
+        out.append(o)
+    return out
+
+
+def head_dim_of(heads_dims: list[int]) -> int:
+    return Counter(heads_dims).most_common(1)[0][0] if heads_dims else 64
+
+
+def forward_seconds(ops: list[Op], hw, dtype: str, heads_dims: list[int], engine: EngineModel | None = None,
+                    extra_kernels: int = 0) -> dict:
+    """(wall, gpu, host seconds, kernels, FLOPs, per-op times) of one forward of a component."""
+    engine = engine or EngineModel()
+    hd, sms, bw = head_dim_of(heads_dims), sm_count(hw), hw.achievable_bw_gbs()
+    if dtype == "fp32" and hw.supports("tf32"):  # cuDNN convolutions in TF32 (see the module docstring)
+        convs = [o for o in ops if o.kind == "conv"]
+        rest = [o for o in ops if o.kind != "conv"]
+        times: list[OpTime] = (time_ops(_as_roofline_ops(convs), hw.achievable_tflops("tf32"), bw, engine, sms, hd) +
+                               time_ops(rest, hw.achievable_tflops(dtype), bw, engine, sms, hd))
+    else:
+        times = time_ops(_as_roofline_ops(ops), hw.achievable_tflops(dtype), bw, engine, sms, hd)
+    gpu = sum(t.gpu_s for t in times) + extra_kernels * engine.kernel_min_s
+    kernels = sum(o.kernels for o in ops) + extra_kernels
+    host = kernels * engine.launch_s + engine.forward_s
+    return {"wall_s": max(gpu, host), "gpu_s": gpu, "host_s": host, "kernels": kernels,
+            "flops": sum(o.flops for o in ops), "bound": "host" if host > gpu else "gpu", "times": times}
+
+
+def top_ops(times: list[OpTime], n: int = 8) -> list[dict]:
+    """The ops that take the most GPU time, grouped by their name without block indices."""
+    groups: dict[str, list[float]] = {}
+    for t in times:
+        key = ".".join(p for p in t.name.split(".") if not p.isdigit())
+        g = groups.setdefault(key, [0.0, 0.0, 0])
+        g[0] += t.gpu_s
+        g[1] += t.flops
+        g[2] += t.kernels
+    rows = sorted(groups.items(), key=lambda kv: -kv[1][0])[:n]
+    return [{"op": k, "gpu_s": v[0], "flops": v[1], "kernels": int(v[2])} for k, v in rows]

@@ -1,0 +1,111 @@
+"""A trace of one module's forward as diffusers / transformers run it in eager mode: the ops (estimate/ops.Op, so
+that estimate/roofline times them), the parameters they hold, and the peak of the activations alive at once.
+
+The component walkers (unet.py, dit.py, vae.py, text.py) describe each module the way its ``forward`` runs and call
+one method per weight-bearing layer or kernel. The parameter count is the sum of the layers' weights, and is exact
+against ``sum(p.numel())`` of the real modules built on the meta device (tests/test_plan_diffusion_params.py); the
+same walk at the user's batch and resolution gives FLOPs, bytes and kernel launches.
+
+Conventions (FLOPs, bytes, memory):
+- Linear over ``rows`` tokens: 2 x rows x in x out FLOPs; reads rows x in + in x out, writes rows x out elements.
+- Convolution as implicit GEMM: M = images x output pixels, N = out channels, K = in channels x kernel volume;
+  2MNK FLOPs. PyTorch adds a convolution's bias with a second kernel (aten::_convolution then add_): 2 kernels.
+- Attention core: QK^T and PV, 4 x batch x heads x Lq x Lk x head_dim FLOPs (no causal halving: diffusion attention
+  is bidirectional). ``sdpa``: one fused kernel (flash / memory-efficient: the score matrix never exists);
+  ``math``: diffusers' AttnProcessor (get_attention_scores: baddbmm, softmax, bmm), whose scores and
+  probabilities are each a batch x heads x Lq x Lk tensor in the compute dtype, alive together.
+- Live memory: an op's inputs and outputs are alive while it runs, on top of what the forward holds (``hold``):
+  skip connections of a UNet, a block's residual input, the timestep embedding. The trace's peak is the maximum of
+  held + live over its ops: what the caching allocator holds at the activation peak (no_grad inference frees a
+  tensor once its last reference goes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gpuscope.estimate.ops import Op
+
+
+@dataclass
+class Trace:
+    act_b: float = 2.0  # bytes per activation element (the compute dtype)
+    w_b: float = 2.0  # bytes per weight
+    attn_impl: str = "sdpa"  # "sdpa" or "math"
+    ops: list[Op] = field(default_factory=list)
+    params: int = 0
+    held: float = 0.0
+    peak: float = 0.0
+    peak_op: str = ""
+    largest_weight: int = 0  # the largest leaf module's parameters (sequential offload streams one at a time)
+    heads_dims: list[int] = field(default_factory=list)
+
+    # ---- bookkeeping ---------------------------------------------------------------------------------------
+    def hold(self, elems: float) -> None:
+        self.held += elems * self.act_b
+
+    def release(self, elems: float) -> None:
+        self.held = max(0.0, self.held - elems * self.act_b)
+
+    def _live(self, name: str, live_bytes: float) -> None:
+        if self.held + live_bytes > self.peak:
+            self.peak = self.held + live_bytes
+            self.peak_op = name
+
+    def _weights(self, n: int) -> None:
+        self.params += n
+        self.largest_weight = max(self.largest_weight, n)
+
+    def weights_only(self, n: int) -> None:
+        """Parameters no kernel of this forward reads as a GEMM (embedding tables, scalars, learned mixes)."""
+        self._weights(int(n))
+
+    # ---- ops -----------------------------------------------------------------------------------------------
+    def linear(self, name: str, rows: float, fin: int, fout: int, bias: bool = True) -> None:
+        self._weights(fin * fout + (fout if bias else 0))
+        act = rows * (fin + fout) * self.act_b
+        self.ops.append(Op(name, "matmul", 2.0 * rows * fin * fout, act + fin * fout * self.w_b, 1, 1,
+                           (max(1, int(rows)), fout, fin)))
+        self._live(name, act)
+
+    def conv(self, name: str, images: float, cin: int, cout: int, pix_in: float, pix_out: float, k: int = 3,
+             kt: int = 1, bias: bool = True) -> None:
+        """A 2-D (kt=1) or 3-D convolution: ``images`` frames/images of ``pix_in`` -> ``pix_out`` pixels each."""
+        kvol = k * k * kt
+        self._weights(cin * cout * kvol + (cout if bias else 0))
+        act = images * (pix_in * cin + pix_out * cout) * self.act_b
+        self.ops.append(Op(name, "conv", 2.0 * images * pix_out * cout * cin * kvol, act + cin * cout * kvol * self.w_b,
+                           2 if bias else 1, 1, (max(1, int(images * pix_out)), cout, cin * kvol)))
+        self._live(name, act)
+
+    def norm(self, name: str, elems: float, channels: int, affine: bool = True, params_per_channel: int = 2,
+             kernels: int = 1) -> None:
+        """GroupNorm / LayerNorm (native kernels: read and write each element once); RMSNorm: pass 1 parameter
+        per channel and its eager kernel count."""
+        if affine:
+            self._weights(params_per_channel * channels)
+        self.ew(name, elems, kernels=kernels)
+
+    def ew(self, name: str, elems: float, rw: float = 2.0, kernels: int = 1, live: float | None = None) -> None:
+        """An elementwise kernel (or ``kernels`` of them) reading and writing ``rw`` elements per output element."""
+        self.ops.append(Op(name, "elementwise", 0.0, elems * rw * self.act_b * kernels, kernels, 1))
+        self._live(name, elems * rw * self.act_b if live is None else live * self.act_b)
+
+    def attention(self, name: str, batch: float, heads: int, lq: float, lk: float, head_dim: int) -> None:
+        """The attention core (see the module docstring); q, k, v come in as (batch, heads, L, head_dim) views."""
+        self.heads_dims.append(head_dim)
+        bh = batch * heads
+        qkvo = bh * (2 * lq + 2 * lk) * head_dim * self.act_b
+        flops = 4.0 * bh * lq * lk * head_dim
+        if self.attn_impl == "math":
+            scores = bh * lq * lk
+            half = flops / 2
+            self.ops.append(Op(name + ".scores", "matmul", half, qkvo / 2 + scores * self.act_b, 1, 1,
+                               (max(1, int(lq)), max(1, int(lk)), head_dim)))
+            self.ops.append(Op(name + ".softmax", "elementwise", 0.0, 2 * scores * self.act_b, 1, 1))
+            self.ops.append(Op(name + ".pv", "matmul", half, qkvo / 2 + scores * self.act_b, 1, 1,
+                               (max(1, int(lq)), head_dim, max(1, int(lk)))))
+            self._live(name, qkvo + 2 * scores * self.act_b)
+        else:
+            self.ops.append(Op(name, "attention", flops, qkvo, 1, 1))
+            self._live(name, qkvo)
