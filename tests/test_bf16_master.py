@@ -149,3 +149,33 @@ def test_foreach_adamw_moves_three_times_the_fused_bytes():
 def test_every_precision_has_a_numerics_line():
     assert set(NUMERICS) == {p.value for p in Precision}
     assert "safe" in Precision.BF16_MASTER.numerics and "rounded away" in Precision.BF16.numerics
+
+
+def _tune_plan(*args):
+    from typer.testing import CliRunner
+
+    import gpuscope.cli as cli
+
+    cli._register()
+    return CliRunner().invoke(cli.app, ["tune", "plan", "--model", "llama-2-7b", "--gpu", "h200", *args])
+
+
+def test_tune_plan_ranks_pure_bf16_only_when_asked():
+    from gpuscope.explain.recommend import recommend_train
+
+    m, hw = load_model("llama-2-7b"), load_hardware("h200")
+    safe = recommend_train(m, hw, seq=2048, tokens_per_step=32768, top=100)
+    assert safe and all(c.precision != "bf16" for c in safe)
+    assert safe[0].precision == "bf16-master" and safe[0].optimizer == "adamw"  # fp32 masters at bf16 speed
+    every = recommend_train(m, hw, seq=2048, tokens_per_step=32768, top=100, allow_pure_bf16=True)
+    assert any(c.precision == "bf16" for c in every)
+    r = _tune_plan("--tokens-per-step", "32768", "--json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert d["ranked"][0]["numerics"] == Precision.BF16_MASTER.numerics
+    assert d["notes"] and "--allow-pure-bf16" in d["notes"][0]
+    r = _tune_plan("--tokens-per-step", "32768", "--allow-pure-bf16", "--json")
+    d = json.loads(r.output)
+    assert not d["notes"] and any(c["precision"] == "bf16" for c in d["ranked"])
+    table = _tune_plan("--tokens-per-step", "32768").output
+    assert "bf16-master: fp32 master weights" in table and "not ranked" in table

@@ -122,9 +122,11 @@ def plan_cmd(
                                "optimizer (8-bit, paged) for adapters of this rank (explain/lora_tune.py)."),
     lora_targets: str = typer.Option(None, "--lora-targets", help="With --lora-r: all-linear or module names."),
     qlora: bool = typer.Option(False, "--qlora", help="With --lora-r: the frozen base in 4-bit NF4."),
+    allow_pure_bf16: bool = typer.Option(False, "--allow-pure-bf16", help="Rank pure bf16 (bf16 weights and AdamW "
+                                         "states; small-LR updates are lost) beside the fp32-master ones."),
 ) -> None:
     """Planner-only: the single-GPU training configurations that fit, fastest first (no GPU needed)."""
-    from gpuscope.explain.recommend import recommend_train
+    from gpuscope.explain.recommend import PURE_BF16_NOTE, recommend_train
     from gpuscope.report.recommend_view import recommend_json_text, render_recommend
 
     m, hw = o.load_model_spec(model), o.hardware(gpu)
@@ -135,8 +137,10 @@ def plan_cmd(
         return print_tune(tune_lora(m, hw, r=lora_r, targets=lora_targets, qlora=qlora, seq=seq,
                                     tokens_per_step=tokens_per_step, max_micro_batch=max_micro_batch), as_json,
                           o.console(160))
-    choices = recommend_train(m, hw, seq=seq, tokens_per_step=tokens_per_step, max_micro_batch=max_micro_batch)
+    choices = recommend_train(m, hw, seq=seq, tokens_per_step=tokens_per_step, max_micro_batch=max_micro_batch,
+                              allow_pure_bf16=allow_pure_bf16)
+    notes = () if allow_pure_bf16 else (PURE_BF16_NOTE,)
     if as_json:
-        typer.echo(recommend_json_text(choices, m.name, hw.key, seq))
+        typer.echo(recommend_json_text(choices, m.name, hw.key, seq, notes))
     else:
-        render_recommend(choices, m.name, hw.name, seq, o.console(160))
+        render_recommend(choices, m.name, hw.name, seq, o.console(160), notes)
