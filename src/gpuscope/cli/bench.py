@@ -285,4 +285,5 @@ def register(app: typer.Typer) -> None:
     if not any(c.name == "collectives" for c in bench.registered_commands):
         register_collectives(bench)
         register_dist_train(bench)
+        __import__("gpuscope.cli.bench_serve", fromlist=["register_serve"]).register_serve(bench)
     app.add_typer(bench)

@@ -25,6 +25,7 @@ KINDS: dict[WorkloadKind, str] = {
     WorkloadKind.COLLECTIVE: "collective",
     WorkloadKind.COMPRESSION: "compression",
     WorkloadKind.HOST: "host",
+    WorkloadKind.SERVE: "serve",
 }
 
 
