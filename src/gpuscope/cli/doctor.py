@@ -55,6 +55,10 @@ def doctor(
     precision: str = o.precision(help="train: amp-bf16|amp-fp16|bf16|fp32."),
     recompute: str = o.recompute(help="train: none|full."),
     steps: int = typer.Option(3, "--steps", help="train: profiled steps."),
+    lora_r: int = typer.Option(None, "--lora-r", help="train --plan-only: LoRA fine-tuning, adapters of this rank "
+                               "(OOM tiers: checkpointing, rank/targets, 8-bit/paged optimizer, QLoRA, offload)."),
+    lora_targets: str = typer.Option(None, "--lora-targets", help="train --plan-only, with --lora-r: module names."),
+    qlora: bool = typer.Option(False, "--qlora", help="train --plan-only, with --lora-r: the base in 4-bit NF4."),
     gpu: str = o.gpu(required=False, help=GPU_HELP),
     plan_only: bool = typer.Option(False, "--plan-only", help=PLAN_ONLY_HELP),
     timeout: float = typer.Option(None, "--timeout", help="Script: seconds before it is stopped."),
@@ -81,7 +85,12 @@ def doctor(
             if note:  # after the checks: bad input stays one sentence
                 typer.echo(note, err=True)
         else:
-            case = _train_case(name, extra, micro_batch, seq, precision, recompute, steps)
+            lora = {k: v for k, v in (("lora_r", lora_r), ("lora_targets", lora_targets), ("qlora", qlora or None))
+                    if v is not None}
+            if lora and not plan_only:
+                raise UserError("--lora-r, --lora-targets and --qlora need --plan-only here (the profiled run is full "
+                                "training); measure LoRA with `gpuscope bench train --lora-r`.")
+            case = _train_case(name, dict(extra, **lora), micro_batch, seq, precision, recompute, steps)
         report = _workload_report(args[0], name, case, gpu, plan_only, device)
     else:
         report = _script_report(args, gpu, device, timeout, bare_run)

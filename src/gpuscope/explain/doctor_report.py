@@ -38,8 +38,13 @@ def model_spec(case: dict):
 
 
 def oom_for(case: dict, hw) -> dict:
-    from gpuscope.explain.oom_tiers import oom_tiers
+    from gpuscope.explain.oom_tiers import lora_oom_tiers, oom_tiers
 
+    if case.get("lora_r") is not None:  # LoRA / QLoRA fine-tuning: its own tiers
+        return lora_oom_tiers(model_spec(case), hw, r=case["lora_r"], micro_batch=case["micro_batch"],
+                              seq=case["seq"], targets=case.get("lora_targets"), qlora=bool(case.get("qlora")),
+                              precision=case.get("precision", "amp-bf16"), optimizer=case.get("optimizer", "adamw"),
+                              recompute=case.get("recompute", "none"), grad_accum=case.get("grad_accum", 1))
     return oom_tiers(model_spec(case), hw, micro_batch=case["micro_batch"], seq=case["seq"],
                      precision=case.get("precision", "amp-bf16"), optimizer=case.get("optimizer", "adamw"),
                      recompute=case.get("recompute", "none"))

@@ -237,3 +237,119 @@ def _with_recompute(m, hw, est, base) -> list[Tier]:
             tiers.append(_tier_from_est(2 if "offload" in ch else 4, f"recompute + {name}",
                                         dict(ch, recompute="full"), e, base))
     return tiers
+
+
+# ---- LoRA / QLoRA fine-tuning ------------------------------------------------------------------------------------
+# Tiers, cheapest first: 1 gradient checkpointing and accumulation; 2 a smaller rank or fewer targets (attention
+# projections only); 3 8-bit and paged optimizers for the adapters; 4 QLoRA (the frozen base in NF4); 5 offload:
+# the checkpointed layer inputs to host memory (torchtune's activation offloading: copied on a side stream, so
+# overlapped, step = max(compute, 2 x their bytes over the host link)) or the frozen decoder layers to host memory
+# (accelerate's CPU offload: each layer copied in before it runs, forward, backward and recompute, not overlapped;
+# two layers resident). Levers 1-4 are estimate/lora_search.configure's (the planner's LoRA estimate); offload is
+# analytic from its breakdown. Slowdown = base tokens/s over the lever's (the tokens of a step are kept).
+LORA_ATTENTION = ("q_proj", "k_proj", "v_proj", "o_proj", "qkv_proj", "c_attn", "c_proj", "query_key_value", "dense")
+
+
+def _lora_tier(tier, lever, changes, c, base, notes=()) -> Tier:
+    return Tier(tier, lever, changes, c.peak_bytes, c.required_bytes, base.peak_bytes - c.peak_bytes, c.step_s,
+                base.tokens_per_s / c.tokens_per_s, bool(c.fits), method="estimate_lora_train", notes=list(notes))
+
+
+def _lora_analytic(tier, lever, changes, peak, step_s, base, hw, notes) -> Tier:
+    req = peak + sum(runtime_overheads(peak).values())
+    return Tier(tier, lever, changes, peak, req, base.peak_bytes - peak, step_s, step_s / base.step_s,
+                req <= hw.device_total_bytes, method="analytic from estimate_lora_train", notes=list(notes))
+
+
+def _lora_offload(m, hw, kw: dict, base, breakdown: dict, conf) -> list[Tier]:
+    from gpuscope.estimate.params import count_params
+
+    rc = conf(recompute="full")
+    T, b, accum = kw["micro_batch"] * kw["seq"], 4.0 if kw["precision"] == "fp32" else 2.0, kw["grad_accum"]
+    link = host_link_gbs(hw) * 1e9
+    inputs = m.num_layers * T * m.hidden_size * b
+    acts = _lora_analytic(5, "activation offloading (checkpointed layer inputs to CPU) + checkpointing",
+                          {"recompute": "full", "offload_activations": True},
+                          rc.peak_bytes - inputs + T * m.hidden_size * b, max(rc.step_s, accum * 2 * inputs / link),
+                          base, hw, [f"{inputs / 2**30:.2f} GiB of layer inputs each way per micro-batch at "
+                                     f"{link / 1e9:.0f} GB/s, on a side stream (torchtune's OffloadActivations)"])
+    pc = count_params(m)
+    layers = breakdown["base_weights"] - (pc.embedding + pc.lm_head) * b
+    passes = 2 + (kw["recompute"] == "full")
+    weights = _lora_analytic(5, "frozen base offloaded to CPU (accelerate device_map)", {"offload": "params"},
+                             base.peak_bytes - layers * (1 - 2 / m.num_layers),
+                             base.step_s + accum * passes * layers / link, base, hw,
+                             [f"{layers / 2**30:.1f} GiB of decoder weights copied in {passes}x per micro-batch, "
+                              "not overlapped; two layers resident"])
+    return [acts, weights]
+
+
+def lora_oom_tiers(m, hw, *, r: int, micro_batch: int, seq: int, targets: str | None = None, qlora: bool = False,
+                   precision: str = "amp-bf16", optimizer: str = "adamw", recompute: str = "none",
+                   grad_accum: int = 1, dropout: float = 0.0) -> dict:
+    """The OOM tiers of LoRA (``qlora``: QLoRA) fine-tuning: {"schema", "base", "tiers" ranked, "best"}."""
+    from gpuscope.estimate.lora import ALL_LINEAR, lora_shape, resolve_targets
+
+    targets = targets or ALL_LINEAR
+    kw = dict(r=r, targets=targets, qlora=qlora, micro_batch=micro_batch, seq=seq, precision=precision,
+              optimizer=optimizer, recompute=recompute, grad_accum=grad_accum)
+
+    def conf(**over):
+        from gpuscope.estimate.lora_search import configure
+
+        k = dict(kw, **over)
+        shape = lora_shape(m, k.pop("r"), k.pop("targets"), dropout)
+        return configure(m, hw, shape, **k)
+
+    base = conf()
+    t = _tier1_lora(conf, base, kw)
+    if r > 8:
+        t.append(_lora_tier(2, f"smaller rank (r {max(8, r // 4)})", {"lora_r": max(8, r // 4)},
+                            conf(r=max(8, r // 4)), base))
+    attn = [s.name for s in resolve_targets(m, targets).sites if s.name in LORA_ATTENTION and s.part == "attention"]
+    if attn and len(attn) < len(resolve_targets(m, targets).sites):
+        t.append(_lora_tier(2, "attention projections only", {"lora_targets": ",".join(attn)},
+                            conf(targets=",".join(attn)), base))
+    for opt in ("adamw-8bit", "paged-adamw-8bit"):
+        if opt != optimizer:
+            t.append(_lora_tier(3, f"{opt} (bitsandbytes) for the adapters", {"optimizer": opt}, conf(optimizer=opt),
+                                base))
+    if not qlora and precision != "fp32":
+        t.append(_lora_tier(4, "QLoRA (base in 4-bit NF4)", {"qlora": True}, conf(qlora=True), base))
+        if recompute != "full":
+            t.append(_lora_tier(4, "QLoRA + checkpointing", {"qlora": True, "recompute": "full"},
+                                conf(qlora=True, recompute="full"), base))
+    t += _lora_offload(m, hw, kw, base, estimate_breakdown(m, hw, kw, dropout), conf)
+    ranked = sorted([x for x in t if x.fits], key=lambda x: (x.slowdown, x.tier)) + \
+        sorted([x for x in t if not x.fits], key=lambda x: -x.saved_bytes)
+    for i, x in enumerate(ranked, 1):
+        x.rank = i
+    return {"schema": SCHEMA, "model": m.name, "hardware": hw.key, "inputs": dict(kw, lora=True),
+            "base": {"fits": base.fits, "peak_bytes": base.peak_bytes, "required_bytes": base.required_bytes,
+                     "device_total_bytes": hw.device_total_bytes, "step_s": base.step_s},
+            "tiers": ranked, "best": next((x for x in ranked if x.fits), None)}
+
+
+def estimate_breakdown(m, hw, kw: dict, dropout: float) -> dict:
+    """The LoRA estimate's memory breakdown at the configuration ``kw`` (paged optimizers: their unpaged one)."""
+    from gpuscope.estimate.lora import lora_shape
+    from gpuscope.estimate.lora_train import estimate_lora_train
+
+    return estimate_lora_train(m, hw, lora_shape(m, kw["r"], kw["targets"], dropout), micro_batch=kw["micro_batch"],
+                               seq=kw["seq"], precision=kw["precision"],
+                               optimizer=kw["optimizer"].removeprefix("paged-"), recompute=kw["recompute"],
+                               grad_accum=kw["grad_accum"], qlora=kw["qlora"]).breakdown_bytes
+
+
+def _tier1_lora(conf, base, kw: dict) -> list[Tier]:
+    out = []
+    if kw["recompute"] != "full":
+        out.append(_lora_tier(1, "gradient checkpointing", {"recompute": "full"}, conf(recompute="full"), base))
+    if kw["micro_batch"] > 1:
+        ch = {"micro_batch": 1, "grad_accum": kw["grad_accum"] * kw["micro_batch"]}
+        out.append(_lora_tier(1, f"gradient accumulation (micro-batch 1 x {ch['grad_accum']})", ch, conf(**ch), base,
+                              ["same tokens per step"]))
+        if kw["recompute"] != "full":
+            out.append(_lora_tier(1, "checkpointing + accumulation", dict(ch, recompute="full"),
+                                  conf(recompute="full", **ch), base))
+    return out
