@@ -286,4 +286,5 @@ def register(app: typer.Typer) -> None:
         register_collectives(bench)
         register_dist_train(bench)
         __import__("gpuscope.cli.bench_serve", fromlist=["register_serve"]).register_serve(bench)
+        __import__("gpuscope.cli.bench_diffusion", fromlist=["register_diffusion"]).register_diffusion(bench)
     app.add_typer(bench)

@@ -26,6 +26,7 @@ KINDS: dict[WorkloadKind, str] = {
     WorkloadKind.COMPRESSION: "compression",
     WorkloadKind.HOST: "host",
     WorkloadKind.SERVE: "serve",
+    WorkloadKind.DIFFUSION: "diffusion",
 }
 
 

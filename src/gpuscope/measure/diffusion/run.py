@@ -1,0 +1,227 @@
+"""`bench diffusion`'s measurement: the components a case asks for, built once, then each point of the sweep (batch,
+resolution, frames) timed with its peak memory and energy; an out-of-memory point is a result (status ``oom``, the
+phase it ran out in), and the next point runs.
+
+Components (``component``):
+- ``denoiser``: one forward of the UNet or transformer at the batch it sees (B, or 2B with CFG): ``denoiser_step_s``.
+- ``vae-decode``: the VAE decoding B images (B clips of F frames): ``vae_decode_s``; ``vae_slicing`` decodes one
+  image at a time, ``vae_tiling`` in overlapping tiles (diffusers' enable_slicing / enable_tiling).
+- ``text-encoders``: every text (and image) encoder on random token ids: ``text_encode_s``.
+- ``pipeline``: all of them resident, N denoising steps through the scheduler (measure/diffusion/loop.py).
+Peaks are ``max_memory_allocated`` after ``reset_peak_memory_stats`` over the timed repeats (None on a CPU),
+weights included: what the component holds and runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from gpuscope.measure.device.device import Device, is_oom, oom_result, pick_device, release
+from gpuscope.measure.diffusion import build as b
+from gpuscope.measure.diffusion.inputs import Denoiser, decode, encoder_inputs, vae_latents
+from gpuscope.measure.diffusion.timing import device_busy, timed
+from gpuscope.measure.models.hf_model import DTYPES
+
+NEEDS = {"denoiser": ("denoiser",), "vae-decode": ("vae",), "text-encoders": ("encoders",),
+         "pipeline": ("encoders", "denoiser", "vae")}
+METRIC_FORMULAS = {
+    "denoiser_step_s": "median over repeats of one denoiser forward at denoiser_batch (B, 2B with CFG), "
+                       "device events (perf_counter around a synchronize on a CPU)",
+    "denoiser_enqueue_s": "median host time from the forward's call to its return (before the synchronize): "
+                          "close to denoiser_step_s, the device waits on kernel launches",
+    "vae_decode_s": "median of decoding B latents (diffusers' decode after 1/scaling_factor)",
+    "text_encode_s": "sum over the text/image encoders of each one's median forward at text_batch",
+    "total_s": "pipeline: text_encode_s + steps x (denoiser at denoiser_batch, CFG combine, scheduler.step) + "
+               "vae_decode_s, timed as one call (median over repeats)",
+    "peak_bytes": "torch.cuda.max_memory_allocated after reset_peak_memory_stats, over the timed repeats",
+    "j_per_image": "NVML energy over the timed repeats / (repeats x batch) (pipeline; per clip for video)",
+}
+
+
+@dataclass
+class Loaded:
+    """The modules of one build (a folder, a dtype, a component)."""
+
+    folder: Path
+    pipe: str
+    index: dict
+    denoiser: torch.nn.Module | None = None
+    vae: torch.nn.Module | None = None
+    vae_cfg: dict = field(default_factory=dict)
+    encoders: dict = field(default_factory=dict)
+    info: dict = field(default_factory=dict)
+
+
+def vae_upcast(case: dict, mods: "Loaded") -> bool:
+    """StableDiffusionXLPipeline decodes an fp16 run's latents with the VAE cast to fp32 where the VAE's config says
+    force_upcast (its upcast_vae), then casts it back; SVD's pipeline upcasts only to encode its input image."""
+    return (case.get("component") == "pipeline" and case.get("dtype") == "fp16" and mods.pipe ==
+            "StableDiffusionXLPipeline" and bool(mods.vae_cfg.get("force_upcast")))
+
+
+def _add(mods: Loaded, name: str, model) -> None:
+    mods.info.setdefault("params", {})[name] = b.param_count(model)
+    mods.info.setdefault("weights_bytes", {})[name] = b.param_bytes(model)
+    procs = b.attention_processors(model)
+    if procs:
+        mods.info.setdefault("attention_processors", {})[name] = procs
+
+
+def load(case: dict, folder: Path, dev: Device) -> Loaded:
+    """Build what ``case["component"]`` needs on ``dev`` (random weights, or the folder's own with ``weights``)."""
+    import json
+
+    idx = json.loads((folder / "model_index.json").read_text())
+    index = b.read_index(folder)
+    mods = Loaded(folder, idx.get("_class_name", "?"), index)
+    dt, w = DTYPES[case.get("dtype", "fp16")], bool(case.get("weights"))
+    need = NEEDS[case.get("component", "pipeline")]
+    if "vae" in index:
+        mods.vae_cfg = b.component_config(folder, "vae")
+    if "encoders" in need:
+        for name in (n for n in b.TEXT_ENCODERS if n in index):
+            mods.encoders[name] = b.build(folder, name, dev.torch_device, dt, w)
+            _add(mods, name, mods.encoders[name])
+    if "denoiser" in need:
+        name = next(n for n in b.DENOISERS if n in index)
+        mods.denoiser = b.build(folder, name, dev.torch_device, dt, w)
+        if case.get("attn") == "eager" and not b.set_eager_attention(mods.denoiser):
+            raise ValueError(f"--attn eager: {type(mods.denoiser).__name__} has no score-materialising processor")
+        _add(mods, name, mods.denoiser)
+    if "vae" in need:
+        mods.vae = b.build(folder, "vae", dev.torch_device, dt, w)
+        _add(mods, "vae", mods.vae)
+    dev.synchronize()
+    mods.info["mem_after_load_bytes"] = dev.allocated()
+    return mods
+
+
+def settings(case: dict) -> dict:
+    """The point's sizes with the pipeline's defaults filled in as the planner fills them
+    (estimate/diffusion/request.resolve: steps, CFG, frames, T5 tokens, whether the negative prompt is encoded)."""
+    from gpuscope.estimate.diffusion.request import DiffusionRequest, resolve
+    from gpuscope.workloads.diffusion import pipeline_spec
+
+    r = resolve(DiffusionRequest(model=case["model"], batch=int(case["batch"]), height=case.get("height"),
+                                 width=case.get("width"), frames=case.get("frames"), steps=case.get("steps"),
+                                 cfg=case.get("cfg"), dtype=case.get("dtype", "fp16"),
+                                 component=case.get("component", "pipeline")), pipeline_spec(case["model"]))
+    return {"batch": r.batch, "height": r.height, "width": r.width, "frames": r.frames if r.video else None,
+            "steps": r.steps, "cfg": r.cfg, "denoiser_batch": r.batch * (2 if r.cfg else 1),
+            "t5_tokens": r.t5_tokens, "text_batch": r.batch * (2 if r.encode_negative else 1),
+            "repeats": int(case.get("repeats", 5)), "warmup": int(case.get("warmup", 2)),
+            "min_time_s": float(case.get("min_time_s", 0.0))}
+
+
+def denoiser_for(mods: Loaded, t: dict, gen) -> Denoiser:
+    return Denoiser(mods.denoiser, mods.vae_cfg, t["batch"], t["denoiser_batch"], t["height"], t["width"],
+                    t["frames"], t["t5_tokens"], gen)
+
+
+def measure_denoiser(case: dict, dev: Device, mods: Loaded, t: dict, gen) -> dict:
+    den = denoiser_for(mods, t, gen)
+    x = den.expand(den.latents())
+    r = timed(dev, lambda: den(x), t["repeats"], t["warmup"], t["min_time_s"], probe=True)
+    out = {"denoiser_step_s": r["s"], "denoiser_enqueue_s": r["enqueue_s"], "denoiser_spread": r["spread"],
+           "denoiser_repeats": r["n"], "peak_bytes": r["peak_bytes"], "energy_j": r["energy_j"],
+           "energy_source": r["energy_source"], "power_w": r["power_w"],
+           "j_per_step": r["energy_j"] / r["n"] if r["energy_j"] else None,
+           **{k: v for k, v in r.items() if k.startswith("host_probe")}}
+    if case.get("profile"):
+        with torch.inference_mode():
+            out.update(device_busy(dev, lambda: den(x)) or {"device_busy_s": None})
+    return out
+
+
+def set_vae_modes(vae, case: dict) -> dict:
+    """diffusers' slicing and tiling switched as the case asks; what applied."""
+    out = {}
+    for mode in ("slicing", "tiling"):
+        on = bool(case.get(f"vae_{mode}"))
+        fn = getattr(vae, f"{'enable' if on else 'disable'}_{mode}", None)
+        if fn is not None:
+            fn()
+        out[f"vae_{mode}"] = on and fn is not None
+    return out
+
+
+def measure_vae(case: dict, dev: Device, mods: Loaded, t: dict, gen) -> dict:
+    modes = set_vae_modes(mods.vae, case)
+    z = vae_latents(mods.vae, "", t["batch"], t["height"], t["width"], t["frames"], gen)
+    chunk = 1 if case.get("vae_slicing") else None
+    r = timed(dev, lambda: decode(mods.vae, z, t["frames"], chunk), t["repeats"], t["warmup"], t["min_time_s"])
+    return {"vae_decode_s": r["s"], "vae_spread": r["spread"], "vae_repeats": r["n"], "peak_bytes": r["peak_bytes"],
+            "energy_j": r["energy_j"], "energy_source": r["energy_source"], "power_w": r["power_w"], **modes}
+
+
+def measure_text(case: dict, dev: Device, mods: Loaded, t: dict, gen) -> dict:
+    n = t["text_batch"]
+    each, peak = {}, 0
+    for name, enc in mods.encoders.items():
+        inp = encoder_inputs(enc, t["t5_tokens"], n, gen)
+        r = timed(dev, lambda: enc(**inp), t["repeats"], t["warmup"], t["min_time_s"])
+        each[name] = r["s"]
+        peak = max(peak, r["peak_bytes"] or 0)
+    return {"text_encode_s": sum(each.values()), "text_encode_each_s": each, "text_batch": n,
+            "peak_bytes": peak if dev.type in ("cuda", "xpu") else None,
+            "text_inputs": "random token ids (no tokenizer read), padded to the pipeline's length"}
+
+
+def measure_point(case: dict, dev: Device, mods: Loaded) -> dict:
+    """One point's result (an out-of-memory error becomes status oom with the phase it happened in)."""
+    from gpuscope.measure.diffusion.loop import measure_pipeline
+
+    t = settings(case)
+    comp = case.get("component", "pipeline")
+    gen = torch.Generator(device=dev.torch_device).manual_seed(int(case.get("seed", 0)))
+    head = {"kind": "diffusion", "component": comp, **{k: t[k] for k in ("batch", "height", "width", "frames",
+                                                                         "cfg", "denoiser_batch")}}
+    if comp == "pipeline":
+        head["steps"] = t["steps"]
+    fn = {"denoiser": measure_denoiser, "vae-decode": measure_vae, "text-encoders": measure_text,
+          "pipeline": measure_pipeline}[comp]
+    try:
+        with torch.inference_mode():
+            res = {"status": "ok", **head, **fn(case, dev, mods, t, gen)}
+    except Exception as e:
+        if not is_oom(e):
+            raise
+        res = {**head, **oom_result(dev, comp, e)}
+    release(dev)
+    return res
+
+
+def run_points(cases: list[dict], folder: Path, emit, on_error=None) -> None:
+    """Build once for ``cases`` (one model, dtype, component, device), then ``emit(case, result)`` per point;
+    ``on_error(exc) -> dict``: a point that fails otherwise than out of memory is that result and the next point
+    runs (without it the error propagates)."""
+    dev = Device(pick_device(cases[0].get("device")))
+    torch.manual_seed(0)
+    try:
+        mods = load(cases[0], folder, dev)
+    except Exception as e:
+        if not is_oom(e):
+            raise
+        for c in cases:
+            emit(c, {"kind": "diffusion", "component": c.get("component"), **oom_result(dev, "build", e)})
+        return
+    common = {"device": dev.name, "device_name": dev.device_name(), "timer": dev.timer_kind,
+              "pipeline_class": mods.pipe, "dtype": cases[0].get("dtype", "fp16"),
+              "weights": "pretrained" if cases[0].get("weights") else "random",
+              "metric_formulas": METRIC_FORMULAS, **mods.info}
+    if mods.vae is not None:
+        common["vae_upcast"] = vae_upcast(cases[0], mods)
+    if mods.denoiser is not None:
+        common["denoiser_class"] = type(mods.denoiser).__name__
+    for c in cases:
+        try:
+            res = measure_point(c, dev, mods)
+        except Exception as e:
+            if on_error is None:
+                raise
+            res = {"kind": "diffusion", "component": c.get("component"), **on_error(e)}
+            release(dev)
+        emit(c, {**res, **common})
