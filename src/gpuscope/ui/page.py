@@ -64,7 +64,7 @@ def _form(form: Form) -> str:
 @lru_cache(maxsize=1)
 def page() -> str:
     tabs = "".join(f'<button type="button" data-form="{f.id}">{esc(f.title)}</button>' for f in FORMS)
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>gpuscope</title>"
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><link rel=\"icon\" href=\"data:,\"><title>gpuscope</title>"
             f"<style>{STYLE}{UI_STYLE}</style><script src=\"/plotly.min.js\"></script><script>{BOOT}</script>"
             f"<script>{SCRIPT}</script></head><body><h1>gpuscope</h1>"
             "<p class=\"gs-note\">Does it fit, how fast, what does it cost: each form runs the gpuscope command "

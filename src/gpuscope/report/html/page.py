@@ -96,7 +96,7 @@ def plotly_js() -> str:
 def render_page(title: str, sections: list[Section], intro: list[str] | None = None) -> str:
     """The whole page: styles, plotly.js and the drawing script inlined, then the sections."""
     intro_html = "".join(f'<p class="gs-note">{esc(t)}</p>' for t in intro or [])
-    return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{esc(title)}</title>"
+    return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><link rel=\"icon\" href=\"data:,\"><title>{esc(title)}</title>"
             f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><style>{STYLE}</style>"
             f"<script>{plotly_js()}</script><script>{BOOT}</script></head><body><h1>{esc(title)}</h1>{intro_html}"
             f"{render_sections(sections)}</body></html>\n")
