@@ -71,14 +71,15 @@ def _vae_tiles(vae: ComponentSpec, r: Resolved, lh: int, lw: int, tiling: bool) 
 
 
 def _cost(comp: ComponentSpec, shapes: Shapes, dtype: str, req: DiffusionRequest, hw, passes: int,
-          inputs: float, repeat: int = 1, extra_kernels: int = 0) -> ComponentCost:
+          inputs: float, repeat: int = 1, timed: bool = True) -> ComponentCost:
     act_b = w_b = BYTES[dtype]
     t = trace_component(comp, shapes, act_b, w_b, req.attention)
     weight_bytes = t.params * w_b
     if comp.class_name == "T5EncoderModel" and dtype == "fp16":
         weight_bytes += 2.0 * t5_fp32_params(comp.config)
-    fwd = forward_seconds(t.ops, hw, dtype if hw.supports(dtype) else "fp32", t.heads_dims, EngineModel(),
-                          extra_kernels)
+    fwd = (forward_seconds(t.ops, hw, dtype if hw.supports(dtype) else "fp32", t.heads_dims, EngineModel())
+           if timed else {"wall_s": 0.0, "gpu_s": 0.0, "host_s": 0.0, "kernels": 0, "flops": 0.0, "bound": "-",
+                          "times": []})
     if repeat > 1:  # VAE tiles: the same forward per tile
         fwd = {**fwd, "wall_s": fwd["wall_s"] * repeat, "gpu_s": fwd["gpu_s"] * repeat,
                "host_s": fwd["host_s"] * repeat, "kernels": fwd["kernels"] * repeat, "flops": fwd["flops"] * repeat}
@@ -86,7 +87,8 @@ def _cost(comp: ComponentSpec, shapes: Shapes, dtype: str, req: DiffusionRequest
                          t.largest_weight * w_b, fwd, passes, inputs)
 
 
-def component_costs(spec: PipelineSpec, r: Resolved, req: DiffusionRequest, hw) -> list[ComponentCost]:
+def component_costs(spec: PipelineSpec, r: Resolved, req: DiffusionRequest, hw, timed: bool = True
+                    ) -> list[ComponentCost]:
     lh, lw = r.height // r.vae_factor, r.width // r.vae_factor
     rows = r.batch * (2 if r.cfg else 1)
     ctx_len, ctx_dim = _ctx(spec, r)
@@ -100,12 +102,12 @@ def component_costs(spec: PipelineSpec, r: Resolved, req: DiffusionRequest, hw) 
         if comp.role in ("text_encoder", "image_encoder"):
             s = Shapes(rows, r.batch, r.batch, lh, lw, t5_tokens=r.t5_tokens)
             passes = 2 if (r.encode_negative and comp.role == "text_encoder") else 1
-            costs.append(_cost(comp, s, req.dtype, req, hw, passes, 0.0))
+            costs.append(_cost(comp, s, req.dtype, req, hw, passes, 0.0, timed=timed))
         elif comp.role == "denoiser":
             s = Shapes(rows, r.batch, r.batch, lh, lw, frames=frames, ctx_tokens=ctx_len)
             cin = comp.get("in_channels", 4)
             inputs = ((r.batch + 2 * rows) * cin * lh * lw * frames + rows * ctx_len * ctx_dim) * b
-            costs.append(_cost(comp, s, req.dtype, req, hw, r.steps, inputs))
+            costs.append(_cost(comp, s, req.dtype, req, hw, r.steps, inputs, timed=timed))
         else:
             dtype = "fp32" if _vae_upcast(spec, req) else req.dtype
             images = 1 if req.vae_slicing else r.batch
@@ -116,7 +118,8 @@ def component_costs(spec: PipelineSpec, r: Resolved, req: DiffusionRequest, hw) 
                                                      else 1)
             out_px = r.batch * r.height * r.width * 3 * max(r.frames, 1)
             held = (1.8 * out_px if tiles > 1 else out_px if repeat > 1 else 0.0) * BYTES[dtype]
-            costs.append(_cost(comp, s, dtype, req, hw, 1, b * r.batch * 16 * lh * lw * frames + held, repeat))
+            costs.append(_cost(comp, s, dtype, req, hw, 1, b * r.batch * 16 * lh * lw * frames + held, repeat,
+                               timed))
     return costs
 
 
@@ -140,6 +143,14 @@ def _times(costs: list[ComponentCost], r: Resolved, req: DiffusionRequest, hw) -
             "gpu_busy_s": busy}
 
 
+def fits_device(spec: PipelineSpec, req: DiffusionRequest, hw, r: Resolved) -> bool:
+    """Whether the call fits the device (memory only: no timing)."""
+    costs = component_costs(spec, r, req, hw, timed=False)
+    upcast = sum(c.weight_bytes for c in costs if c.role == "vae") / 2.0 if _vae_upcast(spec, req) else 0.0
+    peak = max(pipeline_phases(costs, req.offload, upcast).values())
+    return peak + sum(runtime_overheads(peak).values()) <= hw.device_total_bytes
+
+
 def plan_resolved(spec: PipelineSpec, req: DiffusionRequest, hw, r: Resolved, with_limits: bool = True
                   ) -> DiffusionPlan:
     costs = component_costs(spec, r, req, hw)
@@ -156,7 +167,7 @@ def plan_resolved(spec: PipelineSpec, req: DiffusionRequest, hw, r: Resolved, wi
                          fits=fits, times=times, power=pw, upcast_vae=bool(upcast))
     plan.ops = {c.name: top_ops(c.forward["times"]) for c in costs}
     if with_limits:
-        plan.limits = limits_for(lambda **kw: plan_resolved(spec, req, hw, _replace(r, **kw), False).fits, r)
+        plan.limits = limits_for(lambda **kw: fits_device(spec, req, hw, _replace(r, **kw)), r)
     return plan
 
 
@@ -166,9 +177,10 @@ def _replace(r: Resolved, **kw) -> Resolved:
     return replace(r, **kw)
 
 
-def plan_diffusion(request: DiffusionRequest, hardware) -> DiffusionPlan:
+def plan_diffusion(request: DiffusionRequest, hardware, limits: bool = True) -> DiffusionPlan:
     """The library call: a DiffusionRequest (model: a diffusers folder or preset) and a HardwareSpec
-    (specs.hardware.load_hardware) -> DiffusionPlan (``.to_json()``: schema gpuscope.estimate/1)."""
+    (specs.hardware.load_hardware) -> DiffusionPlan (``.to_json()``: schema gpuscope.estimate/1). ``limits``:
+    also search the largest batch, square side and frame count that fit (memory only)."""
     spec = load_pipeline(request.model)
     r = resolve(request, spec)
-    return plan_resolved(spec, request, hardware, r)
+    return plan_resolved(spec, request, hardware, r, with_limits=limits)
