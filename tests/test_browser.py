@@ -66,9 +66,21 @@ def browser(tmp_path_factory):
     d.quit()
 
 
-def _cli(*args: str, env=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gpuscope", *args], capture_output=True, text=True, timeout=300,
-                          env=env)
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    """`gpuscope ARGS` in this process (the same code as the command line, without an interpreter start)."""
+    import contextlib
+    import io
+
+    from gpuscope.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    code = 0
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main(list(args))
+        except SystemExit as e:
+            code = e.code
+    return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
 
 
 def _wait(d, predicate, what: str):

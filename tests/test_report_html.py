@@ -27,7 +27,20 @@ X2 = [RESULTS / "2026-11-29-h200-x2" / "dist_train.jsonl", RESULTS / "2026-11-29
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gpuscope", *args], capture_output=True, text=True, timeout=300)
+    """`gpuscope ARGS` in this process (the same code as the command line, without an interpreter start)."""
+    import contextlib
+    import io
+
+    from gpuscope.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    code = 0
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main(list(args))
+        except SystemExit as e:
+            code = e.code
+    return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
 
 
 def _json(*args: str) -> dict:

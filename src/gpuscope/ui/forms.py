@@ -65,7 +65,8 @@ FORMS: tuple[Form, ...] = (
         Field("--recompute", "recompute", "none", Recompute.values()), _n("--grad-accum", "gradient accumulation", "1"),
         _n("--num-gpus", "GPUs", "1"), _n("--tp", "tensor parallel", "1"), _n("--pp", "pipeline parallel", "1"),
         Field("--zero", "ZeRO stage", "0", ("0", "1", "2", "3")), Field("--fsdp", "FSDP full shard", check=True),
-        _n("--lora-r", "LoRA rank (empty: full training)"), Field("--ops", "per-operation breakdown", "1", check=True))),
+        _n("--lora-r", "LoRA rank (empty: full training)"),
+        Field("--ops", "per-operation breakdown", "1", check=True))),
     Form("compare-infer", "Compare hardware: inference", ("compare", "infer"), (
         MODEL, COMPARE_GPUS, *INFER, Field("--dtype", "dtype", "auto", ("auto",) + WEIGHT_DTYPES),
         Field("--engine", "engine", "graph", ("graph", "hf-graph", "eager")))),

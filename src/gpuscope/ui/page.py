@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from gpuscope.report.html.page import BOOT, STYLE, esc
+from gpuscope.report.html.page import BOOT, NO_ICON, STYLE, esc
 from gpuscope.ui.forms import FORMS, Field, Form
 
 UI_STYLE = """
@@ -36,7 +36,8 @@ document.body.dataset.state='done';}).catch(function(e){document.getElementById(
 err.textContent='the server did not answer ('+e+').';document.body.dataset.state='error';});}
 document.addEventListener('DOMContentLoaded',function(){
 document.querySelectorAll('form.gs-form').forEach(function(f){f.addEventListener('submit',gsSubmit);});
-document.querySelectorAll('nav button').forEach(function(b){b.addEventListener('click',function(){gsShow(b.dataset.form);});});
+document.querySelectorAll('nav button').forEach(function(b){
+b.addEventListener('click',function(){gsShow(b.dataset.form);});});
 gsShow('%s');document.body.dataset.state='ready';});
 """ % FORMS[0].id
 
@@ -64,7 +65,7 @@ def _form(form: Form) -> str:
 @lru_cache(maxsize=1)
 def page() -> str:
     tabs = "".join(f'<button type="button" data-form="{f.id}">{esc(f.title)}</button>' for f in FORMS)
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><link rel=\"icon\" href=\"data:,\"><title>gpuscope</title>"
+    return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">{NO_ICON}<title>gpuscope</title>"
             f"<style>{STYLE}{UI_STYLE}</style><script src=\"/plotly.min.js\"></script><script>{BOOT}</script>"
             f"<script>{SCRIPT}</script></head><body><h1>gpuscope</h1>"
             "<p class=\"gs-note\">Does it fit, how fast, what does it cost: each form runs the gpuscope command "

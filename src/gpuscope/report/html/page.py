@@ -16,6 +16,7 @@ from pathlib import Path
 from gpuscope.errors import UserError
 
 NEEDS_PLOTLY = "HTML reports need plotly (pip install 'gpuscope[report]'): it ships the plotly.js the page inlines."
+NO_ICON = '<link rel="icon" href="data:,">'  # the browser asks for no favicon (a 404 is a console error)
 CONFIG = {"responsive": True, "displaylogo": False}
 STYLE = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0 auto;max-width:1200px;padding:0 16px;
@@ -96,7 +97,7 @@ def plotly_js() -> str:
 def render_page(title: str, sections: list[Section], intro: list[str] | None = None) -> str:
     """The whole page: styles, plotly.js and the drawing script inlined, then the sections."""
     intro_html = "".join(f'<p class="gs-note">{esc(t)}</p>' for t in intro or [])
-    return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><link rel=\"icon\" href=\"data:,\"><title>{esc(title)}</title>"
+    return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">{NO_ICON}<title>{esc(title)}</title>"
             f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><style>{STYLE}</style>"
             f"<script>{plotly_js()}</script><script>{BOOT}</script></head><body><h1>{esc(title)}</h1>{intro_html}"
             f"{render_sections(sections)}</body></html>\n")
