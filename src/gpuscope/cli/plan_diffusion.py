@@ -13,6 +13,7 @@ COMPONENT_HELP = ("pipeline (text encoders, the denoiser's steps, the VAE decode
                   "vae-decode | text-encoders.")
 OFFLOAD_HELP = ("none | model (enable_model_cpu_offload: one component on the GPU at a time) | sequential "
                 "(enable_sequential_cpu_offload: every layer's weights copied in as it runs).")
+DTYPE_HELP = "fp16|bf16|fp32 (fp8: planner only, the denoiser's GEMMs and convolutions in fp8)."
 ATTN_HELP = "sdpa (flash / memory-efficient: no score matrix) | math (diffusers' AttnProcessor: scores in memory)."
 
 
@@ -29,7 +30,7 @@ def diffusion(
     frames: int = typer.Option(None, "--frames", help="Video frames (default: the pipeline's)."),
     steps: int = typer.Option(None, "--steps", help="Denoising steps (default: the pipeline's)."),
     cfg: bool = typer.Option(None, "--cfg/--no-cfg", help="Classifier-free guidance (the denoiser sees 2B)."),
-    dtype: str = typer.Option("fp16", "--dtype", help="fp16|bf16|fp32."),
+    dtype: str = typer.Option("fp16", "--dtype", help=DTYPE_HELP),
     component: str = typer.Option("pipeline", "--component", help=COMPONENT_HELP),
     offload: str = typer.Option("none", "--offload", help=OFFLOAD_HELP),
     attention: str = typer.Option("sdpa", "--attention", help=ATTN_HELP),

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 
+from gpuscope.errors import UserError
 from gpuscope.estimate.cost import power_w
 from gpuscope.estimate.diffusion.components import Shapes, trace_component
 from gpuscope.estimate.diffusion.memory import ComponentCost, pipeline_phases, transfer_bytes
@@ -24,7 +25,9 @@ from gpuscope.estimate.runtime import runtime_overheads
 from gpuscope.estimate.train import host_link_gbs
 from gpuscope.specs.diffusion import ComponentSpec, PipelineSpec, load_pipeline
 
-BYTES = {"fp16": 2.0, "bf16": 2.0, "fp32": 4.0}
+BYTES = {"fp16": 2.0, "bf16": 2.0, "fp32": 4.0, "fp8": 1.0}
+# fp8 (planner only): the denoiser's weights in fp8 and its GEMMs/convs at the fp8 rate, its activations fp16; the
+# text encoders and the VAE stay fp16 (as NVIDIA's MLPerf SDXL submissions quantize only the UNet)
 ROLES_OF = {"pipeline": ("text_encoder", "image_encoder", "denoiser", "vae"), "denoiser": ("denoiser",),
             "vae-decode": ("vae",), "text-encoders": ("text_encoder", "image_encoder")}
 
@@ -72,12 +75,15 @@ def _vae_tiles(vae: ComponentSpec, r: Resolved, lh: int, lw: int, tiling: bool) 
 
 def _cost(comp: ComponentSpec, shapes: Shapes, dtype: str, req: DiffusionRequest, hw, passes: int,
           inputs: float, repeat: int = 1, timed: bool = True) -> ComponentCost:
-    act_b = w_b = BYTES[dtype]
+    w_b = BYTES[dtype]
+    act_b = 2.0 if dtype == "fp8" else w_b
     t = trace_component(comp, shapes, act_b, w_b, req.attention)
     weight_bytes = t.params * w_b
     if comp.class_name == "T5EncoderModel" and dtype == "fp16":
         weight_bytes += 2.0 * t5_fp32_params(comp.config)
-    fwd = (forward_seconds(t.ops, hw, dtype if hw.supports(dtype) else "fp32", t.heads_dims, EngineModel())
+    if timed and not hw.supports(dtype):
+        raise UserError(f"--dtype {dtype}: {hw.key} has no {dtype} rate in the catalog.")
+    fwd = (forward_seconds(t.ops, hw, dtype, t.heads_dims, EngineModel())
            if timed else {"wall_s": 0.0, "gpu_s": 0.0, "host_s": 0.0, "kernels": 0, "flops": 0.0, "bound": "-",
                           "times": []})
     if repeat > 1:  # VAE tiles: the same forward per tile
@@ -91,9 +97,9 @@ def component_costs(spec: PipelineSpec, r: Resolved, req: DiffusionRequest, hw, 
                     ) -> list[ComponentCost]:
     lh, lw = r.height // r.vae_factor, r.width // r.vae_factor
     rows = r.batch * (2 if r.cfg else 1)
+    other = "fp16" if req.dtype == "fp8" else req.dtype  # everything but the denoiser
     ctx_len, ctx_dim = _ctx(spec, r)
     frames = _latent_frames(spec, r)
-    b = BYTES[req.dtype]
     roles = ROLES_OF[req.component]
     costs = []
     for comp in spec.components.values():
@@ -102,14 +108,14 @@ def component_costs(spec: PipelineSpec, r: Resolved, req: DiffusionRequest, hw, 
         if comp.role in ("text_encoder", "image_encoder"):
             s = Shapes(rows, r.batch, r.batch, lh, lw, t5_tokens=r.t5_tokens)
             passes = 2 if (r.encode_negative and comp.role == "text_encoder") else 1
-            costs.append(_cost(comp, s, req.dtype, req, hw, passes, 0.0, timed=timed))
+            costs.append(_cost(comp, s, other, req, hw, passes, 0.0, timed=timed))
         elif comp.role == "denoiser":
             s = Shapes(rows, r.batch, r.batch, lh, lw, frames=frames, ctx_tokens=ctx_len)
             cin = comp.get("in_channels", 4)
-            inputs = ((r.batch + 2 * rows) * cin * lh * lw * frames + rows * ctx_len * ctx_dim) * b
+            inputs = ((r.batch + 2 * rows) * cin * lh * lw * frames + rows * ctx_len * ctx_dim) * BYTES[other]
             costs.append(_cost(comp, s, req.dtype, req, hw, r.steps, inputs, timed=timed))
         else:
-            dtype = "fp32" if _vae_upcast(spec, req) else req.dtype
+            dtype = "fp32" if _vae_upcast(spec, req) else other
             images = 1 if req.vae_slicing else r.batch
             vframes = 1 if (req.vae_slicing and r.video) else frames
             tiles, th, tw = _vae_tiles(comp, r, lh, lw, req.vae_tiling)
@@ -118,7 +124,7 @@ def component_costs(spec: PipelineSpec, r: Resolved, req: DiffusionRequest, hw, 
                                                      else 1)
             out_px = r.batch * r.height * r.width * 3 * max(r.frames, 1)
             held = (1.8 * out_px if tiles > 1 else out_px if repeat > 1 else 0.0) * BYTES[dtype]
-            costs.append(_cost(comp, s, dtype, req, hw, 1, b * r.batch * 16 * lh * lw * frames + held, repeat,
+            costs.append(_cost(comp, s, dtype, req, hw, 1, BYTES[other] * r.batch * 16 * lh * lw * frames + held, repeat,
                                timed))
     return costs
 

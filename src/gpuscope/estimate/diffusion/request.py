@@ -26,7 +26,7 @@ from gpuscope.specs.numbers import count
 COMPONENTS = ("pipeline", "denoiser", "vae-decode", "text-encoders")
 OFFLOADS = ("none", "model", "sequential")
 ATTENTIONS = ("sdpa", "math")
-DTYPES = ("fp16", "bf16", "fp32")
+DTYPES = ("fp16", "bf16", "fp32", "fp8")  # fp8: planner only (the denoiser's GEMMs and convs, as TensorRT's fp8 UNet)
 
 PIPELINE_DEFAULTS = {
     "StableDiffusionPipeline": {"steps": 50, "cfg": True, "encode_negative": True},

@@ -54,18 +54,31 @@ def head_dim_of(heads_dims: list[int]) -> int:
     return Counter(heads_dims).most_common(1)[0][0] if heads_dims else 64
 
 
+def _dtypes(dtype: str, hw) -> tuple[str, str, str]:
+    """(convolution, GEMM, attention / elementwise) dtypes of a forward in ``dtype``: fp32 convolutions in TF32
+    where the device has it (see the module docstring); fp8 (planner only): GEMMs and convolutions in fp8, the
+    attention core and the elementwise kernels in fp16 (TensorRT's fp8 UNet quantizes the GEMM and conv inputs;
+    activations stay 16-bit)."""
+    if dtype == "fp32" and hw.supports("tf32"):
+        return "tf32", "fp32", "fp32"
+    if dtype == "fp8":
+        return "fp8", "fp8", "fp16"
+    return dtype, dtype, dtype
+
+
 def forward_seconds(ops: list[Op], hw, dtype: str, heads_dims: list[int], engine: EngineModel | None = None,
                     extra_kernels: int = 0) -> dict:
     """(wall, gpu, host seconds, kernels, FLOPs, per-op times) of one forward of a component."""
     engine = engine or EngineModel()
     hd, sms, bw = head_dim_of(heads_dims), sm_count(hw), hw.achievable_bw_gbs()
-    if dtype == "fp32" and hw.supports("tf32"):  # cuDNN convolutions in TF32 (see the module docstring)
-        convs = [o for o in ops if o.kind == "conv"]
-        rest = [o for o in ops if o.kind != "conv"]
-        times: list[OpTime] = (time_ops(_as_roofline_ops(convs), hw.achievable_tflops("tf32"), bw, engine, sms, hd) +
-                               time_ops(rest, hw.achievable_tflops(dtype), bw, engine, sms, hd))
-    else:
-        times = time_ops(_as_roofline_ops(ops), hw.achievable_tflops(dtype), bw, engine, sms, hd)
+    conv_dt, gemm_dt, base_dt = _dtypes(dtype, hw)
+    groups: dict[str, list[Op]] = {}
+    for o in ops:
+        d = conv_dt if o.kind == "conv" else gemm_dt if o.kind == "matmul" else base_dt
+        groups.setdefault(d, []).append(o)
+    times: list[OpTime] = []
+    for d, group in groups.items():
+        times += time_ops(_as_roofline_ops(group), hw.achievable_tflops(d), bw, engine, sms, hd)
     gpu = sum(t.gpu_s for t in times) + extra_kernels * engine.kernel_min_s
     kernels = sum(o.kernels for o in ops) + extra_kernels
     host = kernels * engine.launch_s + engine.forward_s
