@@ -17,3 +17,13 @@ import sys
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 if "torch" in sys.modules:  # imported before this file (a plugin): set it there too
     sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
+# A gpuscope home of the session's own (unless the caller set one): a bench run on the CPU keeps this host's
+# measured ceilings there (pipeline/host_ceilings.py), never in the user's ~/.local/share/gpuscope.
+if "GPUSCOPE_HOME" not in os.environ:
+    import atexit
+    import shutil
+    import tempfile
+
+    os.environ["GPUSCOPE_HOME"] = tempfile.mkdtemp(prefix="gpuscope-test-home-")
+    atexit.register(shutil.rmtree, os.environ["GPUSCOPE_HOME"], True)

@@ -37,10 +37,15 @@ def console(stderr: bool = False):
 
 class _Bar(Progress):
     def __init__(self, prog, task):
-        self.prog, self.task = prog, task
+        self.prog, self.task, self.name = prog, task, ""
+        self.shows_phases = not prog.disable  # a terminal: the case's phase and repeat on the bar's line
 
     def item(self, name: str) -> None:
+        self.name = name
         self.prog.update(self.task, description=name)
+
+    def phase(self, text: str) -> None:
+        self.prog.update(self.task, description=f"{self.name}: {text}")
 
     def advance(self) -> None:
         self.prog.advance(self.task)

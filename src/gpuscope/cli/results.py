@@ -106,9 +106,11 @@ def _check_out_is_not_the_store(out: str | None, db_path) -> None:
                         "written).")
 
 
-def compare_rows(stored: list[dict], gpu: str | None, calibrated: bool) -> tuple[list[dict], list[dict]]:
+def compare_rows(stored: list[dict], gpu: str | None, calibrated: bool,
+                 sources: dict | None = None) -> tuple[list[dict], list[dict]]:
     """(rows, skipped) of `results compare`: each stored ok workload's estimate rows (bench's, without the derived
-    MFU and scaling-efficiency rows), or why it has none."""
+    MFU and scaling-efficiency rows), or why it has none; ``sources`` collects the hardware a CPU row is planned
+    on (its source line -> the ids planned on it: pipeline/host_ceilings.py)."""
     from gpuscope.pipeline.estimate import estimate_beside, stored_record
 
     out, skipped = [], []
@@ -117,6 +119,8 @@ def compare_rows(stored: list[dict], gpu: str | None, calibrated: bool) -> tuple
         if "unavailable" in est:
             skipped.append({"id": rec["id"], "why": est["unavailable"]})
             continue
+        if sources is not None and est.get("hardware_source"):
+            sources.setdefault(est["hardware_source"], []).append(rec["id"])
         case = rec["name"].split("#")[0]
         out += [{"id": rec["id"], "case": case, "metric": r["metric"], "estimated": r["estimated"],
                  "measured": r["measured"], "error": r["error"]} for r in est["rows"]]
@@ -158,11 +162,12 @@ def compare_cmd(
     kinds = estimated_kinds()
     with _store(db) as st:
         stored = [st.get(r["id"]) for r in st.list() if r["kind"] in kinds and r.get("status") == "ok"]
-    rows, skipped = compare_rows(stored, gpu, calibrated)
+    sources: dict = {}
+    rows, skipped = compare_rows(stored, gpu, calibrated, sources)
     summary = by_metric(rows)
     if as_json:
-        typer.echo(json.dumps({"schema": COMPARE_SCHEMA, "rows": rows, "skipped": skipped, "summary": summary},
-                              indent=1))
+        doc = {"schema": COMPARE_SCHEMA, "rows": rows, "skipped": skipped, "summary": summary}
+        typer.echo(json.dumps({**doc, "hardware_sources": sources} if sources else doc, indent=1))
         return
     if not rows and not skipped:
         typer.echo("no workload measurements in the database yet; run `gpuscope bench infer|train`.")
@@ -170,6 +175,8 @@ def compare_cmd(
     options.console(160).print(_compare_table(rows))
     for line in accuracy_lines(summary):
         typer.echo(line)
+    for src, ids in sources.items():
+        typer.echo(f"CPU rows ({', '.join(map(str, ids))}): estimate on {src}")
     for sk in skipped:
         typer.echo(f"skipped measurement {sk['id']}: {sk['why']}", err=True)
 

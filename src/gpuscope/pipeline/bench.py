@@ -13,6 +13,7 @@ from gpuscope import workloads
 from gpuscope.pipeline.calibration import run_calibration
 from gpuscope.pipeline.estimate import estimate_beside, stored_record
 from gpuscope.pipeline.fit import fit_to_device
+from gpuscope.pipeline.host_ceilings import ensure as ensure_host_ceilings
 from gpuscope.pipeline.micro import run_micro
 from gpuscope.pipeline.session import BenchRun, Reporter, Session
 
@@ -23,15 +24,17 @@ def _sampler(case: dict):
     return NvmlSampler(interval_s=0.2) if str(case.get("device", "")).split(":")[0] != "cpu" else None
 
 
-def _measure(case: dict, timeout_s: float) -> dict:
-    """One case's record from its own process, with the NVML samples taken meanwhile in its result."""
+def _measure(case: dict, timeout_s: float, prog=None) -> dict:
+    """One case's record from its own process, with the NVML samples taken meanwhile in its result; ``prog`` (a
+    Progress that shows phases) gets the case's phase and repeat as they happen."""
+    from gpuscope.measure.runner.progress import text
     from gpuscope.measure.runner.suite import run_one
 
     sampler = _sampler(case)
     if sampler:
         sampler.start()
     try:
-        rec = run_one(case, timeout_s)
+        rec = run_one(case, timeout_s, (lambda e: prog.phase(text(e))) if prog and prog.shows_phases else None)
     finally:
         if sampler:
             sampler.stop()
@@ -45,7 +48,9 @@ def _measure(case: dict, timeout_s: float) -> dict:
 
 
 def run_workloads(s: Session, cases: list[dict], gpu: str | None, timeout_s: float) -> None:
-    """Measure each case not already done (resume), store it, and put the estimate on ``gpu`` beside it."""
+    """Measure each case not already done (resume), store it, and put the estimate on ``gpu`` beside it (a CPU
+    run without ``gpu``: on this host's ceilings, measured once: pipeline/host_ceilings.py)."""
+    ensure_host_ceilings(s, cases, gpu)
     with s.reporter.progress("workloads", len(cases)) as prog:
         for case in cases:
             typed = workloads.from_dict(case)
@@ -55,7 +60,7 @@ def run_workloads(s: Session, cases: list[dict], gpu: str | None, timeout_s: flo
                 s.skipped(key, name, estimate=lambda old: estimate_beside(stored_record(old), gpu))
                 prog.advance()
                 continue
-            rec = _measure(case, timeout_s)
+            rec = _measure(case, timeout_s, prog)
             res = rec["result"]
             prov = dict(rec.get("provenance") or {})
             prov.update(wall_s=rec.get("wall_s"), returncode=rec.get("returncode"), parent_argv=list(sys.argv))
@@ -84,6 +89,8 @@ def bench_all(s: Session, cases: list[dict], device: str | None, mode: str, gpu:
         target = run_calibration(s, device, results, host, mode)
     if fit:
         cases = fit_to_device(s, cases, target, device)
+    if target is None:  # a CPU's workloads: planned on this run's micro ceilings, kept for later runs
+        ensure_host_ceilings(s, cases, None, results)
     s.note(f"workloads: the {label} set, {len(cases)} cases" + (
         " (GPU-sized; --cases smoke: the tiny host-bound models)" if label == "gpu" else ""))
     run_workloads(s, cases, target, timeout_s)

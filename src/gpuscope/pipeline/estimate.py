@@ -53,6 +53,13 @@ def estimate_beside(rec: dict, gpu: str | None, derived: bool = True, calibrated
         return {"unavailable": f"the measurement's status is {res.get('status')}"}
     try:
         hw, why = hardware_for_estimate(gpu, res.get("device_name"), calibrated)
+        source = None
+        if hw is None and str(res.get("device") or "").startswith("cpu"):  # pipeline/host_ceilings.py
+            from gpuscope.pipeline.host_ceilings import lookup, missing_why
+
+            found = lookup(rec.get("hostname") or (rec.get("provenance") or {}).get("hostname"), res.get("device_name"))
+            hw, source = found or (None, None)
+            why = why if found else missing_why(res.get("device_name"))
         if hw is None:
             return {"unavailable": why}
         # the probe around the kind's timed phase: a training step's is forward + backward, TTFT's its own
@@ -64,10 +71,12 @@ def estimate_beside(rec: dict, gpu: str | None, derived: bool = True, calibrated
         rows = _rows(rec, hw, derived, at_run, at_ttft)
     except UserError as e:
         return {"unavailable": str(e)}
-    return {"hardware": hw.key, "calibrated": hw.is_calibrated, "host_scale": scale, "host_scale_ttft": ttft_scale,
-            "rows": rows}
+    out = {"hardware": hw.key, "calibrated": hw.is_calibrated, "host_scale": scale, "host_scale_ttft": ttft_scale,
+           "rows": rows}
+    return {**out, "hardware_source": source} if source else out
 
 
 def stored_record(row: dict) -> dict:
     """A store row (Store.get / latest) as the record estimate_beside reads."""
-    return {"case": row["config"], "result": row["result"], "case_id": row.get("key") or row["name"]}
+    return {"case": row["config"], "result": row["result"], "case_id": row.get("key") or row["name"],
+            "hostname": row.get("hostname")}

@@ -13,9 +13,15 @@ FAILED = ("error", "timeout")
 
 
 class Progress:
-    """A loop's progress: the item being measured, then one step done."""
+    """A loop's progress: the item being measured, its phase inside (``phase``, where ``shows_phases``: a case's
+    own process tells them, measure/runner/progress.py), then one step done."""
+
+    shows_phases = False
 
     def item(self, name: str) -> None:
+        pass
+
+    def phase(self, text: str) -> None:
         pass
 
     def advance(self) -> None:
@@ -86,6 +92,8 @@ class Session:
         from gpuscope.store.db import Store
 
         self.store = Store.open(db)
+        self.command = command
+        self.host_ceilings: str | None = None  # a CPU run's: the ceilings it is planned on (pipeline/host_ceilings)
         self.run_id = self.store.new_run(command, list(sys.argv if argv is None else argv))
         self.done = self.store.done_keys() if resume else set()
         self.out: list[dict] = []

@@ -37,6 +37,8 @@ def estimate_table(name: str, est: dict):
         if scale:
             cells.append(_pct(r.get("error_at_run_host")))
         t.add_row(*cells)
+    if est.get("hardware_source"):  # a CPU run: planned on this host's measured ceilings (pipeline/host_ceilings)
+        t.caption = f"estimate on {est['hardware_source']}"
     return t
 
 

@@ -33,6 +33,7 @@ from gpuscope.measure.host.probe import HostProbe
 from gpuscope.measure.models.hf_model import (DTYPES, build_model, cache_bytes, cache_kwarg, case_config,
                                               load_pretrained, model_bytes, out_cache, placement_bytes,
                                               silence_generation, vocab_size)
+from gpuscope.measure.runner import progress
 
 
 def _max_or_none(xs):
@@ -192,7 +193,9 @@ def _warm_up(model, ids, mask, t: dict, deferred, dev: Device, res: dict) -> Non
     # Warm up with the full length: the first generate of G tokens grows the caching allocator's pool for every
     # KV-cache size it meets (cudaMalloc), which would otherwise land in the first timed run. hf-graph also
     # compiles and records its CUDA graphs here (two calls at the timed cache length).
-    for _ in range(2 if engine == "hf-eager" else 3):
+    n = 2 if engine == "hf-eager" else 3
+    for i in range(n):
+        progress.say("warm-up generate", i + 1, n)
         out = _generate(model, ids, mask, G, engine, deferred=deferred)
     out = _generate(model, ids, mask, 1, engine, cache_len=P + G, deferred=deferred)
     del out
@@ -203,7 +206,7 @@ def _time_ttft(model, ids, mask, t: dict, deferred, dev: Device, res: dict) -> l
     """(a) TTFT: prefill + first token through generate, repeated; the host probe and GC pauses around it."""
     ttft, peaks = [], []
     with HostProbe(dev) as ttft_probe, GCPauses() as gcp:
-        for _ in timed_repeats(t["repeats"], t["min_time_s"]):
+        for _ in progress.repeats("timed TTFT", timed_repeats(t["repeats"], t["min_time_s"]), t["repeats"]):
             dev.reset_peak()
             with dev.timer() as tm:
                 out = _generate(model, ids, mask, 1, t["engine"], cache_len=t["prompt"] + t["gen"], deferred=deferred)
@@ -224,7 +227,7 @@ def _time_e2e(model, ids, mask, t: dict, deferred, dev: Device, res: dict) -> tu
     e2e, e2e_wall, peaks, rpeaks, n_out = [], [], [], [], None
     # every timer synchronises: the energy counter covers the repeats' work; the host's load is recorded beside it
     with HostProbe(dev) as probe, PhaseEnergy(dev) as energy, GCPauses() as gcp, HostLoad() as host:
-        for _ in timed_repeats(t["repeats"], t["min_time_s"]):
+        for _ in progress.repeats("timed generate", timed_repeats(t["repeats"], t["min_time_s"]), t["repeats"]):
             dev.reset_peak()
             with dev.timer() as tm:
                 out = _generate(model, ids, mask, t["gen"], t["engine"], deferred=deferred)
@@ -259,7 +262,8 @@ def _time_prefill_forward(model, ids, mask, t: dict, dev: Device, res: dict) -> 
     pf, peaks = [], []
     kw = {"logits_to_keep": 1}
     o = None
-    for _ in range(t["repeats"]):
+    for i in range(t["repeats"]):
+        progress.say("prefill forward", i + 1, t["repeats"])
         o = None
         dev.reset_peak()
         with dev.timer() as tm:
@@ -286,7 +290,8 @@ def _time_decode_forward(model, ids, mask, kw: dict, t: dict, in_dev, dev: Devic
     full_mask = torch.ones(B, P + warm + t["decode_iters"], dtype=mask.dtype, device=in_dev)
     cache_kw = cache_kwarg(model)
     passes = []
-    for _ in range(2):
+    for k in range(2):
+        progress.say("decode-step forwards, pass", k + 1, 2)
         o = model(input_ids=ids, attention_mask=mask, use_cache=True, **kw)
         pkv, nxt, times = out_cache(o), o.logits[:, -1:].argmax(-1), []
         for i in range(warm + t["decode_iters"]):
@@ -333,6 +338,7 @@ def _run_infer(case: dict, dev: Device, state: dict) -> dict:
     torch.manual_seed(int(case.get("seed", 0)))
 
     state["phase"] = "load"
+    progress.say("building the model")
     model, config, res, in_dev = _load_model(case, dev, case_config(case), t)
     ids = torch.randint(0, vocab_size(config), (t["batch"], t["prompt"]), device=in_dev)
     mask = torch.ones_like(ids)

@@ -36,6 +36,7 @@ from gpuscope.measure.models.hf_model import build_model, case_config, model_byt
 from gpuscope.measure.models.master_weights import make_optimizer
 from gpuscope.measure.models.train_step import (PRECISIONS, enable_recompute, grad_scaler, instrumented_step,
                                                 matmul_settings, step_functions)
+from gpuscope.measure.runner import progress
 
 METRIC_FORMULAS = {
     "step_s": "median over `timed_steps` back-to-back timed steps (device events at step boundaries) of "
@@ -145,7 +146,7 @@ def _timed_steps(dev: Device, t: dict, accumulate, fns):
     st = dev.step_timer()
     with HostProbe(dev, "train") as probe, PhaseEnergy(dev) as energy, HostLoad() as host:
         st.start()
-        for _ in timed_repeats(t["steps"], t["min_time_s"]):
+        for _ in progress.repeats("timed step", timed_repeats(t["steps"], t["min_time_s"]), t["steps"]):
             accumulate(-1)
             loss = forward()
             backward(loss)
@@ -164,6 +165,7 @@ def _run_train(case: dict, dev: Device, state: dict) -> dict:
     torch.manual_seed(int(case.get("seed", 0)))
 
     state["phase"] = "load"
+    progress.say("building the model")
     model, config, res = _load_model(case, dev, case_config(case), t)
     _, ac_dtype = PRECISIONS[t["precision"]]
     fused = bool(case.get("fused", True)) and dev.type == "cuda"
@@ -186,12 +188,14 @@ def _run_train(case: dict, dev: Device, state: dict) -> dict:
             backward(loss)
             del loss
 
-    for _ in range(t["warmup"]):
+    for i in range(t["warmup"]):
+        progress.say("warm-up step", i + 1, t["warmup"])
         accumulate(accum)
         opt_step()
     release(dev)
 
     stage[0] = "measure"  # one instrumented step: memory per phase
+    progress.say("instrumented step (memory per phase)")
     phases, loss_warm = _memory_per_phase(dev, model, opt, accumulate, fns)
     res.update(phases)
 

@@ -19,11 +19,13 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections import deque
 from pathlib import Path
 
 from gpuscope.measure.distributed.launch import json_dict_lines
-from gpuscope.measure.runner import lifeline
+from gpuscope.measure.runner import lifeline, progress
 from gpuscope.workloads import case_id, case_name, headline
 
 SCHEMA = "gpuscope.measurement/1"
@@ -48,9 +50,13 @@ def _done_ids(path, retry_failed: bool) -> set[str]:
     return done
 
 
-def child_env() -> dict:
-    """The environment of a case's process: this gpuscope first on the path, tokenizers single-threaded."""
+def child_env(with_progress: bool = False) -> dict:
+    """The environment of a case's process: this gpuscope first on the path, tokenizers single-threaded; with
+    ``with_progress`` it tells its phases on stderr (progress.py)."""
     env = dict(os.environ)
+    env.pop(progress.PROGRESS_ENV, None)  # asked by this suite only, not inherited
+    if with_progress:
+        env[progress.PROGRESS_ENV] = "1"
     env["PYTHONPATH"] = _SRC + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
     env[lifeline.PARENT_ENV] = str(os.getpid())  # run_case dies with this process (lifeline.arm_from_env)
@@ -83,24 +89,74 @@ def _kill_group(proc: subprocess.Popen) -> None:
         proc.kill()
 
 
-def run_one(case: dict, timeout_s: float) -> dict:
-    """Run one case in a subprocess; always returns a record (ok, oom, error or timeout)."""
+def _read_streams(proc: subprocess.Popen, on_progress) -> tuple[list, list]:
+    """Threads that read the case's stdout whole and its stderr line by line as it comes: a progress line goes
+    to ``on_progress``, the others are kept (the last 400). Returns (the threads, [stdout, stderr])."""
+    got: list = ["", ""]
+    tail: deque = deque(maxlen=400)
+
+    def read_out() -> None:
+        got[0] = proc.stdout.read()
+
+    def read_err() -> None:
+        for line in proc.stderr:
+            event = progress.parse(line)
+            if event is None:
+                tail.append(line)
+                continue
+            try:
+                on_progress(event)
+            except Exception:  # noqa: BLE001 - a display's failure never ends the case
+                pass
+        got[1] = "".join(tail)
+
+    threads = [threading.Thread(target=f, daemon=True) for f in (read_out, read_err)]
+    for t in threads:
+        t.start()
+    return threads, got
+
+
+def _communicate(proc: subprocess.Popen, timeout_s: float, on_progress) -> tuple[str, str, bool]:
+    """(stdout, stderr, timed out): the case's output once it ends or ``timeout_s`` passes (then its group is
+    killed); with ``on_progress``, its progress lines are handed over as they come and left out of stderr."""
+    if on_progress is None:
+        try:
+            out, err = proc.communicate(timeout=timeout_s)
+            return out, err, False
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            out, err = proc.communicate()
+            return out, err, True
+    threads, got = _read_streams(proc, on_progress)
+    timed_out = False
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        proc.wait()
+        timed_out = True
+    for t in threads:  # bounded: a grandchild outside the group that still holds a pipe must not hang the suite
+        t.join(timeout=10)
+    return got[0], got[1], timed_out
+
+
+def run_one(case: dict, timeout_s: float, on_progress=None) -> dict:
+    """Run one case in a subprocess; always returns a record (ok, oom, error or timeout). ``on_progress(event)``
+    (optional) gets the case's phases and repeats as they happen (progress.py)."""
     cid = case_id(case, strict=False)
     cmd = [sys.executable, "-m", "gpuscope.measure.runner.run_case", json.dumps(case)]
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env(),
-                            start_new_session=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=child_env(on_progress is not None), start_new_session=True)
     try:
-        out, err = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        _kill_group(proc)
-        out, err = proc.communicate()
-        return {"schema": SCHEMA, "case_id": cid, "case": case,
-                "result": {"status": "timeout", "timeout_s": timeout_s, "stderr_tail": (err or "")[-2000:]},
-                "provenance": _light_provenance(), "wall_s": time.perf_counter() - t0}
+        out, err, timed_out = _communicate(proc, timeout_s, on_progress)
     except BaseException:  # Ctrl-C or any other exit: the case runs in its own session, so end it too
         _kill_group(proc)
         raise
+    if timed_out:
+        return {"schema": SCHEMA, "case_id": cid, "case": case,
+                "result": {"status": "timeout", "timeout_s": timeout_s, "stderr_tail": (err or "")[-2000:]},
+                "provenance": _light_provenance(), "wall_s": time.perf_counter() - t0}
     rec = _last_json(out or "")
     if rec is None:
         rec = {"schema": SCHEMA, "case_id": cid, "case": case,

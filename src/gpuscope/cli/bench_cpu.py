@@ -1,0 +1,56 @@
+"""bench's defaults where the device is a CPU: what is fast there, said on stderr with the reason.
+
+An accelerator's defaults (bf16, a 512-token prompt, 128 generated tokens, 2048-token training sequences) are what
+the planner is validated on; on a CPU they do not finish: bf16 generate ran about 70x slower than fp32 on a 2-core
+x86 host without AMX (gpt2: TTFT 14.4 s against 0.2 s; fp16 matmuls there run at about 2 GFLOP/s), and a 1B
+model's 128 tokens take minutes. So a value not given takes the CPU's default; a value given is kept as given.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from gpuscope.cli import options
+
+ACCEL = {"dtype": "bf16", "precision": "amp-bf16", "prompt": 512, "gen": 128, "seq": 2048, "micro_dtype": None}
+CPU = {"dtype": "fp32", "precision": "fp32", "prompt": 64, "gen": 16, "seq": 256, "micro_dtype": ["fp32"]}
+# the inference case's bare decode-step forwards (measure/llm/infer.py, 20 by default): 8 on a CPU
+CPU_CASE_KEYS = {"infer": {"decode_iters": 8}}
+WHY = ("on a CPU bf16/fp16 run far slower than fp32 (bf16 generate about 70x on a 2-core x86 host) and "
+       "accelerator-sized inputs take minutes")
+
+
+def on_cpu(device: str | None) -> bool:
+    return options.pick_device(device).split(":")[0] == "cpu"
+
+
+def help_for(key: str) -> str:
+    """The '(default X; Y on a CPU)' of an option's help."""
+    show = {k: ",".join(v) if isinstance(v, list) else ("all" if v is None else v) for k, v in
+            (("accel", ACCEL[key]), ("cpu", CPU[key]))}
+    return f"default {show['accel']}, {show['cpu']} on a CPU"
+
+
+def defaults(command: str, device: str | None, **given) -> tuple[dict, str | None]:
+    """(``given`` (flag name -> value, None where not given) with each None replaced by the device's default, the
+    line that says the CPU defaults taken, or None). The caller says the line (``say``) once its inputs are
+    checked, so a bad input stays one sentence."""
+    cpu = on_cpu(device)
+    table = CPU if cpu else ACCEL
+    taken = {k: table[k] for k, v in given.items() if v is None}
+    note = None
+    if cpu and taken:
+        flags = ", ".join(f"--{k.replace('micro_', '')} {','.join(v) if isinstance(v, list) else v}"
+                          for k, v in taken.items())
+        note = f"{command} on a CPU: {flags} (the CPU defaults: {WHY}; pass them to choose)"
+    return {**given, **taken}, note
+
+
+def say(note: str | None) -> None:
+    if note:
+        typer.echo(note, err=True)
+
+
+def case_keys(kind: str, device: str | None) -> dict:
+    """Extra case keys a CPU run takes (fewer bare decode steps), none on an accelerator."""
+    return dict(CPU_CASE_KEYS.get(kind, {})) if on_cpu(device) else {}

@@ -1,0 +1,82 @@
+"""bench on a CPU: the CPU's defaults (fp32, CPU-sized inputs) where a flag is not given, said on stderr; a given
+value kept; a case's phase and repeat told to the suite while it runs (measure/runner/progress.py). The CLI run
+that shows the defaults on stderr and a clean JSON stdout is tests/test_host_ceilings.py's (one run, both checks)."""
+
+from __future__ import annotations
+
+import json
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from gpuscope.cli import bench_cpu  # noqa: E402
+from gpuscope.measure.runner import progress  # noqa: E402
+from gpuscope.measure.runner.suite import child_env, run_one  # noqa: E402
+from gpuscope.workloads.sets import TINY_LLAMA  # noqa: E402
+
+
+def test_defaults_on_a_cpu_take_fp32_and_cpu_sizes_and_keep_what_is_given():
+    got, note = bench_cpu.defaults("bench infer", "cpu", prompt=8, gen=None, dtype=None)
+    assert got == {"prompt": 8, "gen": bench_cpu.CPU["gen"], "dtype": "fp32"}
+    assert note.startswith("bench infer on a CPU: --gen 16, --dtype fp32 (the CPU defaults:") and "--prompt" not in note
+    assert bench_cpu.defaults("bench train", "cpu", seq=None, precision="amp-bf16")[0] == {"seq": 256,
+                                                                                         "precision": "amp-bf16"}
+    assert bench_cpu.defaults("bench micro", "cpu", micro_dtype=None)[0] == {"micro_dtype": ["fp32"]}
+    # nothing taken, nothing said
+    assert bench_cpu.defaults("bench train", "cpu", seq=64, precision="bf16") == ({"seq": 64, "precision": "bf16"},
+                                                                                  None)
+    assert bench_cpu.case_keys("infer", "cpu") == {"decode_iters": 8} and bench_cpu.case_keys("train", "cpu") == {}
+    assert bench_cpu.help_for("dtype") == "default bf16, fp32 on a CPU"
+
+
+def test_progress_lines_parse_and_read_as_phase_and_repeat(monkeypatch, capfd):
+    assert progress.parse("ordinary stderr line\n") is None
+    assert progress.parse(progress.MARK + "{not json\n") is None
+    assert progress.parse(progress.MARK + json.dumps({"i": 1}) + "\n") is None  # no phase
+    assert progress.text({"phase": "timed generate", "i": 2, "n": 3}) == "timed generate 2/3"
+    assert progress.text({"phase": "timed generate", "i": 5, "n": 3}) == "timed generate 5 (>= 3)"  # a time floor
+    assert progress.text({"phase": "building the model"}) == "building the model"
+    monkeypatch.delenv(progress.PROGRESS_ENV, raising=False)
+    progress.say("warm-up", 1, 2)
+    assert capfd.readouterr().err == ""  # nobody asked: nothing written
+    monkeypatch.setenv(progress.PROGRESS_ENV, "1")
+    assert list(progress.repeats("timed step", iter(range(2)), 2)) == [0, 1]
+    lines = capfd.readouterr().err.splitlines()
+    assert [progress.parse(x) for x in lines] == [{"phase": "timed step", "i": 1, "n": 2},
+                                                  {"phase": "timed step", "i": 2, "n": 2}]
+    assert progress.PROGRESS_ENV not in child_env() and child_env(True)[progress.PROGRESS_ENV] == "1"
+
+
+def test_a_case_tells_its_phases_and_repeats_while_it_runs():
+    events: list = []
+    case = {"kind": "infer", "model": "tiny-llama", "config": TINY_LLAMA, "batch": 1, "prompt": 8, "gen": 4,
+            "dtype": "fp32", "repeats": 2, "decode_iters": 2, "device": "cpu"}
+    rec = run_one(case, timeout_s=240, on_progress=events.append)
+    assert rec["result"]["status"] == "ok", rec["result"]
+    phases = [progress.text(e) for e in events]
+    for want in ("building the model", "warm-up generate 1/2", "timed TTFT 1/2", "timed TTFT 2/2",
+                 "timed generate 1/2", "timed generate 2/2", "prefill forward 1/2", "decode-step forwards, pass 2/2"):
+        assert want in phases, phases
+    assert phases.index("timed TTFT 1/2") < phases.index("timed generate 1/2")  # in the order they ran
+    assert progress.MARK not in (rec["result"].get("stderr_tail") or "")
+    # a case stopped by its timeout is still a result when its stderr is read line by line
+    assert run_one(case, timeout_s=0.3, on_progress=events.append)["result"]["status"] == "timeout"
+
+
+@pytest.mark.parametrize("args, flag", [
+    (("bench", "infer", "--model", "llama-3.2-1b", "--prompt", "0", "--device", "cpu"), "prompt"),
+    (("bench", "infer", "--model", "llama-3.2-1b", "--dtype", "fp6", "--device", "cpu"), "dtype"),
+    (("bench", "train", "--model", "llama-3.2-1b", "--seq", "-4", "--device", "cpu"), "seq"),
+    (("bench", "train", "--model", "llama-3.2-1b", "--precision", "int3", "--device", "cpu"), "precision"),
+    (("bench", "micro", "--dtype", "fp64", "--device", "cpu"), "dtype"),
+])
+def test_bad_inputs_beside_the_cpu_defaults_are_one_sentence(args, flag, tmp_path, capsys):
+    from gpuscope.cli import main
+
+    with pytest.raises(SystemExit) as e:  # in this process: the checks run before anything is measured
+        main([*args, "--db", str(tmp_path / "r.sqlite")])
+    err = capsys.readouterr().err
+    assert e.value.code == 2, err
+    assert "Traceback" not in err and flag in err
+    assert err.strip().count("\n") == 0, err  # one sentence: the CPU defaults' note is said only after the checks

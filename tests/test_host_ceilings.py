@@ -1,0 +1,110 @@
+"""A CPU run gets an estimate beside it with no manual step: this host's ceilings measured once, kept under the
+gpuscope home, reused by later runs and by `results compare`, and said as such (pipeline/host_ceilings.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from gpuscope.pipeline import host_ceilings  # noqa: E402
+from gpuscope.pipeline.estimate import estimate_beside  # noqa: E402
+from gpuscope.workloads.sets import TINY_LLAMA  # noqa: E402
+
+FAKE_MICRO = [{"status": "ok", "bench": "matmul", "dtype": "fp32", "tflops": 0.04},
+              {"status": "ok", "bench": "matmul", "dtype": "bf16", "tflops": 0.09},
+              {"status": "ok", "bench": "memory", "op": "copy", "gbs": 9.5},
+              {"status": "oom", "bench": "matmul", "dtype": "fp16"}]
+
+
+def _cli(home, *args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, GPUSCOPE_HOME=str(home))
+    return subprocess.run([sys.executable, "-m", "gpuscope", *args], capture_output=True, text=True, timeout=300,
+                          env=env)
+
+
+def test_kept_ceilings_are_found_for_this_host_only_and_say_when_and_by_what(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPUSCOPE_HOME", str(tmp_path))
+    name = "x86_64"
+    assert host_ceilings.lookup(socket.gethostname(), name) is None
+    path = host_ceilings.save("cpu", "`gpuscope bench infer` (run 7)", FAKE_MICRO)
+    assert path.parent == tmp_path / "calibrated" and path.name.startswith("host-")
+    from gpuscope.pipeline.micro import open_device
+
+    name = open_device("cpu").device_name()
+    hw, line = host_ceilings.lookup(socket.gethostname(), name)
+    assert hw.peak("fp32") == pytest.approx(0.04) and hw.peak("bf16") == pytest.approx(0.09)
+    assert not hw.supports("fp16")  # not measured (an OOM result): no rate made up for it
+    assert line.startswith(f"this host's measured ceilings ({path}), measured 20") and \
+        line.endswith("by `gpuscope bench infer` (run 7)")
+    assert host_ceilings.lookup("some-other-host", name) is None  # another host's CPU: not planned on ours
+    path.write_text("not = [toml")  # a file broken by hand is measured again, not a traceback
+    assert host_ceilings.lookup(socket.gethostname(), name) is None
+
+
+def test_a_cpu_record_without_kept_ceilings_says_why_and_how_it_gets_them(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPUSCOPE_HOME", str(tmp_path))
+    rec = {"case": {"kind": "infer"}, "result": {"status": "ok", "device": "cpu", "device_name": "x86_64"},
+           "hostname": socket.gethostname()}
+    why = estimate_beside(rec, None)["unavailable"]
+    assert "no ceilings measured for this host's CPU" in why and "next `gpuscope bench` run" in why
+
+
+@pytest.fixture(scope="module")
+def first_runs(tmp_path_factory):
+    """One bench infer on the CPU into an empty home (it measures the ceilings), a second (it reuses them), and
+    results compare over both: the runs every test below reads."""
+    d = tmp_path_factory.mktemp("hc")
+    home, db, cfg = d / "home", str(d / "r.sqlite"), d / "config.json"
+    cfg.write_text(json.dumps(TINY_LLAMA))
+    common = ("--model", str(cfg), "--prompt", "8", "--repeats", "1", "--device", "cpu", "--db", db)
+    first = _cli(home, "bench", "infer", *common, "--json")  # --gen and --dtype: the CPU's defaults
+    files = sorted((home / "calibrated").glob("host-*.toml"))
+    stamp = files[0].stat().st_mtime_ns if files else None
+    second = _cli(home, "bench", "infer", *common, "--gen", "5")
+    compare = _cli(home, "results", "compare", "--db", db, "--json")
+    return {"first": first, "second": second, "compare": compare, "files": files, "stamp": stamp}
+
+
+def test_the_first_cpu_run_takes_the_cpu_defaults_measures_the_ceilings_and_keeps_json_clean(first_runs):
+    r = first_runs["first"]
+    assert r.returncode == 0, r.stderr[-2000:]
+    doc = json.loads(r.stdout)  # stdout is the JSON document alone (notes and progress stay on stderr)
+    (m,) = doc["measurements"]
+    res = m["result"]
+    assert (res["dtype"], res["prompt"], res["gen"]) == ("fp32", 8, 16)  # --prompt kept, --gen/--dtype the CPU's
+    assert "bench infer on a CPU: --gen 16, --dtype fp32 (the CPU defaults:" in r.stderr
+    assert "@gpuscope-progress" not in r.stderr  # no terminal: no status line, and no raw progress line either
+    est = m["estimate"]
+    assert "rows" in est, est  # planned on the ceilings this run measured, not "no estimate"
+    assert est["hardware_source"].startswith("this host's measured ceilings") and "bench infer" in \
+        est["hardware_source"]
+    assert any(x["metric"].endswith("_s") and x["error"] is not None for x in est["rows"]), est["rows"]
+    (path,) = first_runs["files"]
+    assert path.stat().st_mtime_ns == first_runs["stamp"]  # the second run read it, did not write it again
+
+
+def test_a_later_run_reuses_them_and_says_so_under_its_table(first_runs):
+    r = first_runs["second"]
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "measuring this host's ceilings once" not in r.stderr
+    assert "CPU workloads planned on this host's measured ceilings" in r.stderr
+    assert "estimate on this host's measured ceilings" in r.stderr  # the table's caption
+    assert "no estimate" not in r.stderr
+
+
+def test_results_compare_shows_the_cpu_rows_with_errors_and_where_they_were_planned(first_runs):
+    r = first_runs["compare"]
+    assert r.returncode == 0, r.stderr[-2000:]
+    doc = json.loads(r.stdout)
+    assert not doc["skipped"], doc["skipped"]
+    assert any(x["error"] is not None for x in doc["rows"])
+    (src,) = doc["hardware_sources"]
+    assert src.startswith("this host's measured ceilings") and len(doc["hardware_sources"][src]) == 2
