@@ -214,3 +214,4 @@ def _lora(ctx, model, gpu, w, econ, src: Sources, lora, as_json, as_md) -> None:
                      optimizer=w.optimizer, tokens=w.tokens, prices=load_prices(src.prices),
                      usd_per_kwh=econ.usd_per_kwh, pue=econ.pue)
     print_compare(c.to_json(), as_json, as_md, o.console(160))
+__import__("gpuscope.cli.compare_diffusion", fromlist=["register"]).register(cmp_app)  # `compare diffusion`

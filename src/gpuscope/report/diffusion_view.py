@@ -63,19 +63,21 @@ def render_plan(d: dict, console) -> None:
         console.print(f"[dim]- {a}[/dim]")
 
 
-COMPARE_COLUMNS = ("gpu", "fits", "peak", "step", "total", "throughput", "usd_per_1k", "j_per_unit", "bound")
+def _usd(x) -> str:
+    return "-" if x is None else f"{x:,.2f}"
 
 
 def compare_grid(rows: list[dict], video: bool) -> tuple[list[str], list[list[str]]]:
     unit = "clip" if video else "image"
     header = ["GPU", "fits", "peak", "step", "call", "s/clip" if video else "images/s",
-              f"$ / 1,000 {unit}s", f"J / {unit}", "step bound"]
+              f"$ / 1k {unit}s cloud", f"$ / 1k {unit}s owned", f"J / {unit}", "step bound"]
     grid = []
     for r in rows:
         thr = r.get("s_per_clip") if video else r.get("images_per_s")
-        grid.append([r["gpu"], "yes" if r["fits"] else "NO", _gib(r["peak_bytes"]), _s(r["step_s"]), _s(r["total_s"]),
+        fit = "yes" if r["fits"] else ("with fix" if r.get("fits_with") else "NO")
+        grid.append([r["gpu"], fit, _gib(r["peak_bytes"]), _s(r["step_s"]), _s(r["total_s"]),
                      "-" if thr is None else f"{thr:,.3f}",
-                     "-" if r.get("usd_per_1k") is None else f"{r['usd_per_1k']:,.2f} ({r['usd_basis']})",
+                     _usd(r.get("usd_per_1k_cloud")), _usd(r.get("usd_per_1k_owned")),
                      "-" if r.get("j_per_unit") is None else f"{r['j_per_unit']:,.0f}", r["step_bound"]])
     return header, grid
 
