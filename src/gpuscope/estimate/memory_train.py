@@ -85,8 +85,7 @@ def train_memory(m: ModelSpec, pc: ParamCounts, *, micro_batch: int, seq: int, p
     T, V, h = micro_batch * seq, m.vocab_size, m.hidden_size
     layer_p = [layer_params(m, i) for i in range(m.num_layers)]
     r = _resident(m, pc, layer_p, w_b, optimizer, offload, Precision.parse(precision, "precision"))
-    # 16-bit weight copies autocast makes (matmul weights: all but norms; embedding lookups are not autocast).
-    # With offload the weights already are 16 bit: no copies.
+    # 16-bit weight copies autocast makes (matmul weights, not norms or embedding lookups); none under offload
     copy_b = 2.0 if (amp and offload == "none") else 0.0
     copies = [(lp.attention + lp.mlp) * copy_b for lp in layer_p]
     head_copy = V * h * copy_b
@@ -121,9 +120,7 @@ def train_memory(m: ModelSpec, pc: ParamCounts, *, micro_batch: int, seq: int, p
         walk.append(r.rest + alive[i] + recomputed + g_done + bwd_work)
         g_done += r.grads[i] if (offload == "none" and not accum_grads) else 0.0
     bwd_end = r.rest + r.grads_total + layer_input + _tied_embedding_grads(pc, amp) * (pc.embedding * r.gpu_w_b)
-    state_b = Precision.parse(precision, "precision").state_bytes  # what the optimizer updates: its dtype
-    foreach_tmp = 0.0 if (fused or optimizer == "sgd" or offload != "none") else pc.total * state_b
-    foreach_tmp += master_step_bytes(pc, precision)
+    foreach_tmp = _step_temporaries(pc, precision, optimizer, fused, offload)
     phases = {"forward": forward_peak, "backward": max([bwd_start, bwd_end] + walk),
               "optimizer": r.rest + (r.grads_total if offload == "none" else 0.0) + foreach_tmp}
     peak, at = max(phases.values()), max(phases, key=phases.get)
@@ -141,6 +138,14 @@ def train_memory(m: ModelSpec, pc: ParamCounts, *, micro_batch: int, seq: int, p
     if at == "backward":
         breakdown["backward_working_set"] = peak - sum(breakdown.values())
     return TrainMemory(phases=phases, breakdown=breakdown, host_bytes=r.host)
+
+
+def _step_temporaries(pc: ParamCounts, precision: str, optimizer: str, fused: bool, offload: str) -> float:
+    """The optimizer step's temporaries (module docstring): a foreach AdamW's one list the size of what it updates
+    (in that dtype), and bf16-master's fp32 gradient bucket."""
+    state_b = Precision.parse(precision, "precision").state_bytes
+    foreach = 0.0 if (fused or optimizer == "sgd" or offload != "none") else pc.total * state_b
+    return foreach + master_step_bytes(pc, precision)
 
 
 @dataclass(frozen=True)
@@ -224,7 +229,7 @@ def fsdp_train_memory(m: ModelSpec, pc: ParamCounts, *, num_gpus: int, micro_bat
     - optimizer step: the shards' parameters, states and gradients, and with a foreach (``fused`` False) AdamW its
       one full-size temporary list (``_foreach_sqrt(exp_avg_sqs)``, module docstring) over the local shards: + P / N
       in the shards' dtype. Derived from torch/optim/adam.py, not yet checked against an FSDP2 allocator snapshot
-      (issue 26 item 1: FSDP2 + foreach AdamW read 15-16% above a plan that lacked it; two GPUs were not lent since).
+      (FSDP2 with foreach AdamW on two H200s peaked at the optimizer step 15-16% above a plan that lacked it).
     """
     N = num_gpus
     P = pc.total
