@@ -144,7 +144,7 @@ def test_report_draws_every_chart_with_no_network_and_no_console_error(browser, 
     ids = browser.execute_script("return Array.from(document.querySelectorAll('section')).map(s => s.id)")
     assert {"accuracy", "scaling", "collectives", "provenance"} <= set(ids)
     assert sum(i.startswith("roofline-") for i in ids) == 2  # this CPU's, and the H200's
-    assert total == 5  # predicted vs measured, two rooflines, scaling, collectives
+    assert total == 6  # predicted vs measured and the errors, two rooflines, scaling, collectives
     traces = browser.execute_script("return document.querySelectorAll('#accuracy .scatterlayer .trace').length")
     assert traces >= 4  # the two bands, the y = x lines, the measured rows
     assert _console_errors(browser) == []

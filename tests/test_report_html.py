@@ -64,7 +64,9 @@ def test_every_figure_of_a_command_is_a_valid_plotly_figure():
             _json("plan", "train", "--model", "llama-3.2-1b", "--gpu", "h200", "--seq", "1024", "--ops"),
             _json("compare", "--model", "llama-3.1-8b", "--gpu", "h200,h100,rtx-4090", "infer", "--no-db"),
             _json("advise", "infer", "--model", "llama-3.1-8b", "--no-db"),
-            _json("plan", "train", "--model", "llama-3.1-8b", "--gpu", "h100", "--num-gpus", "8", "--search")]
+            _json("plan", "train", "--model", "llama-3.1-8b", "--gpu", "h100", "--num-gpus", "8", "--search"),
+            _json("plan", "serve", "--model", "llama-3.1-8b", "--gpu", "h200", "--requests", "64", "--prompt", "256",
+                  "--gen", "32", "--curve")]
     n = 0
     for doc in docs:
         figs = [f for s in sections_for(doc) for f in s.figures if f]
@@ -72,7 +74,9 @@ def test_every_figure_of_a_command_is_a_valid_plotly_figure():
         for f in figs:
             _valid(f)
             n += 1
-    assert n >= 10
+    assert n >= 12
+    serve = figures.serve_curve_figure(docs[-1])
+    assert [len(t["x"]) for t in serve["data"]] == [len(docs[-1]["curve"])] * 4 and docs[-1]["curve"]
 
 
 def test_time_figure_stacks_the_estimates_operations(tmp_path):
@@ -110,6 +114,9 @@ def test_report_rows_are_results_compare_rows(store_db):
     _valid(fig)
     plotted = sum(len(t["x"]) for t in fig["data"] if t.get("customdata"))
     assert plotted == sum(1 for r in acc if r["error"] is not None)
+    err = measured.error_figure(acc)
+    _valid(err)
+    assert sorted(x for t in err["data"] for x in t["x"]) == sorted(r["error"] * 100 for r in acc)
 
 
 def test_roofline_points_and_ceilings_of_stored_rows(store_db):

@@ -67,6 +67,13 @@ FORMS: tuple[Form, ...] = (
         Field("--zero", "ZeRO stage", "0", ("0", "1", "2", "3")), Field("--fsdp", "FSDP full shard", check=True),
         _n("--lora-r", "LoRA rank (empty: full training)"),
         Field("--ops", "per-operation breakdown", "1", check=True))),
+    Form("plan-serve", "Plan serving", ("plan", "serve"), (
+        MODEL, Field("--gpu", "GPU", "h200"), _n("--requests", "requests", "200"),
+        _n("--prompt", "prompt tokens", "512"),
+        _n("--gen", "generated tokens", "128"), _n("--rate", "rate (requests/s; empty: offline)"),
+        _n("--concurrency", "concurrency (clients)"), Field("--engine", "engine", "transformers",
+                                                             ("transformers", "vllm", "trtllm")),
+        _n("--tp", "tensor parallel", "1"), Field("--curve", "latency-throughput curve", "1", check=True))),
     Form("compare-infer", "Compare hardware: inference", ("compare", "infer"), (
         MODEL, COMPARE_GPUS, *INFER, Field("--dtype", "dtype", "auto", ("auto",) + WEIGHT_DTYPES),
         Field("--engine", "engine", "graph", ("graph", "hf-graph", "eager")))),

@@ -169,3 +169,44 @@ def search_figure(doc: dict, top: int = 20) -> dict | None:
                               "<extra></extra>"}]
     return {"data": data, "layout": layout(f"Best {len(ranked)} layouts by tokens/s", showlegend=False,
                                            yaxis={"title": {"text": "tokens/s (all GPUs)"}})}
+
+
+SERVE_LATENCY = (("ttft_p50_s", "TTFT p50", "solid"), ("ttft_p99_s", "TTFT p99", "dash"),
+                 ("tpot_p50_s", "TPOT p50", "solid"), ("tpot_p99_s", "TPOT p99", "dash"))
+
+
+def serve_curve_figure(doc: dict) -> dict | None:
+    """Serving latency against throughput (plan serve --json): each Poisson rate of its ``curve`` (--curve) as a
+    point of output tokens/s and TTFT / TPOT percentiles, TTFT on the left panel and TPOT on the right; without a
+    curve, the one load the plan simulated."""
+    pts = doc.get("curve") or [{"output_tokens_per_s": doc["throughput"]["output_tokens_per_s"],
+                                "rate_requests_per_s": doc["inputs"].get("rate"),
+                                **{k: doc["latency"].get(k) for k, _, _ in SERVE_LATENCY}}]
+    data = []
+    for key, name, dash in SERVE_LATENCY:
+        axis = "" if key.startswith("ttft") else "2"
+        xs = [p["output_tokens_per_s"] for p in pts if p.get(key) is not None]
+        ys = [p[key] * 1e3 for p in pts if p.get(key) is not None]
+        rates = [p.get("rate_requests_per_s") or 0 for p in pts if p.get(key) is not None]
+        data.append({"type": "scatter", "mode": "lines+markers", "name": name, "x": xs, "y": ys,
+                     "xaxis": f"x{axis}", "yaxis": f"y{axis}", "line": {"dash": dash}, "customdata": rates,
+                     "hovertemplate": f"{name}: %{{y:.1f}} ms at %{{x:,.0f}} output tok/s "
+                                      "(%{customdata:.2f} req/s)<extra></extra>"})
+    axes = {"xaxis": {"title": {"text": "output tokens/s"}, "domain": [0, 0.46], "anchor": "y"},
+            "yaxis": {"title": {"text": "TTFT (ms)"}, "anchor": "x"},
+            "xaxis2": {"title": {"text": "output tokens/s"}, "domain": [0.54, 1], "anchor": "y2"},
+            "yaxis2": {"title": {"text": "TPOT (ms)"}, "anchor": "x2"}}
+    return {"data": data, "layout": layout(f"Serving latency vs throughput: {doc['model']} on {doc['hardware']} "
+                                           f"({doc['inputs'].get('engine')})", **axes)}
+
+
+def serve_memory_figure(doc: dict) -> dict:
+    """Where a serving engine's memory goes (plan serve --json memory): weights, KV cache, activation reserve."""
+    mem = doc["memory"]
+    parts = [("weights", mem.get("weights_bytes")), ("KV cache", mem.get("kv_cache_bytes")),
+             ("activation reserve", mem.get("activation_reserve_bytes"))]
+    data = [{"type": "bar", "name": n, "x": ["engine memory"], "y": [v / GIB],
+             "hovertemplate": f"{n}: %{{y:.2f}} GiB<extra></extra>"} for n, v in parts if v]
+    total = mem["device_total_bytes"] / GIB
+    return {"data": data, "layout": layout(f"Serving memory per GPU: of {total:.1f} GiB", barmode="stack",
+                                           yaxis={"title": {"text": "GiB"}})}

@@ -125,3 +125,28 @@ def collectives_figure(points: list[dict]) -> dict | None:
     return {"data": data, "layout": layout("Collectives: bus bandwidth by message size",
                                            xaxis={"type": "log", "title": {"text": "message bytes"}},
                                            yaxis={"type": "log", "title": {"text": "bus bandwidth (GB/s)"}})}
+
+
+def error_figure(rows: list[dict]) -> dict | None:
+    """Each row's error (estimated - measured) / measured in percent, one strip per metric (every row a point,
+    hover naming it), over the 5% (memory) and 15% (time) target bands."""
+    mine = [r for r in rows if r.get("error") is not None and group(r["metric"])]
+    if not mine:
+        return None
+    metrics = sorted({r["metric"] for r in mine}, key=lambda m: (group(m), m))
+    data = []
+    for metric in metrics:
+        pts = [r for r in mine if r["metric"] == metric]
+        data.append({"type": "box", "name": metric, "orientation": "h", "boxpoints": "all", "jitter": 0.6,
+                     "pointpos": 0, "fillcolor": "rgba(0,0,0,0)", "line": {"color": "rgba(0,0,0,0.35)"},
+                     "x": [r["error"] * 100 for r in pts], "y": [metric] * len(pts),
+                     "text": [f"{r['case']} (id {r.get('id', '')})" for r in pts],
+                     "hovertemplate": "%{text}<br>error %{x:+.1f}%<extra></extra>"})
+    bands = [{"type": "rect", "xref": "x", "yref": "paper", "x0": -100 * tol, "x1": 100 * tol, "y0": 0, "y1": 1,
+              "fillcolor": color, "line": {"width": 0}, "layer": "below"}
+             for tol, color in ((TIME_TOLERANCE, "rgba(60,120,200,0.12)"), (MEMORY_TOLERANCE, "rgba(60,160,60,0.2)"))]
+    return {"data": data, "layout": layout(f"Error of every row: bands {MEMORY_TOLERANCE:.0%} (memory) and "
+                                           f"{TIME_TOLERANCE:.0%} (time)", showlegend=False, shapes=bands,
+                                           height=max(300, 60 * len(metrics) + 120),
+                                           xaxis={"title": {"text": "error (%): (estimated - measured) / measured"},
+                                                  "zeroline": True}, yaxis={"automargin": True})}

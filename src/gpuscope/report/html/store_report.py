@@ -22,8 +22,12 @@ def _driver(prov: dict):
 def provenance_section(rows: list[dict], runs: list[dict]) -> Section:
     """The runs (command, arguments, host) and, per measurement, the versions, device, git sha and benchmark
     version it was recorded with."""
-    by_run = [[r["run_id"], r["started_utc"], r["command"], " ".join(r["argv"])[:160], r["hostname"],
-               sum(1 for x in rows if x["run_id"] == r["run_id"])] for r in runs]
+    by_run = []
+    for r in runs:
+        mine = [x for x in rows if x["run_id"] == r["run_id"]]
+        when = sorted((x.get("provenance") or {}).get("timestamp_utc") or x["created_utc"] for x in mine)
+        by_run.append([r["run_id"], f"{when[0]} .. {when[-1]}" if when else r["started_utc"], r["command"],
+                       " ".join(r["argv"])[:160], r["hostname"], len(mine)])
     cells = []
     for r in rows:
         p = r.get("provenance") or {}
@@ -34,7 +38,8 @@ def provenance_section(rows: list[dict], runs: list[dict]) -> Section:
                       r.get("benchmark_version") or "-"])
     cols = ["id", "run", "measurement", "status", "device", "host", "measured (UTC)",
             *[k for k, _ in PROVENANCE_KEYS], "git sha", "benchmark"]
-    html = (table(["run", "started (UTC)", "command", "arguments", "host", "measurements"], by_run, numeric=(5,))
+    html = (table(["run", "measured (UTC, first .. last)", "command", "arguments", "host", "measurements"], by_run,
+                  numeric=(5,))
             + table(cols, cells, numeric=(0,), fold=f"each measurement's provenance ({len(cells)} rows)"))
     return Section("Provenance", id="provenance", html=html,
                    notes=["Each run's command, and each measurement's device, software versions, git commit and "
@@ -57,7 +62,8 @@ def accuracy_section(rows: list[dict], gpu: str | None, calibrated: bool) -> Sec
     notes += [f"{k}: {v['within']} of {v['of']} within {v['band']:.0%}" for k, v in summary.items()]
     whys = sorted({s["why"] for s in skipped})
     notes += [f"{sum(1 for s in skipped if s['why'] == w)} measurement(s) without an estimate: {w}" for w in whys]
-    return Section("Predicted vs measured", [m.accuracy_figure(acc)], notes, _accuracy_table(acc) if acc else "",
+    return Section("Predicted vs measured", [m.accuracy_figure(acc), m.error_figure(acc)], notes,
+                   _accuracy_table(acc) if acc else "",
                    id="accuracy")
 
 
@@ -91,14 +97,15 @@ def scaling_sections(rows: list[dict]) -> list[Section]:
 
 
 def store_sections(store, run: str | None = None, kind: str | None = None, gpu: str | None = None,
-                   calibrated: bool = False) -> tuple[list[Section], list[str]]:
-    """(sections, intro lines) of the page of ``store`` (one run and/or kind of it)."""
+                   calibrated: bool = False, source: str | None = None) -> tuple[list[Section], list[str]]:
+    """(sections, intro lines) of the page of ``store`` (one run and/or kind of it; ``source``: what the intro
+    names as where the measurements come from, default the database's path)."""
     rows = d.select(store, run, kind)
     run_ids = {r["run_id"] for r in rows}
     runs = [dict(r, argv=json.loads(r["argv_json"])) for r in
             store.conn.execute("SELECT * FROM runs ORDER BY started_utc") if r["run_id"] in run_ids]
     kinds = sorted({r["kind"] for r in rows})
-    intro = [f"{len(rows)} measurements ({', '.join(kinds)}) of {len(run_ids)} run(s) from {store.path}"
+    intro = [f"{len(rows)} measurements ({', '.join(kinds)}) of {len(run_ids)} run(s) from {source or store.path}"
              + (f", run {run}" if run else "") + (f", kind {kind}" if kind else "") + "."]
     sections = [accuracy_section(rows, gpu, calibrated), *roofline_sections(rows, gpu), *scaling_sections(rows),
                 provenance_section(rows, runs)]
@@ -106,12 +113,13 @@ def store_sections(store, run: str | None = None, kind: str | None = None, gpu: 
 
 
 def write_store_report(db: str | None, out: str, run: str | None = None, kind: str | None = None,
-                       gpu: str | None = None, calibrated: bool = False, title: str = "gpuscope report") -> None:
+                       gpu: str | None = None, calibrated: bool = False, title: str = "gpuscope report",
+                       source: str | None = None) -> None:
     """Write the page of the results database ``db`` to ``out``."""
     from gpuscope.report.html.page import plotly_js, write_page
     from gpuscope.store.db import Store
 
     plotly_js()  # says plotly is missing before any work
     with Store.open(db) as st:
-        sections, intro = store_sections(st, run, kind, gpu, calibrated)
+        sections, intro = store_sections(st, run, kind, gpu, calibrated, source)
     write_page(out, title, sections, intro)

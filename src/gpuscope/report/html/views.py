@@ -86,9 +86,31 @@ def advise_sections(doc: dict) -> list[Section]:
                     + (table(["ruled out", "why"], ruled) if ruled else ""))]
 
 
+def serve_sections(doc: dict) -> list[Section]:
+    """A serving plan (plan serve --json: schema gpuscope.estimate/1, kind serve): throughput, latency, capacity,
+    the latency-throughput curve (--curve) and the engine's memory."""
+    th, lat, cap = doc["throughput"], doc["latency"], doc["capacity"]
+    rows = [["output tokens/s", f"{th['output_tokens_per_s']:,.1f}"], ["requests/s", f"{th['requests_per_s']:,.2f}"],
+            ["TTFT p50 / p99", f"{_ms(lat.get('ttft_p50_s'))} / {_ms(lat.get('ttft_p99_s'))}"],
+            ["TPOT p50 / p99", f"{_ms(lat.get('tpot_p50_s'))} / {_ms(lat.get('tpot_p99_s'))}"],
+            ["max concurrent sequences", f"{cap['max_concurrent_sequences']:,}"],
+            ["KV cache",
+             f"{doc['memory']['kv_cache_bytes'] / GIB:,.2f} GiB ({cap.get('kv_cache_tokens', 0):,} tokens)"]]
+    inputs = ", ".join(f"{k}={v}" for k, v in doc.get("inputs", {}).items() if v not in (None, False, 0.0))
+    return [Section(f"Serving: {doc['model']} on {doc['hardware']}", id="serve", notes=[f"inputs: {inputs}"],
+                    html=table(["figure", "value"], rows, numeric=(1,))),
+            Section("Latency vs throughput", [f.serve_curve_figure(doc)], id="serve-curve",
+                    notes=["Each point a Poisson arrival rate the plan simulated (plan serve --curve)."
+                           if doc.get("curve") else "The one load planned (plan serve --curve draws a curve)."]),
+            Section("Serving memory", [f.serve_memory_figure(doc)], id="serve-memory"),
+            Section("Assumptions", notes=list(doc.get("assumptions", [])), id="assumptions")]
+
+
 def sections_for(doc: dict) -> list[Section]:
-    """The sections of any of the three documents, chosen by its schema."""
+    """The sections of any of the documents, chosen by its schema (and kind)."""
     schema = doc.get("schema", "")
+    if schema.startswith("gpuscope.estimate") and doc.get("kind") == "serve":
+        return serve_sections(doc)
     if schema.startswith("gpuscope.estimate"):
         return estimate_sections(doc)
     if schema.startswith("gpuscope.compare"):
