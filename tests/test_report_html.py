@@ -185,3 +185,10 @@ def test_page_escapes_text():
 
     page = render_page("<t>", [Section("<s>", notes=["<script>x</script>"], html=table(["<c>"], [["<v>"]]))])
     assert "<script>x</script>" not in page and "&lt;script&gt;x" in page and "&lt;v&gt;" in page
+
+
+def test_a_figure_with_nan_or_infinity_is_still_json():
+    from gpuscope.report.html.page import chart
+
+    fig = {"data": [{"type": "scatter", "x": [1.0, 2.0], "y": [float("nan"), float("inf")]}], "layout": {}}
+    assert "NaN" not in chart(fig) and "Infinity" not in chart(fig) and "[null, null]" in chart(fig)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -64,9 +65,21 @@ def table(columns: list[str], rows: list[list], numeric: tuple[int, ...] = (), f
     return f"<details><summary>{esc(fold)}</summary>{out}</details>" if fold else out
 
 
+def finite(x):
+    """``x`` with every NaN or infinity (a figure of a division by a zero time) as None, which plotly leaves out:
+    JSON has no NaN, and the browser's JSON.parse refuses it."""
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [finite(v) for v in x]
+    return x
+
+
 def chart(fig: dict) -> str:
     """A chart's placeholder: the figure's JSON in an attribute, drawn by gsDraw."""
-    return f'<div class="gs-chart" data-figure="{esc(json.dumps(fig, default=float, allow_nan=False))}"></div>'
+    return f'<div class="gs-chart" data-figure="{esc(json.dumps(finite(fig), default=float, allow_nan=False))}"></div>'
 
 
 def render_sections(sections: list[Section]) -> str:
