@@ -45,6 +45,7 @@ class ServeEngine:
     safety_margin: float = 0.0  # fraction of blocks below which no new prompt is admitted
     decode_graph: bool = True  # decode steps replayed from CUDA graphs (no launch cost per kernel)
     dense_masked_attention: bool = False  # transformers paged|sdpa: one SDPA over the packed batch, dense mask
+    eager_scores: bool = False  # transformers paged|eager: the scores as two GEMMs, mask add and fp32 softmax
     # host time per step outside the kernels, in series with the GPU (a synchronous loop) or overlapped (async)
     host_step_s: float = 0.0
     host_per_request_s: float = 0.0
@@ -58,13 +59,15 @@ class ServeEngine:
     source: str = ""
 
 
-# transformers CB host costs per step (sync loop, paged|sdpa): the scheduler and prepare_batch_tensors walk every
-# request in Python (~40 us each with its mask block of ~4 small kernels at the eager launch cost), and
-# get_read_indices builds a Python list of every cached position read (list.extend(range) and torch.tensor of
-# the list: ~15 ns a position); a fixed ~1.5 ms for the loop, the update and the device-to-host copy of the tokens.
-TRANSFORMERS_HOST = dict(host_step_s=1.5e-3, host_per_request_s=40e-6, host_per_kv_token_s=15e-9,
+# transformers CB host work per step, in series with the GPU (a synchronous loop): the scheduler, prepare_batch_tensors
+# (Python per request, its mask block) and update_batch: 17 us a request; the read-index list of every cached position
+# read (list.extend per block, then torch.tensor of the list): 150 ns a KV token; 0.3 ms a step (0.11 measured, plus the
+# device copies and the step's synchronisation, assumed). Measured on a loaded 2-core CPU with transformers 5.17:
+# research/results/2026-12-02-cpu-serve-host (research/scripts/gpu_serve_cb.py measures it on a GPU's host).
+TRANSFORMERS_HOST = dict(host_step_s=0.3e-3, host_per_request_s=17e-6, host_per_kv_token_s=150e-9,
                          host_overlapped=False)
-
+# vLLM and TensorRT-LLM: host work per step assumed (not measured), overlapped with the GPU (V1's and the PyTorch
+# backend's overlapping schedulers); at the batch sizes of research/tests/test_published_serve.py it never binds.
 ENGINES = {
     "transformers": ServeEngine("transformers", 256, "transformers", 0.9, 1024, 8192, safety_margin=0.15,
                                 decode_graph=False, dense_masked_attention=True, **TRANSFORMERS_HOST,
@@ -87,8 +90,10 @@ def serve_engine(name: str, hw=None, *, attn: str = "sdpa", sampling: bool = Fal
     if key == "vllm" and hw is not None and (hw.device_total_bytes < 70 * GIB or "a100" in hw.key):
         e = replace(e, max_num_seqs=256, max_batched_tokens=2048)
     if key == "transformers":
-        if attn not in ("sdpa", "flash"):
-            raise UserError(f"--attn '{attn}' is not one of sdpa, flash.")
+        if attn not in ("sdpa", "eager", "flash"):
+            raise UserError(f"--attn '{attn}' is not one of sdpa, eager, flash.")
+        if attn == "eager":  # paged|eager: as paged|sdpa, the scores through matmul, mask add, softmax, matmul
+            e = replace(e, eager_scores=True, source="transformers 5.17 continuous batching, paged|eager")
         if sampling:
             e = replace(e, mem_fraction=0.8)  # resolve_max_memory_percent: 0.8 with logits processors
         if requests:

@@ -14,6 +14,8 @@ A step is split into what grows with its tokens and what grows with the context 
   with causal FLOPs counted, so x 2 for computed pairs), plus the copies it makes each layer: the cache read-back
   (index_select of K and V: read + write N_k tokens), repeat_kv out to every query head, the mask
   (M x N_k in the activation dtype) written and read, at roofline.ELEMENTWISE_BW_FRACTION of the copy bandwidth;
+  paged|eager: the same copies, the scores as two batched GEMMs and ~24 bytes of traffic a score (mask add, fp32
+  softmax, cast: ops.py's eager attention);
 - the host: eager steps launch every kernel from Python (engines.EngineModel "eager" launch cost, overlapped with
   the GPU), CUDA-graph decode steps launch none; the engine's own per-step work (profiles.ServeEngine host_*) is
   in series with the GPU for a synchronous loop and overlapped for an asynchronous one.
@@ -30,6 +32,7 @@ from gpuscope.estimate.comm import collective_time
 from gpuscope.estimate.engines import engine_for
 from gpuscope.estimate.roofline import (ELEMENTWISE_BW_FRACTION, MASKED_SDPA_FRACTION, attention_efficiency,
                                         sm_count, time_ops)
+from gpuscope.estimate.serve.kv_pages import kv_bytes_per_token
 from gpuscope.estimate.topology import topology_for
 from gpuscope.specs.model import ModelSpec
 
@@ -37,7 +40,6 @@ SKIP = ("attention", "cache")  # op kinds attention_s models instead
 HEAD = ("final_norm", "lm_head")  # ops applied to the sampled rows only
 SDPA_QUERY_TILE = 64  # the memory-efficient SDPA kernel re-reads K and V once per 64-query tile
 EXTRA_SDPA_KERNELS = 8  # per layer: index_copy K/V, index_select K/V, repeat_kv K/V, q.contiguous, the SDPA
-MASK_KERNELS_PER_REQUEST = 4  # build_attention_mask: full, triu, slice-assign per request (+ the reset fill)
 
 
 def _grid(limit: int) -> list[int]:
@@ -77,6 +79,7 @@ class StepModel:
     act_b: float
     n_rep: int
     attn_rate: float  # FLOP/s of the attention kernel
+    gemm_rate: float  # FLOP/s of a large GEMM
     bw: float  # bytes/s
     floor_s: float  # per-layer attention kernel floor
     engine: object
@@ -91,8 +94,7 @@ class StepModel:
         graph = decode_only and e.decode_graph
         host = 0.0
         if not graph:
-            kernels = self.kernels + (MASK_KERNELS_PER_REQUEST * requests if e.dense_masked_attention else 0)
-            host = kernels * self.launch_s + self.forward_host_s
+            host = self.kernels * self.launch_s + self.forward_host_s
         wall = max(gpu, host)
         loop = e.host_step_s + e.host_per_request_s * requests + e.host_per_kv_token_s * (kv_read + tokens)
         return max(wall, loop) if e.host_overlapped else wall + loop
@@ -105,9 +107,14 @@ class StepModel:
             rep = keys * self.kv_tok_b * self.n_rep
             copies = 2 * keys * self.kv_tok_b + (keys * self.kv_tok_b + rep if self.n_rep > 1 else 0.0)
             mask = 2 * tokens * keys * self.act_b  # written by the reset fill, read by the SDPA
+            if self.engine.eager_scores:  # two batched GEMMs at the GEMM rate; ~24 bytes a score (ops.py's eager path)
+                scores = tokens * keys * self.heads
+                t = max(flops / self.gemm_rate, rep / self.bw) + (24.0 * scores + copies + mask) / (
+                    ELEMENTWISE_BW_FRACTION * self.bw)
+                return self.layers * (t + self.floor_s)
             sdpa = rep * math.ceil(max(tokens, 1) / SDPA_QUERY_TILE) + 2 * tokens * self.heads * hd * self.act_b
             t = max(flops / (2 * MASKED_SDPA_FRACTION * self.attn_rate),
-                    sdpa / self.bw, ) + (copies + mask) / (ELEMENTWISE_BW_FRACTION * self.bw)
+                    sdpa / self.bw) + (copies + mask) / (ELEMENTWISE_BW_FRACTION * self.bw)
         else:
             flops = 4.0 * pairs * self.heads * hd
             byts = kv_read * self.kv_tok_b + 2 * tokens * self.heads * hd * self.act_b
@@ -137,9 +144,8 @@ def build_step_model(m: ModelSpec, hw, engine, *, w_b: float, kv_b: float, compu
     ops1 = opsmod.forward_ops(m, 1, 1, 0, act_b, w_b, act_b, head_tokens=1, hf_cache_cat=False, head_w_b=act_b)
     kernels = sum(o.kernels * o.count for o in ops1 if o.kind not in SKIP)
     kernels += m.num_layers * (EXTRA_SDPA_KERNELS if engine.dense_masked_attention else 2)
-    shard = max(1, min(tp, m.num_kv_heads))
-    n_rep = max(1, m.num_heads // max(1, m.num_kv_heads))
+    n_rep = max(1, m.num_heads // max(1, m.num_kv_heads)) if not m.mla else 1
     return StepModel(xs, linear, head, kernels, eager.launch_s, eager.forward_s, m.num_layers, m.num_heads / tp,
-                     m.head_dim, 2 * m.num_kv_heads / shard * m.head_dim * kv_b, act_b, n_rep,
-                     tflops * 1e12 * attention_efficiency(m.head_dim), bw,
+                     m.head_dim, kv_bytes_per_token(m, kv_b, tp) / m.num_layers, act_b, n_rep,
+                     tflops * 1e12 * attention_efficiency(m.head_dim), tflops * 1e12, bw,
                      kernel_eng.matmul_min_s, engine)
