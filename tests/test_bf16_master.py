@@ -179,3 +179,19 @@ def test_tune_plan_ranks_pure_bf16_only_when_asked():
     assert not d["notes"] and any(c["precision"] == "bf16" for c in d["ranked"])
     table = _tune_plan("--tokens-per-step", "32768").output
     assert "bf16-master: fp32 master weights" in table and "not ranked" in table
+
+
+def test_stochastic_rounding_and_kahan_are_planned_with_their_packages():
+    from gpuscope.explain.recommend import recommend_train
+
+    m, hw = load_model("llama-2-7b"), load_hardware("h200")
+    P = count_params(m).total
+    kw = dict(micro_batch=1, seq=1024)
+    sr, kahan = (estimate_train(m, hw, precision=p, **kw) for p in ("bf16-sr", "bf16-kahan"))
+    assert sr.breakdown_bytes["optimizer_states"] == pytest.approx(4 * P)  # two bf16 states
+    assert kahan.breakdown_bytes["optimizer_states"] == pytest.approx(6 * P)  # + the bf16 compensation buffer
+    assert Precision.BF16_SR.needs == "torchao" and Precision.BF16_KAHAN.needs == "torch-optimi"
+    ranked = recommend_train(m, hw, seq=2048, tokens_per_step=32768, top=100)
+    assert {c.precision for c in ranked} >= {"bf16-kahan", "bf16-sr", "bf16-master", "amp-bf16"}
+    assert all(c.optimizer == "adamw" for c in ranked if c.precision in ("bf16-kahan", "bf16-sr", "bf16-master"))
+    assert all(c.needs for c in ranked if c.precision in ("bf16-kahan", "bf16-sr"))

@@ -16,6 +16,8 @@ Gradients are set to None after each step (optimizer.zero_grad's default since P
   size of the parameters: torch/optim/adam.py _multi_tensor_adam's ``exp_avg_sq_sqrt = torch._foreach_sqrt(
   exp_avg_sqs)``, every other _foreach op of AdamW is in place). Fused AdamW (torch.optim.AdamW(fused=True)) updates
   in place.
+- bf16-sr / bf16-kahan (planner only): pure bf16's 2 + 2 + 4 bytes a parameter; Kahan summation adds a bf16
+  compensation buffer (2) to the optimizer's states.
 - bf16-master (measure/models/master_weights.py): bf16 weights and gradients (2 + 2 bytes), an fp32 master copy
   (4) and fp32 AdamW states (8) held by the optimizer: 16 bytes per parameter at rest with the gradients, as AMP's
   4 + 4 + 8 but with the activations and the autocast-free compute of pure bf16. Its step casts one bucket of
@@ -173,7 +175,9 @@ def _resident(m: ModelSpec, pc: ParamCounts, layer_p: list, w_b: float, optimize
         weights = (two_layers + pc.embedding + pc.lm_head + pc.norms) * gpu_w_b
     else:
         weights = P * gpu_w_b
-    opt_states = optimizer_state_bytes(P, optimizer, p.state_bytes) if offload == "none" else 0.0
+    # + bf16-kahan's compensation buffer, held by the optimizer beside its states
+    opt_states = (optimizer_state_bytes(P, optimizer, p.state_bytes) + P * p.compensation_bytes
+                  if offload == "none" else 0.0)
     host = 0.0 if offload == "none" else P * w_b + optimizer_state_bytes(P, optimizer, w_b)
     # Gradients: all of them on the GPU unless offloaded, where each layer's stream out as it completes.
     grads = [lp.total * gpu_w_b for lp in layer_p]

@@ -330,10 +330,11 @@ ADAM_ACCESSES = {"fused": 7, "adamw-foreach": 21, "adam-foreach": 19}
 def _optimizer_bytes(P: float, optimizer: str, precision: str, fused: bool) -> float:
     """Bytes one optimizer step moves. AdamW / Adam: ADAM_ACCESSES x the updated dtype's bytes (the parameters', or
     bf16-master's fp32 masters); bf16-master adds its gradients' fp32 cast (read 2, write 4) and the masters' copy
-    back to bf16 (read 4, write 2): 12 bytes a parameter, 40 in all when fused. SGD with momentum: 5 accesses.
-    8-bit AdamW: p, g read, p written, two 8-bit states read and written."""
+    back to bf16 (read 4, write 2): 12 bytes a parameter, 40 in all when fused; bf16-kahan reads and writes its
+    compensation buffer (+4). SGD with momentum: 5 accesses. 8-bit AdamW: p, g read, p written, two 8-bit states
+    read and written."""
     p = Precision.parse(precision, "precision")
-    master = 12.0 * P if p is Precision.BF16_MASTER else 0.0
+    master = (12.0 if p is Precision.BF16_MASTER else 2 * p.compensation_bytes) * P
     if optimizer == "adamw-8bit":
         return P * (3 * p.state_bytes + 4) + master
     passes = 5 if optimizer == "sgd" else ADAM_ACCESSES["fused" if fused else f"{optimizer}-foreach"]

@@ -22,12 +22,17 @@ from gpuscope.estimate.train import estimate_train
 from gpuscope.specs.axes import MEASURED_RECOMPUTE, Optimizer, Precision, Recompute
 
 # what HF eager training runs (specs/axes): precisions with bf16 compute (bf16-master with a master-weight step:
-# FSDP2's MixedPrecisionPolicy on one GPU, or measure/models/master_weights.MasterAdamW), torch's fused AdamW or
-# bitsandbytes' 8-bit one, and the recompute modes a measurement runs
-PRECISIONS = Precision.values((Precision.BF16_MASTER, Precision.AMP_BF16, Precision.BF16))
+# FSDP2's MixedPrecisionPolicy on one GPU, or measure/models/master_weights.MasterAdamW; bf16-kahan and bf16-sr
+# with torch-optimi's or torchao's optimizer), torch's fused AdamW or bitsandbytes' 8-bit one, and the recompute
+# modes a measurement runs. The order is the tie-break's: fp32 masters first, then the compensated pure-bf16 ones.
+PRECISIONS = Precision.values((Precision.BF16_MASTER, Precision.AMP_BF16, Precision.BF16_KAHAN, Precision.BF16_SR,
+                               Precision.BF16))
 PURE_BF16_NOTE = ("--precision bf16 (bf16 weights and AdamW states) is not ranked: "
                   + Precision.BF16.numerics.split(": ", 1)[1] + "; --allow-pure-bf16 ranks it")
 OPTIMIZERS = Optimizer.values((Optimizer.ADAMW, Optimizer.ADAMW_8BIT))
+# the optimizers a precision's step exists with: gpuscope's master step, torch-optimi's Kahan AdamW and torchao's
+# stochastic-rounding AdamW are AdamW over their own states (bitsandbytes' 8-bit states are a different optimizer)
+ONLY_ADAMW = Precision.values((Precision.BF16_MASTER, Precision.BF16_KAHAN, Precision.BF16_SR))
 RECOMPUTE = Recompute.values(MEASURED_RECOMPUTE)
 
 
@@ -47,7 +52,8 @@ class Choice:
     @property
     def needs(self) -> str:
         """Packages beyond torch + transformers the configuration needs."""
-        return "bitsandbytes" if self.optimizer == "adamw-8bit" else ""
+        return ", ".join(n for n in (Precision.parse(self.precision).needs,
+                                     "bitsandbytes" if self.optimizer == "adamw-8bit" else "") if n)
 
     @property
     def numerics(self) -> str:
@@ -67,7 +73,7 @@ def recommend_train(m, hw, *, seq: int, tokens_per_step: int | None = None, max_
     for precision in (p for p in PRECISIONS if allow_pure_bf16 or p != Precision.BF16.value):
         if not hw.supports("bf16"):
             break
-        for optimizer in OPTIMIZERS:
+        for optimizer in (Optimizer.ADAMW.value,) if precision in ONLY_ADAMW else OPTIMIZERS:
             for recompute in RECOMPUTE:
                 for mb in mbs:
                     accum = max(1, target // (mb * seq))

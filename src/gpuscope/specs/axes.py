@@ -6,7 +6,10 @@ derive from these classes (a value is its string: ``Precision.AMP_BF16 == "amp-b
   compute in the half dtype (PyTorch AMP); ``bf16``: parameters, gradients and states all bf16; ``bf16-master``:
   bf16 weights and gradients for compute, fp32 master weights and AdamW states in the optimizer step
   (measure/models/master_weights.py; single-GPU `bench train` only); ``fp8``: planner only (Transformer
-  Engine-style fp8 GEMMs over amp-bf16 states). ``Precision.numerics``: what each does to the updates.
+  Engine-style fp8 GEMMs over amp-bf16 states); ``bf16-sr`` / ``bf16-kahan``: planner only, pure bf16 weights and
+  states with the update rounded stochastically (torchao.optim's ``bf16_stochastic_round=True``) or Kahan-compensated
+  in a bf16 buffer (torch-optimi's ``kahan_sum=True``, +2 bytes a parameter): neither package is in the measured
+  environment. ``Precision.numerics``: what each does to the updates.
 - ``Optimizer``, ``Recompute``: the optimizer's states and activation recompute (``selective``: Korthikanti et al.
   2022's attention-core recompute, planner only; ``full``: every decoder layer re-run in the backward).
 - ``Strategy``: data-parallel training's sharding (``hsdp``: planner only).
@@ -49,6 +52,8 @@ class Precision(Axis):
     AMP_FP16 = "amp-fp16"
     BF16 = "bf16"
     BF16_MASTER = "bf16-master"
+    BF16_SR = "bf16-sr"
+    BF16_KAHAN = "bf16-kahan"
     FP32 = "fp32"
     FP8 = "fp8"
 
@@ -63,13 +68,17 @@ class Precision(Axis):
     @property
     def compute_dtype(self) -> str:
         """The dtype the GEMMs run in (MFU is against this dtype's dense peak)."""
-        return {"amp-bf16": "bf16", "amp-fp16": "fp16", "bf16": "bf16", "bf16-master": "bf16", "fp32": "fp32",
-                "fp8": "fp8"}[self.value]
+        return {"amp-bf16": "bf16", "amp-fp16": "fp16", "fp32": "fp32", "fp8": "fp8"}.get(self.value, "bf16")
+
+    @property
+    def pure_bf16_states(self) -> bool:
+        """bf16 weights updated in place with bf16 AdamW states (bf16, bf16-sr, bf16-kahan)."""
+        return self in (Precision.BF16, Precision.BF16_SR, Precision.BF16_KAHAN)
 
     @property
     def weight_bytes(self) -> float:
         """Bytes of one parameter (and of its gradient) as the model holds it."""
-        return 2.0 if self in (Precision.BF16, Precision.BF16_MASTER) else 4.0
+        return 2.0 if (self.pure_bf16_states or self is Precision.BF16_MASTER) else 4.0
 
     @property
     def master_bytes(self) -> float:
@@ -81,7 +90,17 @@ class Precision(Axis):
     def state_bytes(self) -> float:
         """Bytes of one optimizer-state element (AdamW's exp_avg, exp_avg_sq): the dtype of what the optimizer
         updates (torch.optim keeps its states in the parameter's dtype)."""
-        return 2.0 if self is Precision.BF16 else 4.0
+        return 2.0 if self.pure_bf16_states else 4.0
+
+    @property
+    def compensation_bytes(self) -> float:
+        """bf16-kahan's compensation buffer, bytes a parameter (torch-optimi keeps it in the parameter's dtype)."""
+        return 2.0 if self is Precision.BF16_KAHAN else 0.0
+
+    @property
+    def needs(self) -> str:
+        """The package beyond torch + transformers the precision's optimizer step comes from ("" for none)."""
+        return {"bf16-sr": "torchao", "bf16-kahan": "torch-optimi"}.get(self.value, "")
 
     @property
     def numerics(self) -> str:
@@ -103,6 +122,8 @@ NUMERICS = {
     "bf16": "pure bf16: updates below 2^-9 of a weight are rounded away (small LR stalls); fine-tuning only",
     "bf16-master": "fp32 master weights and states: safe for pre-training (gradients summed in bf16 across "
                    "accumulation)",
+    "bf16-sr": "bf16 with stochastic rounding: small updates survive in expectation (unbiased); planner only",
+    "bf16-kahan": "bf16 with Kahan-compensated updates: near fp32-master updates for +2 B/param; planner only",
     "fp32": "fp32 throughout: the reference",
     "fp8": "fp8 GEMMs over fp32 master weights (planner only): needs per-tensor scaling recipes",
 }
