@@ -12,6 +12,8 @@ in, each token's time (the engine's record_timestamps, or the fake schedule) and
 answers 500. Prints ``READY <port>`` on stdout once listening.
 
     python tests/serve_server.py --port P [--source fake|model] [--config DIR] [--ttft S --itl S] [--fail MODE]
+
+(or ``start_in_thread([...])`` from a test process).
 """
 
 from __future__ import annotations
@@ -98,6 +100,14 @@ async def complete(request: web.Request, api: str):
     return resp
 
 
+async def completions(request: web.Request):
+    return await complete(request, "completions")
+
+
+async def chat(request: web.Request):
+    return await complete(request, "chat")
+
+
 async def models(request: web.Request):
     return web.json_response({"object": "list", "data": [{"id": "tiny-test", "object": "model"}]})
 
@@ -124,28 +134,31 @@ def start_model(app, config_dir: str):
     app["manager"], app["vocab"] = manager, vocab_size(config)
 
 
-async def main(args) -> None:
+async def main(args, ready=None, stop: asyncio.Event | None = None) -> None:
+    """Serve until ``args.lifetime`` seconds pass or ``stop`` is set; ``ready()`` is called once listening."""
     app = web.Application()
     app["args"] = args
     if args.source == "model":
         start_model(app, args.config)
     app.router.add_get("/v1/models", models)
     app.router.add_get("/stats", stats)
-    app.router.add_post("/v1/completions", lambda r: complete(r, "completions"))
-    app.router.add_post("/v1/chat/completions", lambda r: complete(r, "chat"))
+    app.router.add_post("/v1/completions", completions)
+    app.router.add_post("/v1/chat/completions", chat)
     runner = web.AppRunner(app)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", args.port).start()
-    print(f"READY {args.port}", flush=True)
+    (ready or (lambda: print(f"READY {args.port}", flush=True)))()
     try:
-        await asyncio.sleep(args.lifetime)  # bounded: the server ends by itself
+        await asyncio.wait_for((stop or asyncio.Event()).wait(), args.lifetime)  # bounded: it ends by itself
+    except asyncio.TimeoutError:
+        pass
     finally:
         if "manager" in app:
             app["manager"].stop(block=True, timeout=5)
         await runner.cleanup()
 
 
-if __name__ == "__main__":
+def parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser()
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--source", choices=("fake", "model"), default="fake")
@@ -154,6 +167,32 @@ if __name__ == "__main__":
     p.add_argument("--itl", type=float, default=0.01)
     p.add_argument("--fail", choices=("none", "500", "malformed", "odd"), default="none")
     p.add_argument("--lifetime", type=float, default=120.0)
-    a = p.parse_args()
+    return p.parse_args(argv)
+
+
+def start_in_thread(argv: list[str], ready_s: float = 120.0):
+    """The server in a thread of this process (a process that has torch loaded already saves its import):
+    (the base URL, a function that stops it and waits for the thread)."""
+    import threading
+
+    args, loop, started = parse(argv), asyncio.new_event_loop(), threading.Event()
+    stop: dict = {}
+
+    async def run():
+        stop["event"] = asyncio.Event()
+        await main(args, ready=started.set, stop=stop["event"])
+
+    th = threading.Thread(target=loop.run_until_complete, args=(run(),), daemon=True)
+    th.start()
+    if not started.wait(ready_s):
+        raise RuntimeError("the test server did not start")
+
+    def end():
+        loop.call_soon_threadsafe(stop["event"].set)
+        th.join(30)
+    return f"http://127.0.0.1:{args.port}/v1", end
+
+
+if __name__ == "__main__":
     sys.path.insert(0, "src")
-    asyncio.run(main(a))
+    asyncio.run(main(parse(sys.argv[1:])))
