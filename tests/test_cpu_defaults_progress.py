@@ -5,6 +5,7 @@ that shows the defaults on stderr and a clean JSON stdout is tests/test_host_cei
 from __future__ import annotations
 
 import json
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -13,7 +14,6 @@ pytest.importorskip("transformers")
 from gpuscope.cli import bench_cpu  # noqa: E402
 from gpuscope.measure.runner import progress  # noqa: E402
 from gpuscope.measure.runner.suite import child_env, run_one  # noqa: E402
-from gpuscope.workloads.sets import TINY_LLAMA  # noqa: E402
 
 
 def test_defaults_on_a_cpu_take_fp32_and_cpu_sizes_and_keep_what_is_given():
@@ -48,20 +48,28 @@ def test_progress_lines_parse_and_read_as_phase_and_repeat(monkeypatch, capfd):
     assert progress.PROGRESS_ENV not in child_env() and child_env(True)[progress.PROGRESS_ENV] == "1"
 
 
-def test_a_case_tells_its_phases_and_repeats_while_it_runs():
+def test_the_suite_hands_on_progress_as_it_comes_and_keeps_it_out_of_the_record(tmp_path, monkeypatch):
+    """run_one reads the case's stderr line by line: each progress line to on_progress, in order, none in the
+    record's stderr tail; stdout's JSON line is the record. A stand-in interpreter plays the case's process (the
+    real one's phases: tests/test_measure_cpu.py::test_run_case_prints_one_json_line_and_tells_its_phases_on_stderr).
+    """
+    from gpuscope.measure.runner import suite
+
+    fake = tmp_path / "fakepy"
+    lines = [progress.MARK + json.dumps({"phase": "timed step", "i": i, "n": 2}) for i in (1, 2)]
+    fake.write_text("#!/bin/sh\n[ \"$GPUSCOPE_PROGRESS\" = 1 ] || exit 9\n"
+                    + "".join(f"echo '{x}' >&2\n" for x in lines) + "echo 'a library warning' >&2\n"
+                    + "echo '{\"result\": {\"status\": \"error\", \"error\": \"made up\"}}'\nexit 3\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(suite.sys, "executable", str(fake))
     events: list = []
-    case = {"kind": "infer", "model": "tiny-llama", "config": TINY_LLAMA, "batch": 1, "prompt": 8, "gen": 4,
-            "dtype": "fp32", "repeats": 2, "decode_iters": 2, "device": "cpu"}
-    rec = run_one(case, timeout_s=240, on_progress=events.append)
-    assert rec["result"]["status"] == "ok", rec["result"]
-    phases = [progress.text(e) for e in events]
-    for want in ("building the model", "warm-up generate 1/2", "timed TTFT 1/2", "timed TTFT 2/2",
-                 "timed generate 1/2", "timed generate 2/2", "prefill forward 1/2", "decode-step forwards, pass 2/2"):
-        assert want in phases, phases
-    assert phases.index("timed TTFT 1/2") < phases.index("timed generate 1/2")  # in the order they ran
-    assert progress.MARK not in (rec["result"].get("stderr_tail") or "")
-    # a case stopped by its timeout is still a result when its stderr is read line by line
-    assert run_one(case, timeout_s=0.3, on_progress=events.append)["result"]["status"] == "timeout"
+    rec = run_one({"kind": "infer", "model": "x"}, timeout_s=60, on_progress=events.append)
+    assert events == [{"phase": "timed step", "i": 1, "n": 2}, {"phase": "timed step", "i": 2, "n": 2}]
+    assert rec["result"]["error"] == "made up" and rec["returncode"] == 3
+    assert "a library warning" in rec["result"]["stderr_tail"] and progress.MARK not in rec["result"]["stderr_tail"]
+    fake.write_text("#!/bin/sh\nsleep 30\n")  # a case stopped by its timeout is still a result
+    assert run_one({"kind": "infer", "model": "x"}, timeout_s=0.5, on_progress=events.append)["result"]["status"] \
+        == "timeout"
 
 
 @pytest.mark.parametrize("args, flag", [

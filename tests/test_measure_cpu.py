@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -201,12 +202,22 @@ def test_timeout_is_a_result(tmp_path):
     assert read_results(out)[0]["result"]["status"] == "timeout"
 
 
-def test_run_case_prints_one_json_line():
-    p = subprocess.run([sys.executable, "-m", "gpuscope.measure.runner.run_case", json.dumps(_infer_case(gen=2))],
-                       capture_output=True, text=True, timeout=120)
+def test_run_case_prints_one_json_line_and_tells_its_phases_on_stderr():
+    """stdout: the JSON line alone; stderr, where the suite asks (measure/runner/progress.py): the case's phases and
+    repeats in the order they ran (one case process checks both)."""
+    from gpuscope.measure.runner import progress
+
+    env = dict(os.environ, **{progress.PROGRESS_ENV: "1"})
+    p = subprocess.run([sys.executable, "-m", "gpuscope.measure.runner.run_case",
+                        json.dumps(_infer_case(gen=2, repeats=2, decode_iters=2))],
+                       capture_output=True, text=True, timeout=120, env=env)
     assert p.returncode == 0, p.stderr
     lines = p.stdout.strip().splitlines()
     assert len(lines) == 1 and json.loads(lines[0])["result"]["status"] == "ok"
+    said = [progress.text(e) for e in map(progress.parse, p.stderr.split("\n")) if e]
+    want = ["building the model", "warm-up generate 1/2", "timed TTFT 1/2", "timed TTFT 2/2", "timed generate 1/2",
+            "timed generate 2/2", "prefill forward 1/2", "decode-step forwards, pass 2/2"]
+    assert [x for x in said if x in want] == want, said
 
 
 def test_suite_parent_does_not_import_torch():

@@ -26,6 +26,21 @@ def hardware_for_estimate(gpu: str | None, device_name: str | None, calibrated: 
     return load_hardware(key), None
 
 
+def _hardware(rec: dict, gpu: str | None, calibrated: bool):
+    """(hardware, why none, the source line of a CPU run's host ceilings or None): hardware_for_estimate, and for
+    an infer or train run on a CPU the catalog lacks, this host's measured ceilings (pipeline/host_ceilings.py)."""
+    res = rec.get("result") or {}
+    hw, why = hardware_for_estimate(gpu, res.get("device_name"), calibrated)
+    one_cpu = (rec.get("case") or {}).get("kind") in ("infer", "train") and str(res.get("device") or "").startswith(
+        "cpu")
+    if hw is not None or not one_cpu:
+        return hw, why, None
+    from gpuscope.pipeline.host_ceilings import lookup, missing_why
+
+    found = lookup(rec.get("hostname") or (rec.get("provenance") or {}).get("hostname"), res.get("device_name"))
+    return (found[0], None, found[1]) if found else (None, missing_why(res.get("device_name")), None)
+
+
 def _rows(rec: dict, hw, derived: bool, at_run, at_ttft) -> list[dict]:
     from gpuscope.explain.compare import compare_record
 
@@ -52,14 +67,7 @@ def estimate_beside(rec: dict, gpu: str | None, derived: bool = True, calibrated
     if res.get("status") != "ok":
         return {"unavailable": f"the measurement's status is {res.get('status')}"}
     try:
-        hw, why = hardware_for_estimate(gpu, res.get("device_name"), calibrated)
-        source = None
-        if hw is None and str(res.get("device") or "").startswith("cpu"):  # pipeline/host_ceilings.py
-            from gpuscope.pipeline.host_ceilings import lookup, missing_why
-
-            found = lookup(rec.get("hostname") or (rec.get("provenance") or {}).get("hostname"), res.get("device_name"))
-            hw, source = found or (None, None)
-            why = why if found else missing_why(res.get("device_name"))
+        hw, why, source = _hardware(rec, gpu, calibrated)
         if hw is None:
             return {"unavailable": why}
         # the probe around the kind's timed phase: a training step's is forward + backward, TTFT's its own
