@@ -46,6 +46,9 @@ def render(est, console) -> None:
     c = j["cost"]
     if c["usd_per_m_output_tokens"]:
         line += f"; ${c['usd_per_m_output_tokens']:.3f} per 1M output tokens at ${c['usd_per_gpu_hour']:g}/GPU-h"
+    if c["usd_per_m_output_tokens_owned"]:
+        line += (f"; ${c['usd_per_m_output_tokens_owned']:.3f} per 1M output tokens owned (${c['purchase_usd']:,.0f} "
+                 "a GPU over 3 years, busy at TDP)")
     console.print(line)
     if j["curve"]:
         t = Table(title="throughput-latency curve (Poisson arrivals)")

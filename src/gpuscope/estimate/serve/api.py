@@ -172,11 +172,15 @@ def _inputs(r: ServeRequest, kv_dtype: str) -> dict:
 def _cost(hw, gpus: int, tokens_per_s: float | None, good_tokens_per_s: float | None) -> dict:
     from gpuscope.specs.prices import price_for
 
-    p = price_for(hw).cloud
-    price = p.value if p else None
+    entry = price_for(hw)
+    p, buy = entry.cloud, entry.purchase
+    price, usd = (p.value if p else None), (buy.value if buy else None)
     return {"usd_per_gpu_hour": price, "price_source": p.source if p else None, "gpus": gpus,
             "usd_per_m_output_tokens": metrics.cost(price, gpus, tokens_per_s),
-            "usd_per_m_output_tokens_at_slo": metrics.cost(price, gpus, good_tokens_per_s)}
+            "usd_per_m_output_tokens_at_slo": metrics.cost(price, gpus, good_tokens_per_s),
+            "purchase_usd": usd, "purchase_source": buy.source if buy else None,
+            "usd_per_m_output_tokens_owned": metrics.cost_owned(usd, hw.tdp_w, gpus, tokens_per_s),
+            "usd_per_m_output_tokens_owned_at_slo": metrics.cost_owned(usd, hw.tdp_w, gpus, good_tokens_per_s)}
 
 
 def _curve(r: ServeRequest, eng, kv, step, offline_rps: float, hw) -> list[dict]:

@@ -7,7 +7,9 @@
 - output throughput = all output tokens / benchmark duration (first send to last token); request throughput alike;
 - goodput = requests that meet every SLO given (TTFT <= slo_ttft, TPOT <= slo_tpot) per second of the duration;
 - percentiles interpolate linearly between order statistics (numpy.percentile's default).
-Cost: a cloud GPU-hour price (specs/prices.toml, the one `gpuscope compare` uses) x GPUs / output tokens per hour.
+Cost (the prices `gpuscope compare` uses, specs/prices.toml): rented, the cloud GPU-hour price x GPUs / output tokens
+per hour; owned, estimate/cost.py's amortised purchase + energy at the busy power (TDP; PUE and $/kWh defaults) over
+the tokens of a year at that throughput.
 """
 
 from __future__ import annotations
@@ -79,3 +81,13 @@ def cost(price_per_gpu_hour: float | None, gpus: int, tokens_per_s: float | None
     from gpuscope.estimate.cost import cost_per_million_tokens_cloud
 
     return cost_per_million_tokens_cloud(price_per_gpu_hour, gpus, tokens_per_s)
+
+
+def cost_owned(purchase_usd: float | None, tdp_w: float | None, gpus: int, tokens_per_s: float | None) -> float | None:
+    """USD per 1M output tokens on owned GPUs, busy at their TDP (estimate/cost.py's owned formula, default
+    Economics: 3 years, PUE 1.3, 0.12 USD/kWh)."""
+    if not purchase_usd or not tdp_w or not tokens_per_s:
+        return None
+    from gpuscope.estimate.cost import cost_per_million_tokens_owned
+
+    return cost_per_million_tokens_owned(purchase_usd, gpus, tdp_w, tokens_per_s)

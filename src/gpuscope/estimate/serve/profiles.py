@@ -44,6 +44,7 @@ class ServeEngine:
     max_batched_tokens: int
     safety_margin: float = 0.0  # fraction of blocks below which no new prompt is admitted
     decode_graph: bool = True  # decode steps replayed from CUDA graphs (no launch cost per kernel)
+    mixed_graph: bool = False  # steps with prefill tokens too (vLLM's piecewise graphs; transformers' flash varlen)
     dense_masked_attention: bool = False  # transformers paged|sdpa: one SDPA over the packed batch, dense mask
     eager_scores: bool = False  # transformers paged|eager: the scores as two GEMMs, mask add and fp32 softmax
     # host time per step outside the kernels, in series with the GPU (a synchronous loop) or overlapped (async)
@@ -72,7 +73,8 @@ ENGINES = {
     "transformers": ServeEngine("transformers", 256, "transformers", 0.9, 1024, 8192, safety_margin=0.15,
                                 decode_graph=False, dense_masked_attention=True, **TRANSFORMERS_HOST,
                                 source="transformers 5.17 continuous batching, paged|sdpa"),
-    "vllm": ServeEngine("vllm", 16, "vllm", 0.9, 1024, 8192, host_step_s=1.0e-3, host_per_request_s=2e-6,
+    "vllm": ServeEngine("vllm", 16, "vllm", 0.9, 1024, 8192, mixed_graph=True, host_step_s=1.0e-3,
+                        host_per_request_s=2e-6,
                         source="vLLM V1 defaults (API server, >= 70 GiB GPU)"),
     "trtllm": ServeEngine("trtllm", 32, "trtllm", 0.9, 2048, 8192, host_step_s=0.5e-3, host_per_request_s=1e-6,
                           reserve_full=True, source="TensorRT-LLM PyTorch backend, trtllm-bench defaults"),
@@ -99,7 +101,7 @@ def serve_engine(name: str, hw=None, *, attn: str = "sdpa", sampling: bool = Fal
         if requests:
             e = replace(e, max_num_seqs=min(requests, e.max_num_seqs))  # resolve_using_hints
         if attn == "flash":  # no mask: CUDA graphs and async batching on (initialization.py)
-            e = replace(e, decode_graph=True, dense_masked_attention=False, host_overlapped=True,
+            e = replace(e, decode_graph=True, mixed_graph=True, dense_masked_attention=False, host_overlapped=True,
                         host_per_kv_token_s=0.0, source="transformers 5.17 continuous batching, paged flash")
     over = {k: v for k, v in dict(mem_fraction=mem_fraction, max_num_seqs=max_num_seqs,
                                   max_batched_tokens=max_batched_tokens, block_size=block_size).items()

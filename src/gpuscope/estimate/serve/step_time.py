@@ -91,7 +91,7 @@ class StepModel:
         e = self.engine
         gpu = _interp(self.xs, self.linear_s, tokens) + _interp(self.xs, self.head_s, max(rows, 1.0))
         gpu += self.attention_s(tokens, kv_read, pairs)
-        graph = decode_only and e.decode_graph
+        graph = e.decode_graph if decode_only else e.mixed_graph
         host = 0.0
         if not graph:
             host = self.kernels * self.launch_s + self.forward_host_s
