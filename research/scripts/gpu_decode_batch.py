@@ -17,8 +17,8 @@ then, under torch.profiler (CPU + CUDA, no shapes), a run of ``--prof-gen`` toke
 - the kernels whose names say cache growth (cat/copy), masks (where/masked_fill/arange/triu) or attention (sdpa/
   flash/efficient/gemv/gemm), summed per step, so the batch 1 -> 16 growth of each is one subtraction;
 - for hf-eager at batch 1 and 16, a gzipped Chrome trace (open in Perfetto) for the host timeline itself.
-Output: $OUT/decode_batch.json (+ $OUT/trace_<case>.json.gz). Budget: about 90 s on an H200 (--budget-s stops
-starting new cases past it). CPU check: PYTHONPATH=src python research/scripts/gpu_decode_batch.py --tiny
+Output: $OUT/decode_batch.json (+ $OUT/trace_<case>.json.gz). Budget: about 90 s on an H200 (--budget-s, 70 s,
+stops starting new cases past it; a started case finishes). CPU check: PYTHONPATH=src python research/scripts/gpu_decode_batch.py --tiny
 """
 
 from __future__ import annotations
@@ -186,7 +186,7 @@ def main() -> None:
     ap.add_argument("--prompt", type=int, default=2048)
     ap.add_argument("--gen", type=int, default=32)
     ap.add_argument("--prof-gen", type=int, default=12)
-    ap.add_argument("--budget-s", type=float, default=80.0)
+    ap.add_argument("--budget-s", type=float, default=70.0)
     ap.add_argument("--no-trace", action="store_true")
     ap.add_argument("--tiny", action="store_true", help="CPU check: a tiny Llama, short prompts")
     a = ap.parse_args()
