@@ -17,7 +17,7 @@ go = pytest.importorskip("plotly.graph_objects")
 from gpuscope.report.html import figures, measured  # noqa: E402
 from gpuscope.report.html import store_data as d  # noqa: E402
 from gpuscope.report.html.page import render_page  # noqa: E402
-from gpuscope.report.html.records import records_db  # noqa: E402
+from gpuscope.report.html.records import load_records, records_db  # noqa: E402
 from gpuscope.report.html.views import sections_for  # noqa: E402
 from gpuscope.store.db import Store  # noqa: E402
 
@@ -192,3 +192,30 @@ def test_a_figure_with_nan_or_infinity_is_still_json():
 
     fig = {"data": [{"type": "scatter", "x": [1.0, 2.0], "y": [float("nan"), float("inf")]}], "layout": {}}
     assert "NaN" not in chart(fig) and "Infinity" not in chart(fig) and "[null, null]" in chart(fig)
+
+
+def test_bench_html_is_the_report_of_the_run_it_made(monkeypatch, tmp_path):
+    """`bench infer --html`: the page of the run just stored (its rows only), drawn as `gpuscope report --run` is
+    (the measurement itself faked: an H200 record of research/results stored as the run's)."""
+    pytest.importorskip("torch")
+    import gpuscope.pipeline.bench as pipeline_bench
+
+    rec = next(json.loads(ln) for ln in H200[0].read_text().splitlines() if '"kind": "infer"' in ln)
+
+    def one_stored(s, cases, target, timeout):
+        mid = s.store.put(s.run_id, rec["case_id"], "infer", rec["case_id"].split("#")[0], rec["case"],
+                          rec["result"], rec["provenance"])
+        s.add({"id": mid, "key": rec["case_id"], "name": "x", "skipped": False, "status": "ok",
+               "result": rec["result"]})
+
+    monkeypatch.setattr(pipeline_bench, "run_workloads", one_stored)
+    db, out = tmp_path / "r.sqlite", tmp_path / "run.html"
+    with Store.open(db) as st:  # an earlier run in the same store is not on the page
+        load_records(st, H200[1])
+    r = _cli("bench", "infer", "--model", "llama-3.2-1b", "--device", "cpu", "--gpu", "h200", "--db", str(db),
+             "--html", str(out))
+    assert r.returncode == 0, r.stderr
+    text = out.read_text()
+    assert f"wrote {out}" in r.stderr and "1 measurements (infer) of 1 run(s)" in text
+    assert rec["case_id"].split("#")[0] in text
+    assert "lora_r16" not in text and 'id="accuracy"' in text
