@@ -40,6 +40,13 @@ Memory parts (bytes):
   the compiled chunk recomputes its logits in backward, so nothing vocabulary-sized is saved; one chunk's logits,
   fp32 upcast and softmax (forward) or its gradients (backward) exist at a time: (2 + 4 + 4) T V / 8 and
   (2 + 4 + 4 + 4) T V / 8. An assumption about the compiled graph, not measured here.
+- ``loss="hf-shift"``: transformers up to 4.47's ForCausalLMLoss, which shifted the fp32 logits
+  (``logits[..., :-1, :].contiguous()``) instead of the labels (5.x pads the labels): one more fp32 T x V copy
+  alive in forward beside the 16-bit logits and their fp32 upcast (backward unchanged: 8 T V).
+- ``offload_activations`` (with gradient checkpointing; torchtune's ``enable_activation_offloading``): each
+  checkpointed layer input is copied to host memory as the forward goes on and fetched back one layer ahead in
+  backward, so OFFLOAD_RESIDENT = 2 layer inputs are on the device at a time (the one in use and the one in
+  flight) instead of all L.
 - QLoRA: one Linear's weight dequantised to the compute dtype at a time (forward and backward): a transient of the
   largest decoder Linear x 2 bytes.
 """
@@ -57,6 +64,7 @@ from gpuscope.specs.model import ModelSpec
 
 NF4_BYTES_PER_WEIGHT = (4 + 8 / 64 + 32 / (64 * 256)) / 8  # 0.5159 bytes = 4.127 bits (module docstring)
 DROPOUT_MASK_BYTES = 1.0  # torch.native_dropout's bool mask on CUDA
+OFFLOAD_RESIDENT = 2  # activation offloading: layer inputs on the device at a time (module docstring)
 
 
 @dataclass(frozen=True)
@@ -88,12 +96,12 @@ def base_weight_bytes(pc: ParamCounts, m: ModelSpec, dt: LoraDtypes, qlora: bool
     return (pc.total - q) * dt.base_b + q * NF4_BYTES_PER_WEIGHT
 
 
-def adapter_state_bytes(a: int, optimizer: str) -> float:
-    """Optimizer states of ``a`` fp32 adapter parameters (module docstring)."""
+def adapter_state_bytes(a: int, optimizer: str, adapter_b: float = 4.0) -> float:
+    """Optimizer states of ``a`` adapter parameters of ``adapter_b`` bytes (fp32: peft's; module docstring)."""
     if optimizer in ("adamw", "adam"):
-        return 8.0 * a
+        return 2 * adapter_b * a
     if optimizer == "sgd":
-        return 4.0 * a
+        return adapter_b * a
     return a * (2.0 + 2 * 4.0 / 256)  # adamw-8bit, bitsandbytes blockwise (block 256)
 
 
@@ -149,27 +157,34 @@ def _loss_head(T: int, h: int, V: int, base_b: float, loss: str) -> tuple[float,
     """(saved, forward transient, backward transient) bytes of the LM head and loss (module docstring)."""
     if loss == "chunked":
         return 4.0 * T * h, (base_b + 8.0) * T * V / 8, (base_b + 12.0) * T * V / 8
+    if loss == "hf-shift":  # transformers <= 4.47: one more fp32 T x V, the shifted logits' contiguous copy
+        return 4.0 * T * h + 4.0 * T * V, (base_b + 8.0) * T * V, 8.0 * T * V
     return 4.0 * T * h + 4.0 * T * V, (base_b + (4.0 if base_b != 4 else 0.0)) * T * V, 8.0 * T * V
 
 
 def lora_train_memory(m: ModelSpec, pc: ParamCounts, shape: LoraShape, *, micro_batch: int, seq: int,
                       precision: str, optimizer: str, recompute: str, grad_accum: int, fused: bool,
-                      qlora: bool, loss: str = "hf") -> TrainMemory:
+                      qlora: bool, loss: str = "hf", offload_activations: bool = False,
+                      adapter_b: float = 4.0) -> TrainMemory:
+    """``adapter_b``: bytes of an adapter parameter (4: peft's fp32; 2: torchtune's bf16, whose AdamW states and
+    gradients then are bf16 too and need no autocast copy)."""
     dt = LoraDtypes.of(precision)
     T, V, h, A, L = micro_batch * seq, m.vocab_size, m.hidden_size, shape.trainable, m.num_layers
     base = base_weight_bytes(pc, m, dt, qlora)
-    opt_states = adapter_state_bytes(A, optimizer)
-    rest = base + 4.0 * A + opt_states + TRAIN_WORKSPACE_BYTES
+    opt_states = adapter_state_bytes(A, optimizer, adapter_b)
+    rest = base + adapter_b * A + opt_states + TRAIN_WORKSPACE_BYTES
     moe_set = set(m.moe_layers) if m.is_moe else set()
     saved = [sum(lora_layer_saved_bytes(m, micro_batch, seq, dt, list(shape.sites_per_layer[i]), shape.r,
                                         shape.dropout, i in moe_set, first=i == 0).values()) for i in range(L)]
     full = recompute == "full"
     layer_input = T * h * dt.base_b
     kept = [layer_input if full else s for s in saved]
-    copies = 2.0 * A if dt.autocast else 0.0  # autocast's 16-bit copies of the fp32 adapters
+    if full and offload_activations:  # on the host but the OFFLOAD_RESIDENT in flight (module docstring)
+        kept = [layer_input if i < OFFLOAD_RESIDENT else 0.0 for i in range(L)]
+    copies = 2.0 * A if (dt.autocast and adapter_b == 4.0) else 0.0  # autocast's 16-bit copies of fp32 adapters
     dequant = 2.0 * max((s.n_in * s.n_out for s in linear_sites(m)), default=0) if qlora else 0.0
     head_saved, head_fwd, head_bwd = _loss_head(T, h, V, dt.base_b, loss)
-    grads = 4.0 * A
+    grads = adapter_b * A
     accum = grads if grad_accum > 1 else 0.0
     forward = (rest + accum + sum(kept) + copies + head_saved + head_fwd + (max(saved) if full else 0.0)
                + dequant)
@@ -180,11 +195,11 @@ def lora_train_memory(m: ModelSpec, pc: ParamCounts, shape: LoraShape, *, micro_
         done = accum or grads * (L - 1 - i) / L
         walk.append(rest + sum(kept[: i + 1]) + copies + (saved[i] if full else 0.0) + done + bwd_work)
     backward = max(walk + [rest + grads + layer_input])
-    optimizer_peak = rest + grads + (0.0 if (fused or optimizer == "sgd") else 4.0 * A)
+    optimizer_peak = rest + grads + (0.0 if (fused or optimizer == "sgd") else adapter_b * A)
     phases = {"forward": forward, "backward": backward, "optimizer": optimizer_peak}
     at = max(phases, key=phases.get)
     breakdown = {
-        "base_weights": base, "adapter_weights": 4.0 * A,
+        "base_weights": base, "adapter_weights": adapter_b * A,
         "adapter_grads": grads if (at == "optimizer" or grad_accum > 1) else 0.0,
         "adapter_optimizer_states": opt_states,
         "activations": sum(kept) + (max(saved) if (full and at == "forward") else 0.0),

@@ -140,27 +140,27 @@ def rank_configs(m, hw, *, r: int, targets: str = ALL_LINEAR, qlora: bool = Fals
 
 def longest_seq(m, hw, shape: LoraShape, *, qlora: bool, recompute: str = "full", optimizer: str = "adamw",
                 precision: str = "amp-bf16", micro_batch: int = 1, cap: int | None = None,
-                loss: str = "hf") -> LoraConfig | None:
-    """The longest sequence (a multiple of SEQ_STEP, at most ``cap``) whose configuration fits, or None."""
+                loss: str = "hf", step: int = SEQ_STEP) -> LoraConfig | None:
+    """The longest sequence (a multiple of ``step``, at most ``cap``) whose configuration fits, or None."""
     cap = cap or m.max_position_embeddings
 
     def at(s: int) -> LoraConfig:
         return configure(m, hw, shape, seq=s, micro_batch=micro_batch, recompute=recompute, optimizer=optimizer,
                          qlora=qlora, precision=precision, loss=loss)
 
-    lo = at(SEQ_STEP)
+    lo = at(step)
     if not lo.fits:
         return None
-    top = max(cap // SEQ_STEP, 1) * SEQ_STEP
-    s = 2 * SEQ_STEP
+    top = max(cap // step, 1) * step
+    s = 2 * step
     while s <= top:
         c = at(s)
         if not c.fits:
             break
         lo, s = c, 2 * s
-    hi = min(s, top + SEQ_STEP)  # the first length known (or taken) not to fit
-    while hi - lo.seq > SEQ_STEP:
-        c = at(lo.seq + (hi - lo.seq) // SEQ_STEP // 2 * SEQ_STEP)
+    hi = min(s, top + step)  # the first length known (or taken) not to fit
+    while hi - lo.seq > step:
+        c = at(lo.seq + (hi - lo.seq) // step // 2 * step)
         lo, hi = (c, hi) if c.fits else (lo, c.seq)
     return lo
 
