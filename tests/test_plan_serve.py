@@ -230,3 +230,26 @@ def test_cli_bad_input_is_one_sentence(extra, word):
     assert r.returncode == 2, (r.stdout, r.stderr)
     assert word in r.stderr and "Traceback" not in r.stderr
     assert r.stdout == ""
+
+
+class AffineStep(FlatStep):
+    """Step time affine in the KV read, like the attention terms of step_time.py."""
+
+    def step_s(self, tokens, rows, kv_read, pairs, requests, decode_only):
+        return 1e-3 + 2e-6 * tokens + 3e-8 * kv_read
+
+
+@pytest.mark.parametrize("kw", [{}, {"rate": 40.0}, {"concurrency": 5}])
+def test_skipping_decode_stretches_changes_nothing(kw):
+    """A stretch of k decode steps moved at once gives the times of k single steps (the step time is affine in the
+    context, so the mean-context step times k is exact)."""
+    rate = kw.get("rate")
+    reqs = lambda: make_requests(40, 50, 40, seed=5, rate=rate, gen_dist="uniform", gen_spread=0.5)
+    args = dict(num_blocks=400, block_size=16, max_num_seqs=64, max_batched_tokens=256,
+                concurrency=kw.get("concurrency"))
+    fast = Simulator(reqs(), AffineStep(), **args).run()
+    slow = Simulator(reqs(), AffineStep(), max_skip=1, **args).run()
+    assert fast.steps == slow.steps
+    for a, b in zip(fast.seqs, slow.seqs):
+        assert a.first_s == pytest.approx(b.first_s, rel=1e-9, abs=1e-12)
+        assert a.finish_s == pytest.approx(b.finish_s, rel=1e-9, abs=1e-12)

@@ -51,13 +51,14 @@ class SimResult:
 class Simulator:
     def __init__(self, requests, step, *, num_blocks: int, block_size: int, max_num_seqs: int,
                  max_batched_tokens: int, safety_margin: float = 0.0, concurrency: int | None = None,
-                 reserve_full: bool = False):
+                 reserve_full: bool = False, max_skip: int | None = None):
         self.step, self.B, self.nb = step, block_size, num_blocks
         self.max_seqs, self.budget, self.margin = max_num_seqs, max_batched_tokens, safety_margin
         self.seqs = [Seq(r, target=r.prompt, computed=r.cached) for r in requests]
         self.pending = deque(range(len(self.seqs)))  # not yet arrived, in arrival order
         self.concurrency = concurrency
         self.reserve = reserve_full
+        self.max_skip = max_skip  # at most this many decode steps in one move (1: step by step; tests compare)
         self.release_at: list = []  # closed loop: (time, index) of requests released by finishes
         if concurrency:
             for _ in range(min(concurrency, len(self.seqs))):
@@ -240,7 +241,7 @@ class Simulator:
         k = self.fin_heap[0][0] - self.G
         if self.blk_heap:
             k = min(k, max(1, self.blk_heap[0][0] - self.G))
-        k = max(1, k)
+        k = max(1, min(k, self.max_skip or k))
         nxt = self._next_arrival()
 
         def time(j: int) -> float:
