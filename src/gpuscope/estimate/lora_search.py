@@ -71,12 +71,13 @@ def check_optimizer(name: str) -> str:
 
 
 def configure(m, hw, shape: LoraShape, *, seq: int, micro_batch: int, recompute: str, optimizer: str,
-              qlora: bool, precision: str = "amp-bf16", grad_accum: int = 1, loss: str = "hf") -> LoraConfig:
+              qlora: bool, precision: str = "amp-bf16", grad_accum: int = 1, loss: str = "hf",
+              offload_activations: bool = False) -> LoraConfig:
     """The planner's numbers for one configuration (paged optimizers as the module docstring says)."""
     paged = check_optimizer(optimizer).startswith(PAGED)
     est = estimate_lora_train(m, hw, shape, micro_batch=micro_batch, seq=seq, precision=precision,
                               optimizer=optimizer[len(PAGED):] if paged else optimizer, recompute=recompute,
-                              grad_accum=grad_accum, qlora=qlora, loss=loss)
+                              grad_accum=grad_accum, qlora=qlora, loss=loss, offload_activations=offload_activations)
     peak, step_s, held = est.peak_bytes_per_gpu, est.time["step_s"], 0.0
     if paged:
         held = est.breakdown_bytes["adapter_optimizer_states"]

@@ -245,8 +245,9 @@ def _with_recompute(m, hw, est, base) -> list[Tier]:
 # the checkpointed layer inputs to host memory (torchtune's activation offloading: copied on a side stream, so
 # overlapped, step = max(compute, 2 x their bytes over the host link)) or the frozen decoder layers to host memory
 # (accelerate's CPU offload: each layer copied in before it runs, forward, backward and recompute, not overlapped;
-# two layers resident). Levers 1-4 are estimate/lora_search.configure's (the planner's LoRA estimate); offload is
-# analytic from its breakdown. Slowdown = base tokens/s over the lever's (the tokens of a step are kept).
+# two layers resident). Levers 1-4 are estimate/lora_search.configure's (the planner's LoRA estimate); activation
+# offloading is its memory with offload_activations, the frozen base on the CPU analytic from its breakdown; both
+# offloads' times are analytic. Slowdown = base tokens/s over the lever's (the tokens of a step are kept).
 LORA_ATTENTION = ("q_proj", "k_proj", "v_proj", "o_proj", "qkv_proj", "c_attn", "c_proj", "query_key_value", "dense")
 
 
@@ -264,15 +265,15 @@ def _lora_analytic(tier, lever, changes, peak, step_s, base, hw, notes) -> Tier:
 def _lora_offload(m, hw, kw: dict, base, breakdown: dict, conf) -> list[Tier]:
     from gpuscope.estimate.params import count_params
 
-    rc = conf(recompute="full")
+    rc = conf(recompute="full", offload_activations=True)  # the planner's memory with the inputs on the host
     T, b, accum = kw["micro_batch"] * kw["seq"], 4.0 if kw["precision"] == "fp32" else 2.0, kw["grad_accum"]
     link = host_link_gbs(hw) * 1e9
     inputs = m.num_layers * T * m.hidden_size * b
     acts = _lora_analytic(5, "activation offloading (checkpointed layer inputs to CPU) + checkpointing",
-                          {"recompute": "full", "offload_activations": True},
-                          rc.peak_bytes - inputs + T * m.hidden_size * b, max(rc.step_s, accum * 2 * inputs / link),
-                          base, hw, [f"{inputs / 2**30:.2f} GiB of layer inputs each way per micro-batch at "
-                                     f"{link / 1e9:.0f} GB/s, on a side stream (torchtune's OffloadActivations)"])
+                          {"recompute": "full", "offload_activations": True}, rc.peak_bytes,
+                          max(rc.step_s, accum * 2 * inputs / link), base, hw,
+                          [f"{inputs / 2**30:.2f} GiB of layer inputs each way per micro-batch at "
+                           f"{link / 1e9:.0f} GB/s, on a side stream (torchtune's OffloadActivations)"])
     pc = count_params(m)
     layers = breakdown["base_weights"] - (pc.embedding + pc.lm_head) * b
     passes = 2 + (kw["recompute"] == "full")
