@@ -319,12 +319,12 @@ def _step_time(m, hw, pc, micro_batch, seq, precision, optimizer, recompute, gra
                      f_times, b_times, train_engine.launch_s, tflops, bw)
 
 
-# Element accesses per parameter of one AdamW step (each a read or a write of one tensor element), from
+# Element accesses to device memory per parameter of one AdamW step (a read or a write of one tensor element), from
 # torch/optim/adam.py: the fused kernel reads p, g, m, v and writes p, m, v (7); the foreach implementation (AdamW:
 # decoupled weight decay on, the default 0.01; no amsgrad, no maximize) makes eight passes: mul_(p) 2, lerp_(m, g) 3,
-# mul_(v) 2, addcmul_(v, g, g) 4, sqrt(v) -> tmp 2, div_(tmp) 2, add_(tmp, eps) 2, addcdiv_(p, m, tmp) 4 = 21
-# (Adam without weight decay skips the first: 19).
-ADAM_ACCESSES = {"fused": 7, "adamw-foreach": 21, "adam-foreach": 19}
+# mul_(v) 2, addcmul_(v, g, g) 3 (g passed twice, read once from memory), sqrt(v) -> tmp 2, div_(tmp) 2,
+# add_(tmp, eps) 2, addcdiv_(p, m, tmp) 4 = 20 (Adam without weight decay skips the first: 18).
+ADAM_ACCESSES = {"fused": 7, "adamw-foreach": 20, "adam-foreach": 18}
 
 
 def _optimizer_bytes(P: float, optimizer: str, precision: str, fused: bool) -> float:
