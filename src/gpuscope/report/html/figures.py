@@ -10,6 +10,7 @@ from __future__ import annotations
 
 GIB = 2**30
 DEVICE_LINE = 0.4  # the device's memory is drawn as a line when the estimate needs at least this share of it
+LABELLED = 8  # points of a scatter named beside them; more are named on hover only (labels would overlap)
 TOP_OPS = 8  # operations named in the time chart of each phase; the rest summed as "other"
 
 
@@ -74,6 +75,24 @@ def _op_traces(ops: list[dict]) -> list[dict]:
              "hovertemplate": f"{name} (%{{x}}): %{{y:.3f}} ms<extra></extra>"} for name, by in named.items()]
 
 
+def _bar(name: str, x: str, seconds: float, color: str) -> dict:
+    return {"type": "bar", "name": name, "x": [x], "y": [seconds * 1e3], "marker": {"color": color},
+            "hovertemplate": f"{name}: %{{y:.3f}} ms<extra></extra>"}
+
+
+def _beside_ops(est: dict) -> list[dict]:
+    """What the GPU's operations leave out: the host's time for the same step (its launches; the step waits for
+    whichever is slower) and training's optimizer step."""
+    t = est["time"]
+    if est["kind"] == "infer":
+        return [_bar("host (launches + Python), one decode step", "decode host", t["decode_host_s"], "#999")] \
+            if t.get("decode_host_s") else []
+    out = [_bar("optimizer step", "optimizer", t["optimizer_s"], "#555")] if t.get("optimizer_s") else []
+    if t.get("host_s_per_micro_batch"):
+        out.append(_bar("host (launches), one micro-batch", "host", t["host_s_per_micro_batch"], "#999"))
+    return out
+
+
 INFER_PARTS = (("prefill (GPU)", "prefill_gpu_s"), ("decode per token (GPU)", "decode_gpu_s"),
                ("decode per token (host)", "decode_host_s"))
 
@@ -83,14 +102,10 @@ def time_figure(est: dict) -> dict:
     operation (decode: one step); without, the phases the estimate's ``time`` names."""
     title = f"Time by phase{' and operation' if est.get('ops') else ''}: {est['model']} on {est['hardware']}"
     if est.get("ops"):
-        data = _op_traces(est["ops"])
-        host = est["time"].get("decode_host_s")
-        if est["kind"] == "infer" and host:  # a decode step waits for the host's launches when they are slower
-            data.append({"type": "bar", "name": "host (launches + Python), one decode step", "x": ["decode host"],
-                         "y": [host * 1e3], "marker": {"color": "#999"},
-                         "hovertemplate": "host per decode step: %{y:.3f} ms<extra></extra>"})
-        return {"data": data, "layout": layout(title, barmode="stack", yaxis={"title": {"text": "ms (GPU)"}},
-                                                xaxis={"title": {"text": "phase (decode: one step)"}})}
+        data = _op_traces(est["ops"]) + _beside_ops(est)
+        what = "decode: one step" if est["kind"] == "infer" else "one micro-batch; the optimizer once a step"
+        return {"data": data, "layout": layout(title, barmode="stack", yaxis={"title": {"text": "ms"}},
+                                                xaxis={"title": {"text": f"phase ({what})"}})}
     t = est["time"]
     if est["kind"] == "infer":
         parts = [(n, t[k]) for n, k in INFER_PARTS if t.get(k)]
@@ -120,7 +135,8 @@ def cost_speed_figure(doc: dict, rows: list[dict]) -> dict | None:
         if pts:
             data.append({"type": "scatter", "mode": "markers+text", "name": f"$ / 1M tokens, {pricing}",
                          "x": [r["metrics"][price_key] for r in pts], "y": [r["metrics"][key] for r in pts],
-                         "text": [r["hardware"] for r in pts], "textposition": "top center",
+                         "text": [r["hardware"] for r in pts] if len(pts) <= LABELLED else None,
+                         "textposition": "top center",
                          "hovertext": [r["name"] for r in pts], "marker": {"size": 11},
                          "hovertemplate": "%{hovertext}<br>$%{x:.3f} / 1M tokens<br>%{y:,.1f} tok/s<extra></extra>"})
     if not data:
@@ -145,7 +161,7 @@ def tokens_per_joule_figure(doc: dict, rows: list[dict]) -> dict | None:
 
 def advise_score_figure(doc: dict) -> dict | None:
     """The ranked candidates' score (the objective's metric, lower is better for cost) from advise JSON."""
-    ranked = doc.get("ranked") or []
+    ranked = [r for r in doc.get("ranked") or [] if r.get("score") is not None]
     if not ranked:
         return None
     data = [{"type": "bar", "name": doc.get("objective_metric", "score"), "x": [r["hardware"] for r in ranked],

@@ -31,6 +31,12 @@ def _summary_rows(est: dict) -> list[list]:
     return rows
 
 
+TIME_NOTE = {"infer": "The planner's GPU time per operation (prefill: the whole prompt; decode: one step), and the "
+                       "host's time for one decode step beside it (a step takes the slower of the two).",
+             "train": "The planner's GPU time per operation of one micro-batch (forward, backward), the optimizer "
+                      "step, and the host's time for one micro-batch beside them (a micro-batch takes the slower)."}
+
+
 def estimate_sections(est: dict) -> list[Section]:
     """An estimate (schema gpuscope.estimate/1): its headline figures, memory breakdown and time by phase."""
     inputs = ", ".join(f"{k}={v}" for k, v in est.get("inputs", {}).items())
@@ -42,8 +48,8 @@ def estimate_sections(est: dict) -> list[Section]:
                   notes=["The peak allocated on the busiest GPU, stacked by component (runtime overheads hatched), "
                          "and the allocator's peak in each phase."])
     time = Section("Time by phase and operation", [f.time_figure(est)], id="time",
-                   notes=["The planner's GPU time per operation (prefill: the whole prompt; decode: one step)."
-                          if est.get("ops") else "The planner's time per phase (with --ops: per operation)."])
+                   notes=[TIME_NOTE.get(est["kind"], TIME_NOTE["train"]) if est.get("ops") else
+                          "The planner's time per phase (with --ops: per operation)."])
     notes = Section("Assumptions", notes=list(est.get("assumptions", [])), id="assumptions")
     return [head, mem, time, notes]
 
