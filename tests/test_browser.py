@@ -179,6 +179,7 @@ def _submit(d, form: str, values: dict) -> str:
         else:
             el.clear()
             el.send_keys(str(v))
+    d.execute_script("document.body.dataset.state = 'submitting'")  # never read the previous result's state
     d.find_element("id", f"{form}-submit").click()
     return _wait(d, lambda: d.execute_script("var s=document.body.dataset.state;return s=='done'||s=='error'?s:null"),
                  "the result")
