@@ -18,6 +18,7 @@ from gpuscope.estimate.dtypes import check_dtype, compute_dtype, nbytes, quantiz
 from gpuscope.estimate.engines import STATIC_CACHE_ENGINES, EngineModel, engine_for
 from gpuscope.estimate.infer_memory import max_fit, phase_memory
 from gpuscope.estimate.params import count_params
+from gpuscope.estimate.platform import platform_for
 from gpuscope.estimate.result import Estimate
 from gpuscope.estimate.roofline import forward_time, sm_count
 from gpuscope.estimate.runtime import runtime_overheads
@@ -195,8 +196,10 @@ def _assumptions(m: ModelSpec, hw, engine: str, t: _Timing, cdt: str, tp: int, w
     """What the estimate assumed, in the order the report prints it: the engine, the ceilings, the decode bound,
     the weights a step reads, then the model's caveats (context, MLA cache, batched MoE experts)."""
     engine_line, decode_line = _engine_lines(engine, t, hw)
+    platform = platform_for(hw)
     out = [
         engine_line,
+        *([platform.assumed] if platform.assumed else []),  # host costs and context taken from CUDA's
         f"achievable {t.tflops / tp:.0f} TFLOP/s ({cdt}) and {t.bw / tp:.0f} GB/s per GPU",
         decode_line,
         f"weights per GPU: {weights / 1e9:.2f} GB"
@@ -238,7 +241,8 @@ def _engine_lines(engine: str, t: _Timing, hw) -> tuple[str, str]:
                 (f"decode: GPU {dec_gpu * 1e3:.2f} ms + host {serial * 1e3:.2f} ms per step in series (generate "
                  "waits on the GPU every token, so the compiled call's host work never overlaps it)"))
     if not eng.launch_s:  # gpuscope's graph loops: one replay per token, never waiting
-        return ((f"engine {engine}: one CUDA-graph replay per token from a loop that never waits on the GPU; "
+        return ((f"engine {engine}: one replay of {platform_for(hw).graphs} per token from a loop that never waits "
+                 "on the GPU; "
                  + (f"{eng.step_s * 1e3:.2f} ms/token outside the layers' modelled kernels (sampling over the "
                     "vocabulary, replay gaps: measured gs-compile TPOTs less the op list's GPU time)"
                     if eng.step_s else
@@ -270,13 +274,14 @@ def verdict_infer(est: Estimate, m: ModelSpec, hw, dtype: str, tp: int) -> tuple
         tips = []
         t = est.time
         other = {e: t[alt_key(e)] for e in ("graph", "hf-graph", "hf-graph-defer") if alt_key(e) in t}
-        loop = (f"~{other['graph'] * 1e3:.2f} ms/token in a compiled CUDA-graph loop that never waits (--engine "
+        graphs = platform_for(hw).graphs
+        loop = (f"~{other['graph'] * 1e3:.2f} ms/token in a compiled loop of {graphs} that never waits (--engine "
                 "graph; bench --engine gs-compile)") if "graph" in other else ""
         defer = (f"~{other['hf-graph-defer'] * 1e3:.2f} with its stop flag read one token late (--engine "
                  "hf-graph-defer; bench --engine hf-graph --defer-stop)") if "hf-graph-defer" in other else ""
         if est.inputs["engine"] == "eager" and t["decode_host_s"] > t["decode_gpu_s"]:
             tips.append(f"decode is launch-bound (host {t['decode_host_s'] * 1e3:.2f} vs GPU "
-                        f"{t['decode_gpu_s'] * 1e3:.2f} ms a token): {loop or 'CUDA graphs / torch.compile'}"
+                        f"{t['decode_gpu_s'] * 1e3:.2f} ms a token): {loop or graphs + ' / torch.compile'}"
                         + (f", ~{other['hf-graph'] * 1e3:.2f} under HF generate with a static cache (--engine "
                            "hf-graph), " + defer if "hf-graph" in other else "") + ", or a larger batch")
         if est.inputs["engine"] == "hf-graph" and loop:

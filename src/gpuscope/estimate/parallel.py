@@ -89,6 +89,13 @@ class Layout:
         return self.global_batch // (self.dp * self.micro_batch)
 
 
+def bubble_share(pp: int, virtual: int, micro_batches: int) -> float:
+    """The 1F1B bubble as a share of the pipeline's time: (p - 1)/v idle slots out of m + (p - 1)/v (Narayanan et
+    al. 2021 section 2.2 give (p - 1)/(v m), the bubble against the useful time, which passes 100% when m < p - 1)."""
+    idle = (pp - 1) / virtual
+    return idle / (max(1, micro_batches) + idle)
+
+
 def check_layout(m: ModelSpec, lay: Layout) -> None:
     for name in ("tp", "pp", "dp", "cp", "ep", "micro_batch", "global_batch", "virtual"):
         v = getattr(lay, name)
@@ -385,7 +392,8 @@ def to_estimate(pe: ParallelEstimate, m: ModelSpec, hw, seq: int) -> Estimate:
         "Megatron-LM-style training: fused kernels, bf16 params + fp32 main grads + fp32 Adam (18 B/param), "
         "Korthikanti et al. activations, 1F1B pipeline",
         f"busiest GPU: first pipeline stage; {lay.micro_batches} micro-batches per step, bubble "
-        f"{(lay.pp - 1) / lay.virtual / max(1, lay.micro_batches):.1%}",
+        f"{bubble_share(lay.pp, lay.virtual, lay.micro_batches):.1%} of the pipeline's time ((p - 1)/v idle slots "
+        "of m + (p - 1)/v; more micro-batches shrink it)",
     ]
     need = est.required_bytes / gib
     have = hw.device_total_bytes / gib

@@ -28,6 +28,7 @@ from gpuscope.estimate.comm import collective_time
 from gpuscope.estimate.engines import TrainHost, engine_for, train_host_for
 from gpuscope.estimate.memory_train import ddp_bucket_bytes, fsdp_train_memory, precision_bytes, train_memory
 from gpuscope.estimate.params import count_params
+from gpuscope.estimate.platform import platform_for
 from gpuscope.estimate.result import Estimate
 from gpuscope.estimate.roofline import forward_time, sm_count
 from gpuscope.estimate.runtime import runtime_overheads
@@ -357,6 +358,7 @@ def _assumptions(hw, st: _StepTime, cdt: str, offload: str, recompute: str, host
         "activations as saved by Hugging Face transformers in eager mode with SDPA attention",
         f"achievable {st.tflops:.0f} TFLOP/s ({cdt}) and {st.bw:.0f} GB/s",
         "MFU: 6N + 12 L s d per token (PaLM convention) against the dense peak",
+        platform_for(hw).assumed,  # where the host costs and the context size are CUDA's (estimate/platform.py)
         f"offload {offload}: {host_bytes / 2**30:.1f} GiB in host memory, {host_link_gbs(hw):.0f} GB/s host link, "
         f"CPU Adam at {CPU_ADAM_PARAMS_PER_S / 1e9:.0f}B params/s (rough)" if offload != "none" else "",
         "selective recompute has no s^2 attention term to drop with SDPA/flash, so it saves what 'none' saves"

@@ -6,7 +6,8 @@ Every candidate walks the same checks, in this order, and each check is recorded
   2. memory per card --min-memory-gb
   3. fits            the workload fits (inference: in the dtype(s) asked, on up to --max-gpus cards with tensor
                      parallelism; training: on one card)
-  4. budget          purchase price of the cards needed <= --budget (unknown price: ruled out, say so)
+  4. budget          purchase price of the cards needed <= --budget (a cloud rate only: its cloud-rate
+                     equivalent, said; neither known: ruled out, say so)
   5. power           busy power of the cards needed <= --max-power-w (unknown TDP: ruled out)
   6. latency SLO     TTFT <= --max-ttft-ms and TPOT <= --max-tpot-ms (inference)
   7. throughput      tokens/s >= --min-tokens-per-s (inference: decode tokens/s of the batch; training: per card)
@@ -143,10 +144,12 @@ def _walk(row: Row, hw, stack: str, kind: str, c: Constraints, metric: str) -> l
     if c.budget_usd is not None:
         price = m.get("price_usd")
         if price is None:
-            path.append(Step("budget", False, "no purchase price known (add one with --prices)"))
-        else:
+            path.append(Step("budget", False, "no purchase price or cloud rate known (add one with --prices)"))
+        else:  # a card with a cloud rate only is priced at its cloud-rate equivalent (specs/prices.price_for)
+            src = str(((getattr(row, "prices", None) or {}).get("purchase_usd") or {}).get("source", ""))
+            eq = " (a cloud-rate equivalent: 3 years of its on-demand rate)" if src.startswith("cloud-rate") else ""
             path.append(Step("budget", price <= c.budget_usd,
-                             f"{n} card(s) cost {_fmt_usd(price)} vs budget {_fmt_usd(c.budget_usd)}"))
+                             f"{n} card(s) cost {_fmt_usd(price)}{eq} vs budget {_fmt_usd(c.budget_usd)}"))
     if c.max_power_w is not None:
         pw = m.get("power_w")
         if pw is None:

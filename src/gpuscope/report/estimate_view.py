@@ -21,6 +21,30 @@ def to_json_text(est: Estimate) -> str:
     return json.dumps(est.to_json(), indent=2, default=float)
 
 
+def _overhead_label(key: str, hardware: str) -> str:
+    """'+ CUDA context' / '+ HIP runtime context' ... for the runtime context (estimate/platform.py), else the key."""
+    if key != "runtime_context":
+        return f"+ {key.replace('_', ' ')}"
+    from gpuscope.errors import UserError
+    from gpuscope.estimate.platform import OTHER, platform_for
+    from gpuscope.specs.hardware import load_hardware
+
+    try:
+        platform = platform_for(load_hardware(hardware))
+    except (UserError, OSError):
+        platform = OTHER
+    return f"+ {platform.context}"
+
+
+def _scaling(eff: float) -> str:
+    """Scaling efficiency as a share (one GPU's step for the same per-GPU work / this step), at most 100%: a
+    faster step than one GPU's is said with its reason instead of as a share above 100%."""
+    if eff <= 1.0:
+        return f"{eff:.1%}"
+    return (f"100% (capped: the step is {eff - 1:.1%} faster than one GPU's with the same per-GPU work; each GPU "
+            "steps the optimizer over its shard of the states only)")
+
+
 def render(est: Estimate, console, show_ops: bool = False) -> None:
     from rich.table import Table
 
@@ -33,7 +57,7 @@ def render(est: Estimate, console, show_ops: bool = False) -> None:
             mem.add_row(k.replace("_", " "), _gib(v))
     mem.add_row("[bold]peak allocated[/]", f"[bold]{_gib(est.peak_bytes_per_gpu)}[/]")
     for k, v in est.runtime_overhead_bytes.items():
-        mem.add_row(f"+ {k.replace('_', ' ')}", _gib(v))
+        mem.add_row(_overhead_label(k, est.hardware), _gib(v))
     mem.add_row("[bold]required / device[/]", f"[bold]{_gib(est.required_bytes)} / {_gib(est.device_total_bytes)}[/]")
     phases = ", ".join(f"{k} {_gib(v)}" for k, v in est.phases_bytes.items())
     mem.caption = f"phase peaks: {phases}"
@@ -55,7 +79,7 @@ def render(est: Estimate, console, show_ops: bool = False) -> None:
                 perf.add_row(f"  {k.removesuffix('_s').replace('_', ' ')}", _ms(v))
         perf.add_row("tokens/s (all GPUs)", f"{est.throughput['tokens_per_s']:,.0f}")
         if est.throughput.get("scaling_efficiency"):
-            perf.add_row("scaling vs one GPU", f"{est.throughput['scaling_efficiency']:.1%}")
+            perf.add_row("scaling vs one GPU", _scaling(est.throughput["scaling_efficiency"]))
         perf.add_row("MFU / HFU", f"{est.mfu:.1%} / {est.hfu:.1%}" if est.hfu is not None else f"{est.mfu:.1%}")
     for k, v in est.limits.items():
         perf.add_row(k.replace("_", " ") + " that fits", "none" if v is None else f"{v:,}")

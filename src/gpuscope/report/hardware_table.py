@@ -47,11 +47,30 @@ def _peak_cell(spec: HardwareSpec, dtype: str) -> str:
     return _mark(spec, _fmt(spec.peak(dtype)), f"{dtype}_tflops_dense", f"{dtype}_tops_dense")
 
 
+def _price_cell(spec: HardwareSpec) -> str:
+    """The purchase figure compare and advise use (specs/prices.price_for); ~ marks a cloud-rate equivalent."""
+    from gpuscope.specs.prices import is_cloud_equivalent, price_for
+
+    p = price_for(spec).purchase
+    if p is None:
+        return DASH
+    return _fmt(p.value, 0) + ("~" if is_cloud_equivalent(p) else "")
+
+
+def _purchase_row(spec: HardwareSpec) -> str:
+    from gpuscope.specs.prices import price_for
+
+    p = price_for(spec).purchase
+    return DASH if p is None else f"{_fmt(p.value, 0)} USD ({p.source}; {p.date})"
+
+
 def catalog_table(specs: list[HardwareSpec]) -> Table:
     table = Table(
         title="gpuscope hardware catalog (dense peaks, no sparsity)",
         caption=f"{UNCONFIRMED_MARK} = unconfirmed, a planning estimate (`gpuscope hardware show NAME` says why). "
-        "GiB = memory_gb x 2**30. Bandwidths in GB/s (decimal); interconnect is per GPU, bidirectional.",
+        "GiB = memory_gb x 2**30. Bandwidths in GB/s (decimal); interconnect is per GPU, bidirectional. Price: the "
+        "purchase figure compare and advise use (`hardware show NAME` gives its source); ~ = a cloud-rate "
+        "equivalent (3 years of the on-demand rate; no purchase price published).",
         caption_justify="left",
     )
     table.add_column("name", no_wrap=True, style="bold")
@@ -74,7 +93,7 @@ def catalog_table(specs: list[HardwareSpec]) -> Table:
             _mark(s, _fmt(s.interconnect_gbs_bidir) if s.interconnect_gbs_bidir else "none",
                   "interconnect_gbs_bidir"),
             _mark(s, _fmt(s.tdp_w, 0), "tdp_w"),
-            _mark(s, _fmt(s.launch_price_usd, 0), "launch_price_usd"),
+            _price_cell(s),
         )
     return table
 
@@ -112,6 +131,7 @@ def detail_table(spec: HardwareSpec) -> Table:
         ("host_interface", spec.host_interface),
         ("tdp_w", _fmt(spec.tdp_w, 0)),
         ("launch_price_usd", _fmt(spec.launch_price_usd, 0)),
+        ("purchase price", _purchase_row(spec)),
         ("not_supported", ", ".join(spec.not_supported) or DASH),
         ("halved_from_sparse", ", ".join(spec.halved_from_sparse) or DASH),
         ("unconfirmed", "; ".join(spec.unconfirmed) or DASH),

@@ -10,7 +10,11 @@ The packaged table is ``specs/data/prices.toml`` (a snapshot; nothing is fetched
     date = "2026-02"
 
 A user entry replaces the packaged figures it names and keeps the others. A hardware spec's own
-``launch_price_usd`` (a user hardware TOML) is the last fallback for the purchase price.
+``launch_price_usd`` (a user hardware TOML) is the next fallback for the purchase price; where a card has neither
+but a cloud rate, its purchase figure is the cloud-rate equivalent: the hourly rate x CLOUD_EQUIVALENT_HOURS (three
+years of on-demand rental, the cost model's default horizon), its source saying so. So `advise --budget`,
+`compare` and the hardware table read one number per card, and a card sold only as a rental is not ruled out for
+lack of a list price.
 Pure Python: no torch here.
 """
 
@@ -29,6 +33,8 @@ else:  # pragma: no cover
 from gpuscope.errors import UserError
 
 PRICES_PATH = Path(__file__).parent / "data" / "prices.toml"
+CLOUD_EQUIVALENT_YEARS = 3  # estimate/cost.DEFAULT_YEARS' horizon
+CLOUD_EQUIVALENT_HOURS = CLOUD_EQUIVALENT_YEARS * 8760
 _FIELDS = {"purchase_usd", "purchase_source", "purchase_date", "cloud_usd_per_hour", "cloud_source", "cloud_date",
            "source", "date", "notes"}
 
@@ -120,11 +126,26 @@ def load_prices(path: str | Path | None = None) -> dict[str, PriceEntry]:
     return table
 
 
+def cloud_equivalent(cloud: Price) -> Price:
+    """A purchase figure from a cloud rate: rate x CLOUD_EQUIVALENT_HOURS, its source saying how."""
+    return Price(cloud.value * CLOUD_EQUIVALENT_HOURS,
+                 f"cloud-rate equivalent, no purchase price published: {cloud.value:g} USD/h x "
+                 f"{CLOUD_EQUIVALENT_HOURS:,} h ({CLOUD_EQUIVALENT_YEARS} years of on-demand rental; {cloud.source})",
+                 cloud.date)
+
+
 def price_for(hw, prices: dict[str, PriceEntry] | None = None) -> PriceEntry:
-    """The price entry of one HardwareSpec; falls back to the spec's own launch_price_usd for the purchase."""
+    """The price entry of one HardwareSpec; the purchase falls back to the spec's own launch_price_usd, then to
+    the cloud-rate equivalent of its cloud rate (cloud_equivalent)."""
     prices = load_prices() if prices is None else prices
     entry = prices.get(hw.key, PriceEntry(hw.key))
     if entry.purchase is None and getattr(hw, "launch_price_usd", None):
         entry = PriceEntry(hw.key, Price(float(hw.launch_price_usd), f"launch_price_usd of {hw.origin}", "not given"),
                            entry.cloud)
+    if entry.purchase is None and entry.cloud is not None:
+        entry = PriceEntry(hw.key, cloud_equivalent(entry.cloud), entry.cloud)
     return entry
+
+
+def is_cloud_equivalent(price: Price | None) -> bool:
+    return price is not None and price.source.startswith("cloud-rate equivalent")

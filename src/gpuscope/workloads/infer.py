@@ -110,7 +110,8 @@ def headline(r: dict) -> str:
     if r.get("tpot_s") is None:  # one generated token (no decode step), or decode below the noise
         why = f"; tpot unresolved: {r['tpot_unresolved']}" if r.get("tpot_unresolved") else ""
         return f"ttft {r['ttft_s'] * 1e3:.2f} ms{joules(r)}{why}"
-    gbs = f", weights read at {r['decode_weights_gbs']:.0f} GB/s" if r.get("decode_weights_gbs") else ""
+    # a tiny model's weights stream at well under 1 GB/s: three significant figures, never "0 GB/s"
+    gbs = f", weights read at {r['decode_weights_gbs']:.3g} GB/s" if r.get("decode_weights_gbs") else ""
     if (r.get("moe_routing") or {}).get("imbalance_median"):
         gbs += f"; busiest expert {r['moe_routing']['imbalance_median']:.2f}x the mean rows (median layer)"
     spread, n = r.get("e2e_spread"), r.get("e2e_repeats") or r.get("repeats") or 0
