@@ -5,7 +5,10 @@ with their error, never raised. aiohttp is the client (as vLLM's benchmark uses 
 
 - Each request is sent at its arrival offset (or when a concurrency slot frees); its clock starts just before the
   POST, as vLLM's request functions start theirs.
-- A token-carrying chunk is a ``data:`` event with a non-empty ``choices``; a ``usage`` event gives the
+- A token-carrying chunk is a ``data:`` event whose ``choices`` carry text. vLLM's benchmark counts any chunk with
+  ``choices``; `transformers serve` opens a chat stream with a role-only delta before it generates and closes
+  every stream with an empty choice holding the finish_reason, which that rule would read as a TTFT of ~0 and one
+  more gap (a token that decodes to no text is missed instead: rare, special tokens). A ``usage`` event gives the
   completion_tokens (asked with ``stream_options.include_usage``); without one the chunks are counted.
 - Exactly G tokens (``EXACT``): ``vllm`` sends ``ignore_eos`` and ``min_tokens`` (vLLM, SGLang, TensorRT-LLM);
   ``transformers``: `transformers serve` refuses unknown fields (HTTP 422) and takes a ``generation_config`` JSON;
@@ -121,6 +124,11 @@ def payload(api: str, model: str, prompt: str, max_tokens: int, extra: dict | No
     return body
 
 
+def carries_text(choices: list) -> bool:
+    """Whether a chunk's choices carry generated text (a completion's ``text``, a chat delta's ``content``)."""
+    return any(isinstance(c, dict) and (c.get("text") or (c.get("delta") or {}).get("content")) for c in choices)
+
+
 def _event(line: bytes, rec: RequestRecord) -> bool:
     """Read one SSE line into ``rec``; True at the end of the stream ([DONE]). A data line that is not JSON, or an
     error event, ends the request with its error."""
@@ -139,7 +147,7 @@ def _event(line: bytes, rec: RequestRecord) -> bool:
         err = obj.get("error") if isinstance(obj, dict) else obj
         rec.error = f"the server sent an error event: {str(err)[:200]}"
         return True
-    if obj.get("choices"):
+    if obj.get("choices") and carries_text(obj["choices"]):
         rec.token_times_s.append(time.perf_counter())
     usage = obj.get("usage")
     if isinstance(usage, dict) and usage.get("completion_tokens") is not None:

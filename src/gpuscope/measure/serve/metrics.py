@@ -3,8 +3,8 @@ lib/endpoint_request_func.py), computed from one record per request whatever pro
 transformers' continuous batching in this process). No torch here.
 
 Per request (all times from the moment the request was sent, or submitted to the engine in-process):
-- TTFT: the first chunk that carries a token (an OpenAI stream's first ``choices`` entry; in-process: the first
-  generated token's timestamp).
+- TTFT: the first chunk that carries a token (an OpenAI stream's first ``choices`` with text: loadgen.py says
+  where this differs from vLLM's any-``choices`` rule; in-process: the first generated token's timestamp).
 - ITL: the gaps between successive token-carrying chunks (a chunk of several tokens counts once, as vLLM's does).
 - E2E: the last token-carrying chunk (a trailing usage-only chunk does not end the request).
 - TPOT = (E2E - TTFT) / (output_tokens - 1), for output_tokens > 1.

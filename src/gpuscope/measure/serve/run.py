@@ -61,5 +61,8 @@ def run_launch(case: dict) -> dict:
         code = srv.stop()
     server = {"command": ["transformers", "serve", "<random-weight model>", *cmd[5:]], "ready_s": ready,
               "exit_code": code, "log_tail": tail}
+    from gpuscope.measure.device.device import Device, pick_device
+
+    dev = Device(pick_device(case.get("device")))  # the device the server was told to use, for the estimate
     return http_result(case, plan, recs, launch="transformers", server=server, api=api, exact="transformers",
-                       device=case.get("device"))
+                       device=dev.name, device_name=dev.device_name())
