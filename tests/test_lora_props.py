@@ -20,7 +20,7 @@ from gpuscope.specs.models import load_model
 MODELS = ("llama-3.2-1b", "llama-3.1-8b", "qwen2.5-7b", "mistral-7b", "gemma-2-9b", "phi-3-mini", "gpt2-medium",
           "mixtral-8x7b", "deepseek-v2-lite")
 HW = load_hardware("h200")
-SETTINGS = settings(max_examples=30, deadline=None, derandomize=True)
+SETTINGS = settings(max_examples=20, deadline=None, derandomize=True)
 
 shapes = st.fixed_dictionaries({
     "model": st.sampled_from(MODELS),
