@@ -253,3 +253,12 @@ def test_skipping_decode_stretches_changes_nothing(kw):
     for a, b in zip(fast.seqs, slow.seqs):
         assert a.first_s == pytest.approx(b.first_s, rel=1e-9, abs=1e-12)
         assert a.finish_s == pytest.approx(b.finish_s, rel=1e-9, abs=1e-12)
+
+
+def test_curve_spans_the_offline_capacity():
+    est = plan_serve(ServeRequest(LLAMA, 300, 512, 128, rate=5.0, engine="vllm", curve=True), H200)
+    offline = plan_serve(ServeRequest(LLAMA, 300, 512, 128, engine="vllm"), H200).throughput["requests_per_s"]
+    rates = [p["rate_requests_per_s"] for p in est.curve]
+    assert rates[0] == pytest.approx(0.25 * offline) and rates[-1] == pytest.approx(1.25 * offline)
+    ttft = [p["ttft_p50_s"] for p in est.curve]
+    assert ttft == sorted(ttft) and ttft[-1] > ttft[0]

@@ -123,14 +123,14 @@ def _setup(r: ServeRequest, hw):
     return eng, fmt, kv_dtype, kv, step
 
 
-def simulate(r: ServeRequest, eng, kv, step, rate: float | None = None):
+def simulate(r: ServeRequest, eng, kv, step, rate: float | None = None, concurrency: int | None = None):
     reqs = make_requests(r.requests, r.prompt, r.gen, rate=rate, seed=r.seed, prompt_dist=r.prompt_dist,
                          prompt_spread=r.prompt_spread, gen_dist=r.gen_dist, gen_spread=r.gen_spread,
                          prefix_hit=r.prefix_hit, block_size=kv.block_size)
     sim = Simulator(reqs, step, num_blocks=kv.num_blocks, block_size=kv.block_size,
                     max_num_seqs=min(eng.max_num_seqs, kv.max_batched_tokens),
                     max_batched_tokens=kv.max_batched_tokens, safety_margin=eng.safety_margin,
-                    concurrency=r.concurrency if rate is None else None, reserve_full=eng.reserve_full)
+                    concurrency=concurrency if rate is None else None, reserve_full=eng.reserve_full)
     return sim.run()
 
 
@@ -138,7 +138,7 @@ def plan_serve(request: ServeRequest, hardware) -> ServeEstimate:
     """The serving estimate of ``request`` on ``hardware`` (a HardwareSpec; TP ranks are GPUs of that kind)."""
     r, hw = request, hardware
     eng, fmt, kv_dtype, kv, step = _setup(r, hw)
-    res = simulate(r, eng, kv, step, r.rate)
+    res = simulate(r, eng, kv, step, r.rate, r.concurrency)
     summ = metrics.summarize(res.seqs, res.duration_s, res.itl, r.slo_ttft, r.slo_tpot)
     seq = r.prompt + r.gen
     capacity = {"max_concurrent_sequences": min(kv.max_sequences(seq), eng.max_num_seqs),
@@ -158,8 +158,10 @@ def plan_serve(request: ServeRequest, hardware) -> ServeEstimate:
         simulation={"steps": res.steps, "duration_s": summ["duration_s"], "preemptions": res.preemptions,
                     "mode": "poisson" if r.rate else ("concurrency" if r.concurrency else "offline")},
         assumptions=_assumptions(r, eng, fmt, kv_dtype, kv))
-    if r.curve and thr["requests_per_s"]:
-        est.curve = _curve(r, eng, kv, step, thr["requests_per_s"], hw)
+    if r.curve:
+        offline = res if est.simulation["mode"] == "offline" else simulate(r, eng, kv, step)
+        est.curve = _curve(r, eng, kv, step, len(offline.seqs) / metrics.summarize(
+            offline.seqs, offline.duration_s, [])["duration_s"], hw)
     return est
 
 
@@ -184,7 +186,7 @@ def _cost(hw, gpus: int, tokens_per_s: float | None, good_tokens_per_s: float | 
 
 
 def _curve(r: ServeRequest, eng, kv, step, offline_rps: float, hw) -> list[dict]:
-    """Throughput and latency at Poisson rates around the offline request throughput."""
+    """Throughput and latency at Poisson rates from a quarter of the offline request throughput to 1.25 x it."""
     out = []
     for f in CURVE_FRACTIONS:
         rate = f * offline_rps
