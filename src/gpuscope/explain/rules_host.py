@@ -33,7 +33,8 @@ def launch_bound(s: dict, t: dict = THRESHOLDS) -> Finding | None:
         ev["profiler_overhead_s_excluded"] = prof
     return Finding(
         "launch_bound", "CPU/launch-bound: the GPU idles between small kernels", severity(speedup), ev,
-        "Remove the per-kernel host cost: capture the step in CUDA graphs (torch.compile(mode='reduce-overhead')). "
+        "Remove the per-kernel host cost: capture the step in graphs (CUDA graphs; HIP graphs on ROCm through the same "
+        "torch.cuda API; XPU graphs on Intel GPUs in newer PyTorch; torch.compile(mode='reduce-overhead')). "
         "gpuscope's graph loops: --engine gs-compile (torch.compile + one CUDA graph per step; 8.0x plain generate "
         "for Llama-3.2-1B at batch 1 on an H200) or gs-graph (no compile). HF generate with a static KV cache "
         "(cache_implementation='static', --engine hf-graph) compiles the same step but still waits on the GPU "
@@ -142,7 +143,7 @@ def gc_pauses(s: dict, t: dict = THRESHOLDS) -> Finding | None:
         {"gc_pause_s": pause, "bare_s": bare, "share": pause / bare,
          "collections_by_generation": (s.get("gc") or {}).get("gc_collections_by_generation"),
          "tracked_objects": num(s, "gc", "tracked_objects")},
-        "After warm-up (and after torch.compile / CUDA-graph capture), call gc.collect(); gc.freeze(): the live "
+        "After warm-up (and after torch.compile / graph capture), call gc.collect(); gc.freeze(): the live "
         "objects (model, compiled graphs, guards) leave the collector's reach, so each full collection stops walking "
         "them (vLLM does this after capture). bench infer --gc-freeze measures it. Or allocate fewer Python objects "
         "per step (no per-step lists/dicts of tensors kept alive).",
