@@ -185,7 +185,7 @@ def main() -> None:
     ap.add_argument("--model", default="llama-3.1-8b")
     ap.add_argument("--prompt", type=int, default=2048)
     ap.add_argument("--gen", type=int, default=32)
-    ap.add_argument("--prof-gen", type=int, default=12)
+    ap.add_argument("--prof-gen", type=int, default=8)
     ap.add_argument("--budget-s", type=float, default=70.0)
     ap.add_argument("--no-trace", action="store_true")
     ap.add_argument("--tiny", action="store_true", help="CPU check: a tiny Llama, short prompts")
