@@ -3,8 +3,8 @@ shape. Run from the repo root with PYTHONPATH=src on the GPU machine; writes $OU
 and prints a summary. Budget: about 60 s on an H200 (--budget-s caps the sweep at 45 s; the bench run is bounded by
 --bench-limit-s, 40 s).
 
-1. A shape sweep with gpuscope's own matmul timing (queued iterations, L2 flushed, two rotating operand sets:
-   measure/micro/matmul.matmul_bench) for
+1. A shape sweep with gpuscope's own matmul timing and its quick mode's settings (queued iterations, L2 flushed,
+   two rotating operand sets: measure/micro/matmul.matmul_bench) for
    - int8 ``torch._int_mm`` with B column-major (what `bench micro` runs now) and row-major (what it ran before),
    - fp8 ``torch._scaled_mm`` e4m3, per-tensor scales, bf16 out, with ``use_fast_accum`` False (the bench's) and True,
    - bf16 ``torch.matmul`` (the 16-bit reference);
@@ -34,7 +34,7 @@ import torch
 
 from gpuscope.measure.device.device import Device
 from gpuscope.measure.micro.matmul import BURST, matmul_bench, wave_shapes
-from gpuscope.measure.micro.timing import L2Flusher, Settings, stats, time_queued
+from gpuscope.measure.micro.timing import L2Flusher, Settings, settings, stats, time_queued
 
 SQUARES = [(s, s, s) for s in (4096, 8192, 16384)]
 LONG_K = [(m, n, k) for m, n in ((4096, 4096), (8192, 8192), (4096, 16384), (16384, 4096)) for k in (16384, 32768)]
@@ -62,8 +62,9 @@ def variants(tiny: bool, sms: int | None) -> list[dict]:
 
 
 def run_sweep(dev: Device, tiny: bool, budget_s: float) -> dict:
-    st = Settings(warmup=1, min_iters=2, min_time_s=0.0, max_time_s=1.0) if tiny else \
-        Settings(warmup=3, min_iters=10, min_time_s=0.1, max_time_s=1.5)
+    # the bench's own quick settings (warm-up, iterations, seconds per shape), so the sweep's rates compare with
+    # `bench micro`'s on the same terms (a shorter run per shape heats the GPU less and reads higher)
+    st = Settings(warmup=1, min_iters=2, min_time_s=0.0, max_time_s=1.0) if tiny else settings("quick", dev)
     burst = dict(BURST, idle_s=0.0, bursts=1, iters=3) if dev.type == "cpu" else dict(BURST)
     flush = L2Flusher(dev)
     sms = torch.cuda.get_device_properties(0).multi_processor_count if dev.type == "cuda" else None
