@@ -11,7 +11,8 @@ A step is split into what grows with its tokens and what grows with the context 
   roofline.attention_efficiency of the GEMM rate, bytes = KV read once + q and output, the larger of the two;
   transformers' paged|sdpa: every key of every scheduled request meets every query of the packed batch (dense
   mask): FLOPs 4 x M x N_k x heads x head_dim at the masked-SDPA rate (roofline.MASKED_SDPA_FRACTION, measured
-  with causal FLOPs counted, so x 2 for computed pairs), plus the copies it makes each layer: the cache read-back
+  with causal FLOPs counted, so x 2 for computed pairs) times the kernel's occupancy of the SMs (StepModel.occupancy:
+  few queries leave most SMs idle), plus the copies it makes each layer: the cache read-back
   (index_select of K and V: read + write N_k tokens), repeat_kv out to every query head, the mask
   (M x N_k in the activation dtype) written and read, at roofline.ELEMENTWISE_BW_FRACTION of the copy bandwidth;
   paged|eager: the same copies, the scores as two batched GEMMs and ~24 bytes of traffic a score (mask add, fp32
@@ -83,6 +84,7 @@ class StepModel:
     bw: float  # bytes/s
     floor_s: float  # per-layer attention kernel floor
     engine: object
+    sms: int | None = None  # multiprocessors of one GPU (the masked SDPA's occupancy)
 
     def step_s(self, tokens: float, rows: float, kv_read: float, pairs: float, requests: float,
                decode_only: bool) -> float:
@@ -99,6 +101,15 @@ class StepModel:
         loop = e.host_step_s + e.host_per_request_s * requests + e.host_per_kv_token_s * (kv_read + tokens)
         return max(wall, loop) if e.host_overlapped else wall + loop
 
+    def occupancy(self, tokens: float) -> float:
+        """The masked SDPA kernel's share of the GPU: one thread block per 64 queries and head, each looping over all
+        keys (the memory-efficient kernel has no split over the keys), so a packed batch of few queries fills
+        ceil(M / 64) x heads of the SMs: blocks / (waves x SMs), as roofline.wave_efficiency counts GEMM tiles."""
+        if not self.sms:
+            return 1.0
+        blocks = math.ceil(max(tokens, 1) / SDPA_QUERY_TILE) * max(1, round(self.heads))
+        return blocks / (math.ceil(blocks / self.sms) * self.sms)
+
     def attention_s(self, tokens: float, kv_read: float, pairs: float) -> float:
         hd = self.head_dim
         if self.engine.dense_masked_attention:
@@ -113,7 +124,7 @@ class StepModel:
                     ELEMENTWISE_BW_FRACTION * self.bw)
                 return self.layers * (t + self.floor_s)
             sdpa = rep * math.ceil(max(tokens, 1) / SDPA_QUERY_TILE) + 2 * tokens * self.heads * hd * self.act_b
-            t = max(flops / (2 * MASKED_SDPA_FRACTION * self.attn_rate),
+            t = max(flops / (2 * MASKED_SDPA_FRACTION * self.attn_rate * self.occupancy(tokens)),
                     sdpa / self.bw) + (copies + mask) / (ELEMENTWISE_BW_FRACTION * self.bw)
         else:
             flops = 4.0 * pairs * self.heads * hd
@@ -148,4 +159,4 @@ def build_step_model(m: ModelSpec, hw, engine, *, w_b: float, kv_b: float, compu
     return StepModel(xs, linear, head, kernels, eager.launch_s, eager.forward_s, m.num_layers, m.num_heads / tp,
                      m.head_dim, kv_bytes_per_token(m, kv_b, tp) / m.num_layers, act_b, n_rep,
                      tflops * 1e12 * attention_efficiency(m.head_dim), tflops * 1e12, bw,
-                     kernel_eng.matmul_min_s, engine)
+                     kernel_eng.matmul_min_s, engine, sm_count(hw))
