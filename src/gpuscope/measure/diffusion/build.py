@@ -60,7 +60,9 @@ def _empty(library: str, cls, cfg: dict):
     with init_empty_weights(include_buffers=False):
         if library == "diffusers":
             return cls.from_config({k: v for k, v in cfg.items() if not k.startswith("_")})
-        return cls(_transformers_config(cls, cfg))
+        model = cls(_transformers_config(cls, cfg))
+    model.tie_weights()  # inside the context each assignment made a new meta parameter: T5's embeddings untied
+    return model
 
 
 def keep_fp32(model: torch.nn.Module, dtype: torch.dtype) -> tuple[str, ...]:
