@@ -219,3 +219,15 @@ def test_bench_html_is_the_report_of_the_run_it_made(monkeypatch, tmp_path):
     assert f"wrote {out}" in r.stderr and "1 measurements (infer) of 1 run(s)" in text
     assert rec["case_id"].split("#")[0] in text
     assert "lora_r16" not in text and 'id="accuracy"' in text
+
+
+def test_without_plotly_html_is_one_sentence_and_plan_still_plans():
+    code = ("import sys; sys.modules['plotly'] = None\n"  # plotly not installed
+            "from gpuscope.cli import main\n"
+            "main(sys.argv[1:])")
+    run = lambda *a: subprocess.run([sys.executable, "-c", code, *a], capture_output=True, text=True, timeout=120)
+    bad = run("plan", "infer", "--model", "gpt2", "--gpu", "h200", "--html", "x.html")
+    assert bad.returncode == 2 and bad.stderr.strip() == ("error: HTML reports need plotly (pip install "
+                                                          "'gpuscope[report]'): it ships the plotly.js the page inlines.")
+    ok = run("plan", "infer", "--model", "gpt2", "--gpu", "h200", "--json")
+    assert ok.returncode == 0 and json.loads(ok.stdout)["schema"] == "gpuscope.estimate/1"

@@ -116,3 +116,8 @@ def test_ui_command_prints_its_loopback_address():
         p.wait(timeout=60)
     bad = _cli("ui", "--port", "70000")
     assert bad.returncode == 2 and "--port" in bad.stderr
+
+
+def test_a_port_in_use_is_one_sentence(server):
+    with pytest.raises(UserError, match=r"cannot listen on 127.0.0.1:\d+"):
+        make_server("127.0.0.1", server.server_address[1])
