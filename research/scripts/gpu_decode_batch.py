@@ -221,9 +221,16 @@ def main() -> None:
                   p.get("busy_s_per_step"), "groups", p.get("groups_us_per_step"), c.get("status", ""))
             if dev.type == "cuda":
                 torch.cuda.empty_cache()
-    with open(os.path.join(a.out, "decode_batch.json"), "w") as f:
+            _write(doc, a.out)  # after every case: a run stopped by its timeout keeps the finished ones
+    print("wrote", _write(doc, a.out), f"{time.perf_counter() - t0:.1f} s")
+
+
+def _write(doc: dict, out: str) -> str:
+    path = os.path.join(out, "decode_batch.json")
+    with open(path + ".tmp", "w") as f:
         json.dump(doc, f, indent=1, default=str)
-    print("wrote", os.path.join(a.out, "decode_batch.json"), f"{time.perf_counter() - t0:.1f} s")
+    os.replace(path + ".tmp", path)
+    return path
 
 
 if __name__ == "__main__":
