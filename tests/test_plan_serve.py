@@ -93,6 +93,9 @@ def test_quant_bits():
     assert bf16 == pytest.approx(2 * 8.03e9, rel=0.01)
     assert awq < fp8 < bf16
     assert quant.weight_bytes(m, quant.weight_format("bf16"), tp=2) < 0.51 * bf16
+    # bitsandbytes dequantizes a batch's NF4 weight to bf16 before the GEMM: more bytes moved than bf16's 2
+    assert quant.linear_bytes_per_weight(m, quant.weight_format("nf4")) > 4
+    assert quant.linear_bytes_per_weight(m, quant.weight_format("int4-awq")) < 0.53
 
 
 # ---- scheduler invariants ----------------------------------------------------------------------------------

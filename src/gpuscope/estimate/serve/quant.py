@@ -108,5 +108,9 @@ def weight_bytes(m: ModelSpec, fmt: WeightFormat, tp: int = 1) -> float:
 
 
 def linear_bytes_per_weight(m: ModelSpec, fmt: WeightFormat) -> float:
-    """What a decode step reads per linear weight (the roofline's weight bytes)."""
-    return fmt.bytes_per_weight(m.hidden_size, m.hidden_size)
+    """What a step moves per linear weight (the roofline's weight bytes). Fused dequantizing kernels (fp8 GEMMs,
+    Marlin/ExLlama for AWQ/GPTQ, GGUF's mmq) read the stored bytes. bitsandbytes' ``matmul_4bit`` does so only for a
+    single row (its gemv_4bit); a batch of rows goes through ``dequantize_4bit`` (writes the bf16 weight) and a bf16
+    GEMM (reads it): stored bytes + 2 + 2 a weight, so a batched NF4 step moves more than a bf16 one."""
+    stored = fmt.bytes_per_weight(m.hidden_size, m.hidden_size)
+    return stored + 4.0 if fmt.name == "nf4" else stored
