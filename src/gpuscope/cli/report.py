@@ -64,6 +64,7 @@ def report(
 
         with tempfile.TemporaryDirectory(prefix="gpuscope-report-") as tmp:
             path = records_db(list(records), Path(tmp) / "records.sqlite")
-            write_store_report(str(path), out, run, kind, gpu, calibrated, title)
+            write_store_report(str(path), out, run, kind, gpu, calibrated, title,
+                               source=f"{len(records)} results file(s) (one run each)")
     typer.echo(f"wrote {out} ({Path(out).stat().st_size / 1e6:.1f} MB)")
 
