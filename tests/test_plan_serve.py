@@ -155,10 +155,10 @@ def test_more_rate_more_ttft():
 def test_offline_reduces_to_batched_decode():
     """N requests that prefill in one step and fit the cache: TTFT is that step, TPOT the decode step at the mean
     context."""
-    from gpuscope.estimate.serve.api import _setup
+    from gpuscope.estimate.serve.api import prepare
 
     r = ServeRequest(LLAMA, 16, 256, 64, engine="vllm")
-    eng, fmt, kvd, kv, step = _setup(r, H200)
+    eng, fmt, kvd, kv, step = prepare(r, H200)
     est = plan_serve(r, H200)
     first = step.step_s(16 * 256, 16, 16 * 256, 16 * 256 * 257 / 2, 16, decode_only=False)
     assert est.latency["ttft_p50_s"] == pytest.approx(first, rel=1e-9)

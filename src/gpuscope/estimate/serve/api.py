@@ -22,6 +22,7 @@ from gpuscope.specs.model import ModelSpec
 
 SCHEMA = "gpuscope.estimate/1"
 CURVE_FRACTIONS = (0.25, 0.5, 0.75, 0.9, 1.0, 1.25)  # of the offline request throughput
+MAX_REQUESTS = 1_000_000  # a simulation holds every request (30,000 simulate in about 0.3 s)
 
 
 @dataclass
@@ -81,6 +82,9 @@ def _check(r: ServeRequest, hw) -> None:
         v = getattr(r, name)
         if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
             raise UserError(f"--{name} must be a positive integer, got {v!r}.")
+    if r.requests > MAX_REQUESTS:
+        raise UserError(f"--requests must be at most {MAX_REQUESTS:,} (the simulation holds every request), got "
+                        f"{r.requests:,}.")
     if r.rate is not None and r.concurrency is not None:
         raise UserError("--rate and --concurrency are exclusive: give one (or neither, for offline).")
     if r.rate is not None and not (r.rate > 0 and r.rate < float("inf")):
@@ -94,8 +98,8 @@ def _check(r: ServeRequest, hw) -> None:
     check_tp(r.model, r.tp, r.tp)
 
 
-def _setup(r: ServeRequest, hw):
-    """(engine, weight format, kv dtype, KV plan, step model) of a request."""
+def prepare(r: ServeRequest, hw):
+    """(engine, weight format, kv dtype, KV plan, step model) of a request: what simulate() runs on."""
     _check(r, hw)
     m = r.model
     fmt = quant.weight_format(r.dtype)
@@ -137,7 +141,7 @@ def simulate(r: ServeRequest, eng, kv, step, rate: float | None = None, concurre
 def plan_serve(request: ServeRequest, hardware) -> ServeEstimate:
     """The serving estimate of ``request`` on ``hardware`` (a HardwareSpec; TP ranks are GPUs of that kind)."""
     r, hw = request, hardware
-    eng, fmt, kv_dtype, kv, step = _setup(r, hw)
+    eng, fmt, kv_dtype, kv, step = prepare(r, hw)
     res = simulate(r, eng, kv, step, r.rate, r.concurrency)
     summ = metrics.summarize(res.seqs, res.duration_s, res.itl, r.slo_ttft, r.slo_tpot)
     seq = r.prompt + r.gen
@@ -209,6 +213,9 @@ def _assumptions(r: ServeRequest, eng, fmt, kv_dtype: str, kv) -> list[str]:
     if eng.dense_masked_attention:
         out.append("attention as paged|sdpa: one SDPA over the packed batch with a dense mask, so its cost grows "
                    "with (batch tokens) x (all cached tokens read); flash attention (--attn flash) avoids it")
+    if r.prompt + r.gen > r.model.max_position_embeddings:
+        out.append(f"prompt + gen ({r.prompt + r.gen}) exceeds the model's max_position_embeddings "
+                   f"({r.model.max_position_embeddings})")
     if r.prefix_hit:
         out.append(f"prefix cache: {r.prefix_hit:.0%} of each prompt (whole blocks) is not prefilled; its blocks "
                    "are counted per request (engines share them, so memory is an upper bound)")
