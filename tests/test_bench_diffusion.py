@@ -41,7 +41,7 @@ def _meta_params(folder, name) -> int:
     lib, cls = b.read_index(folder)[name]
     with torch.device("meta"):
         m = b.module_class(lib, cls).from_config(b.component_config(folder, name)) if lib == "diffusers" else \
-            b.module_class(lib, cls)(b._transformers_config(b.module_class(lib, cls), b.component_config(folder, name)))
+            b.module_class(lib, cls)(b.transformers_config(b.module_class(lib, cls), b.component_config(folder, name)))
     return sum(p.numel() for p in m.parameters())
 
 

@@ -41,6 +41,7 @@ from gpuscope.explain.finding import SEVERITY_ORDER, THRESHOLDS, Finding, num, s
 from gpuscope.explain.rules_gpu import comm_not_overlapped, matmul_shapes, moe_imbalance, throttling
 from gpuscope.explain.rules_host import dataloader_stall, gc_pauses, generate_waits, host_steal, host_sync, launch_bound
 from gpuscope.explain.rules_memory import fragmentation, memory_headroom
+from gpuscope.explain.rules_diffusion import RULES as DIFFUSION_RULES  # a `bench diffusion` point's summary
 
 
 def slower_than_planned(s: dict, t: dict = THRESHOLDS) -> Finding | None:
@@ -59,7 +60,7 @@ def slower_than_planned(s: dict, t: dict = THRESHOLDS) -> Finding | None:
 
 
 RULES = (launch_bound, dataloader_stall, host_sync, matmul_shapes, comm_not_overlapped, fragmentation, throttling,
-         memory_headroom, slower_than_planned, generate_waits, moe_imbalance, gc_pauses, host_steal)
+         memory_headroom, slower_than_planned, generate_waits, moe_imbalance, gc_pauses, host_steal) + DIFFUSION_RULES
 
 
 def diagnose(summary: dict, thresholds: dict | None = None) -> list[Finding]:

@@ -121,20 +121,29 @@ LEVERS = (("VAE slicing (decode one image at a time)", {"vae_slicing": True}),
           ("fp16 weights and activations", {"dtype": "fp16"}))
 
 
+def plan_case(req, hw):
+    """plan_diffusion without its search for the largest batch and sizes (the rules do not read them)."""
+    from gpuscope.estimate.diffusion.pipeline import plan_resolved
+    from gpuscope.estimate.diffusion.request import resolve
+    from gpuscope.specs.diffusion import load_pipeline
+
+    spec = load_pipeline(req.model)
+    return plan_resolved(spec, req, hw, resolve(req, spec), with_limits=False)
+
+
 def oom_levers(req, hw) -> list[dict]:
     """Each lever (and half the batch) planned for the same request: {lever, changes, peak_bytes, saved_bytes,
     fits, time_s, slowdown}; ranked: those that fit first by slowdown, then the rest by memory saved."""
     from gpuscope.errors import UserError
-    from gpuscope.estimate.diffusion.pipeline import plan_diffusion
 
-    base = plan_diffusion(req, hw)
+    base = plan_case(req, hw)
     levers = [(n, ch) for n, ch in LEVERS if any(getattr(req, k) != v for k, v in ch.items())]
     if req.batch > 1:
         levers.append((f"batch {req.batch // 2} (twice the calls)", {"batch": req.batch // 2}))
     out = []
     for name, ch in levers:
         try:
-            p = plan_diffusion(replace(req, **ch), hw)
+            p = plan_case(replace(req, **ch), hw)
         except UserError:
             continue
         calls = req.batch / p.r.batch
@@ -157,7 +166,6 @@ def point_summary(case, res: dict, gpu: str | None) -> dict:
     the plan with SDPA where the case ran another attention, and the OOM levers where it ran out of memory or the
     plan says it does not fit."""
     from gpuscope.errors import UserError
-    from gpuscope.estimate.diffusion.pipeline import plan_diffusion
     from gpuscope.specs.hardware import hardware_for_device, load_hardware
     from gpuscope.workloads.diffusion import request
 
@@ -165,13 +173,13 @@ def point_summary(case, res: dict, gpu: str | None) -> dict:
     try:
         hw = load_hardware(gpu) if gpu else hardware_for_device(res.get("device_name"))
         req = request(case)
-        plan = plan_diffusion(req, hw)
+        base = plan_case(req, hw)
     except UserError:
         return {"diffusion": out}
-    out["plan"] = plan.to_json()
+    out["plan"] = base.to_json()
     if req.attention != "sdpa":
-        out["sdpa_plan"] = plan_diffusion(replace(req, attention="sdpa"), hw).to_json()
-    if res.get("status") == "oom" or not plan.fits:
+        out["sdpa_plan"] = plan_case(replace(req, attention="sdpa"), hw).to_json()
+    if res.get("status") == "oom" or not base.fits:
         out["tiers"] = oom_levers(req, hw)
     return {"diffusion": out}
 

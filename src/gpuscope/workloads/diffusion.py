@@ -27,13 +27,6 @@ def pipeline_spec(model: str):
     return load_pipeline(model)
 
 
-def folder_of(spec) -> Path:
-    """The folder a PipelineSpec was read from (a preset's under specs/data/diffusion)."""
-    from gpuscope.specs.diffusion import PRESET_DIR
-
-    return PRESET_DIR / spec.name if spec.source.startswith("preset:") else Path(spec.source)
-
-
 def request(case: "DiffusionCase"):
     """The planner's DiffusionRequest of a case (estimate/diffusion/request.py)."""
     from gpuscope.estimate.diffusion.request import DiffusionRequest
@@ -119,6 +112,7 @@ def estimate(case: DiffusionCase, hw):
 
 
 def run(case: DiffusionCase) -> dict:
+    from gpuscope.measure.diffusion.components import folder_of
     from gpuscope.measure.diffusion.run import run_points
 
     out: list[dict] = []

@@ -42,7 +42,7 @@ def module_class(library: str, cls: str):
     return getattr(mod, cls)
 
 
-def _transformers_config(cls, cfg: dict):
+def transformers_config(cls, cfg: dict):
     from transformers import AutoConfig
 
     kw = {k: v for k, v in cfg.items() if not k.startswith("_") and k not in ("architectures", "torch_dtype", "dtype",
@@ -53,14 +53,14 @@ def _transformers_config(cls, cfg: dict):
     return AutoConfig.for_model(model_type, **kw)
 
 
-def _empty(library: str, cls, cfg: dict):
+def empty(library: str, cls, cfg: dict):
     """The module with meta parameters and real buffers."""
     from accelerate import init_empty_weights
 
     with init_empty_weights(include_buffers=False):
         if library == "diffusers":
             return cls.from_config({k: v for k, v in cfg.items() if not k.startswith("_")})
-        model = cls(_transformers_config(cls, cfg))
+        model = cls(transformers_config(cls, cfg))
     model.tie_weights()  # inside the context each assignment made a new meta parameter: T5's embeddings untied
     return model
 
@@ -118,7 +118,7 @@ def build(folder: Path, name: str, device: torch.device, dtype: torch.dtype, wei
                                                             else {"dtype": dtype}))
         model.to(device)
     else:
-        model = _empty(library, cls, component_config(folder, name))
+        model = empty(library, cls, component_config(folder, name))
         materialise_(model, device, dtype)
     model.eval()
     model.requires_grad_(False)

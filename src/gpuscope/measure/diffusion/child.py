@@ -28,7 +28,7 @@ def main() -> int:
         from gpuscope.measure.device.device import Device, pick_device
         from gpuscope.measure.device.provenance import provenance
         from gpuscope.workloads import case_id
-        from gpuscope.workloads.diffusion import folder_of, pipeline_spec
+        from gpuscope.measure.diffusion.components import folder_of, pipeline_spec
 
         t0 = time.perf_counter()
         prov: dict = {}

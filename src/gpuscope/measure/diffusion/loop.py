@@ -19,6 +19,7 @@ import torch
 from gpuscope.measure.device.device import Device, repeats
 from gpuscope.measure.device.nvml import PhaseEnergy
 from gpuscope.measure.diffusion.build import module_class
+from gpuscope.measure.diffusion.components import denoiser_for, set_vae_modes, vae_upcast
 from gpuscope.measure.diffusion.inputs import decode, encoder_inputs, unpack_flux
 from gpuscope.measure.host.probe import HostProbe
 
@@ -81,8 +82,6 @@ def _phase(dev: Device, fn, times: list, peaks: list):
 
 
 def measure_pipeline(case: dict, dev: Device, mods, t: dict, gen) -> dict:
-    from gpuscope.measure.diffusion.run import denoiser_for, set_vae_modes, vae_upcast
-
     sched, den = scheduler(mods), denoiser_for(mods, t, gen)
     modes = set_vae_modes(mods.vae, case)
     chunk = 1 if case.get("vae_slicing") else None
