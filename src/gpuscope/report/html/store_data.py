@@ -13,9 +13,6 @@ from __future__ import annotations
 from gpuscope import workloads
 from gpuscope.errors import UserError
 
-ESTIMATED = ("infer", "train", "train-dist")
-
-
 def select(store, run: str | None = None, kind: str | None = None) -> list[dict]:
     """Stored measurements (full rows), oldest first, of one run and/or one kind; one sentence when none match."""
     rows = [r for r in store.all(kind) if run is None or r["run_id"] == run]
@@ -32,8 +29,9 @@ def accuracy_rows(rows: list[dict], gpu: str | None = None, calibrated: bool = F
     from gpuscope.pipeline.estimate import estimate_beside, stored_record
 
     out, skipped = [], []
+    kinds = workloads.estimated_kinds()  # the kinds the planner estimates, as `results compare` takes them
     for r in rows:
-        if r["kind"] not in ESTIMATED or r["status"] != "ok":
+        if r["kind"] not in kinds or r["status"] != "ok":
             continue
         est = estimate_beside(stored_record(r), gpu, derived=False, calibrated=calibrated)
         if "unavailable" in est:
