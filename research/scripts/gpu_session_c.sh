@@ -4,7 +4,7 @@
 #   serve     research/scripts/gpu_serve.sh        (270 s)  transformers continuous batching vs plan serve
 #   diffusion research/scripts/gpu_diffusion.sh    (290 s)  SDXL / SVD UNet, VAE, full pipeline vs plan diffusion
 #   micro     research/scripts/gpu_micro_lowp.py   (120 s)  int8 / fp8 / bf16 GEMM sweeps vs bench micro
-#   master    research/scripts/gpu_train_master.sh  (80 s)  7B bf16-master training, tune plan's pick
+#   master    research/scripts/gpu_train_master.sh (100 s)  7B bf16-master training, tune plan's pick
 #   qlora     research/scripts/gpu_qlora.sh        (120 s)  Llama-3.1-8B QLoRA vs plan train --qlora
 #   decode    research/scripts/gpu_decode_batch.py  (90 s)  generate / graph-unfused decode profiles by batch
 # usage (a clean copy of the tree, e.g. `git archive HEAD src research/scripts | tar -x -C .gpucheck`, wheels of
@@ -23,7 +23,7 @@ fi
   PYTHONPATH=src python3 -c "import torch, transformers, peft; print(torch.__version__, transformers.__version__, peft.__version__)"
   PYTHONPATH=src python3 -c "import diffusers, bitsandbytes; print('diffusers', diffusers.__version__, 'bnb', bitsandbytes.__version__)"
 } > "$OUT/versions.txt" 2>&1
-declare -A BUDGET=([serve]=270 [diffusion]=290 [micro]=120 [master]=80 [qlora]=120 [decode]=90)
+declare -A BUDGET=([serve]=270 [diffusion]=290 [micro]=120 [master]=100 [qlora]=120 [decode]=90)
 for g in "$@"; do
   left=$(( LIMIT - ($(date +%s) - T0) ))
   if (( ${BUDGET[$g]:-9999} > left )); then log "$g skipped: budget ${BUDGET[$g]:-?} s > $left s left"; continue; fi
