@@ -15,8 +15,8 @@ set -u
 cd "$(dirname "$0")/../.."
 T0=$(date +%s); LIMIT=${GS_CALL_LIMIT:-590}
 log() { echo "$*" | tee -a "$OUT/session.txt"; }
-if ls ../.whl/*.whl > /dev/null 2>&1; then  # the scripts set PYTHONPATH=src: install the wheels where it points
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target src ../.whl/*.whl \
+if ls ../.whl*/*.whl > /dev/null 2>&1; then  # the scripts set PYTHONPATH=src: install the wheels where it points
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target src ../.whl*/*.whl \
     > "$OUT/pip.txt" 2>&1 || log "wheel install failed (pip.txt)"
 fi
 { nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.max.sm --format=csv
