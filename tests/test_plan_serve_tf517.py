@@ -14,12 +14,14 @@ if not transformers.__version__.startswith("5.17."):
 
 
 @pytest.mark.parametrize("name, attn, gib", [("llama-3.1-8b", "paged|sdpa", None), ("qwen2.5-32b", "paged|sdpa", None),
-                                             ("llama-3.2-1b", "paged|sdpa", 24), ("llama-3.1-8b", "paged|sdpa", 40)])
+                                             ("llama-3.2-1b", "paged|sdpa", 24), ("llama-3.1-8b", "paged|sdpa", 40),
+                                             ("gemma-2-9b", "paged|sdpa", None), ("mistral-7b", "paged|sdpa", None)])
 def test_pages_match_transformers_517(name, attn, gib, monkeypatch):
     import torch
     from transformers import AutoConfig
     from transformers.generation.configuration_utils import ContinuousBatchingConfig
     from transformers.generation.continuous_batching import cache as tcache
+    from transformers.generation.continuous_batching.cache import group_layers_by_attn_type
 
     from gpuscope.estimate.runtime import CUDA_CONTEXT_BYTES
     from gpuscope.estimate.serve import kv_pages, quant
@@ -40,7 +42,9 @@ def test_pages_match_transformers_517(name, attn, gib, monkeypatch):
     monkeypatch.setattr(tcache.PagedAttentionMemoryHandler, "get_available_memory", lambda self: avail)
     cfg = AutoConfig.for_model(**preset_config(name))
     cfg._attn_implementation = attn
+    groups, types = group_layers_by_attn_type(cfg)
     h = tcache.PagedAttentionMemoryHandler(cfg, ContinuousBatchingConfig(max_memory_percent=0.9,
                                                                           max_blocks_per_request=0),
-                                           torch.bfloat16, ["full_attention"], cfg.num_hidden_layers)
-    assert h.infer_max_batch_tokens_and_num_blocks() == (plan.max_batched_tokens, plan.num_blocks)
+                                           torch.bfloat16, types, len(groups[0]))
+    assert h.infer_max_batch_tokens_and_num_blocks() == (plan.max_batched_tokens, plan.engine_blocks)
+    assert plan.num_blocks == plan.engine_blocks // len(groups)

@@ -42,6 +42,7 @@ class KVPlan:
     activation_bytes: float  # the reserve for activations and IO tensors
     max_batched_tokens: int
     rule: str
+    engine_blocks: int | None = None  # transformers with sliding-window layers: blocks of one layer group (see below)
 
     @property
     def kv_cache_bytes(self) -> float:
@@ -96,18 +97,27 @@ def _check_room(m: ModelSpec, hw, blocks: int, weights: float) -> None:
                         "GPUs with --tp, or smaller weights with --dtype).")
 
 
+def layer_groups(m: ModelSpec) -> int:
+    """transformers CB's attention groups (``group_layers_by_attn_type``): one when every layer is full (or every one
+    slides), two when sliding-window and full layers mix (Gemma-2: 21 + 21); each cache page holds one layer of
+    every group, so a request holds blocks in each group from one pool."""
+    return 2 if 0 < m.sliding_window_layers < m.num_layers else 1
+
+
 def transformers_coefficients(m: ModelSpec, engine, a: float, seq_tokens: int, flash: bool) -> list[tuple]:
     """(c_m, c_n, c_mn, c_mm) of each activation peak (transformers 5.17 ``_equation_coefficients``). The handler
     sizes pages with the model's full KV-head count (it does not divide by TP)."""
     page = m.head_dim * m.num_kv_heads  # elements of K (or V) of one token in one layer
+    groups = layer_groups(m)
+    group_size = m.num_layers // groups
     k = 2 if flash else 1  # async batching doubles the IO tensors (on with flash + CUDA graphs)
-    masks = 0 if flash else 1
+    masks = 0 if flash else (2 if m.sliding_window_layers else 1)
     mbpr = 0
-    if flash:  # max_blocks_per_request from the workload hints: ceil(len / block) + 1, rounded up to even
+    if flash and not m.sliding_window_layers:  # from the hints: ceil(len / block) + 1, rounded up to even
         mbpr = math.ceil(seq_tokens / engine.block_size) + 1
         mbpr += mbpr % 2
-    io_m = k * (7 * 4 + 1 * 4 + mbpr * 4 + 8 + 8)
-    c_n_base = 2 * m.num_layers * page * a + k * 8
+    io_m = k * (7 * 4 + 1 * 4 + groups * mbpr * 4 + groups * 8 + groups * 8)
+    c_n_base = 2 * group_size * page * a + k * groups * 8
     lm_head = (m.hidden_size * a + m.vocab_size * 4.0, 0.0)
     attention = (a * (m.hidden_size + m.num_heads * m.head_dim + 2 * page), 2 * page * a)
     return [(dm + io_m, dn + c_n_base, k * masks * a, k * masks * a) for dm, dn in (lm_head, attention)]
@@ -121,13 +131,15 @@ def _transformers(m, hw, engine, weights, kv_b, act_b, per_token, seq_tokens, fl
     bound = min(int(_root(cmn * x + cmm * x * x, cn + cm * x, -avail) * x) for cm, cn, cmn, cmm in coeffs)
     big_m = max(min(engine.max_batched_tokens, bound), MIN_BATCH_TOKENS)
     pages = min(math.floor((avail - cm * big_m - cmm * big_m ** 2) / (cn + cmn * big_m)) for cm, cn, cmn, cmm in coeffs)
-    blocks = max(0, pages) // engine.block_size
+    engine_blocks = max(0, pages) // engine.block_size
+    groups = layer_groups(m)
+    blocks = engine_blocks // groups  # whole-model blocks (one in each group; sliding layers counted as full)
     _check_room(m, hw, blocks, weights)
-    reserve = max(cm * big_m + cmm * big_m ** 2 + (cmn * big_m + cn - 2 * m.num_layers * m.head_dim * m.num_kv_heads
-                                                     * act_b) * pages for cm, cn, cmn, cmm in coeffs)
+    page_b = 2 * (m.num_layers // groups) * m.head_dim * m.num_kv_heads * act_b
+    reserve = max(cm * big_m + cmm * big_m ** 2 + (cmn * big_m + cn - page_b) * pages for cm, cn, cmn, cmm in coeffs)
     rule = (f"transformers CB: {engine.mem_fraction:g} x free memory after the model loads; max_batch_tokens "
             f"{big_m}; pages of {engine.block_size} tokens" + ("" if flash else "; the [M, N+M] sdpa mask reserved"))
-    return KVPlan(engine.block_size, blocks, per_token, avail, weights, reserve, big_m, rule)
+    return KVPlan(engine.block_size, blocks, per_token, avail, weights, reserve, big_m, rule, engine_blocks)
 
 
 def _root(a: float, b: float, c: float) -> float:

@@ -254,14 +254,18 @@ class Simulator:
                 mid = (lo + hi) // 2
                 lo, hi = (mid + 1, hi) if self.t + time(mid) <= nxt else (lo, mid)
             k = lo
-        self._advance(time(k), k, n)
+        one = lambda j: self.step.step_s(n, n, self.A + n * (self.G + j) + n, self.A + n * (self.G + j) + n, n,
+                                         decode_only=True)
+        # the gaps of the stretch, for ITL percentiles: its first and last step, half the tokens each
+        gaps = [(one(0), n * k)] if k == 1 else [(one(0), n * k / 2), (one(k - 1), n * k / 2)]
+        self._advance(time(k), k, n, gaps)
 
-    def _advance(self, dt: float, k: int, n: int) -> None:
+    def _advance(self, dt: float, k: int, n: int, gaps: list | None = None) -> None:
         self.t += dt
         self.G += k if n else 0
         self.steps += k
         if n:
-            self.itl.append((dt / k, n * k))
+            self.itl.extend(gaps or [(dt / k, n * k)])
         used = self.nb - self.free
         self.peak_blocks = max(self.peak_blocks, used)
         self.peak_running = max(self.peak_running, len(self.decoding) + len(self.prefilling))
