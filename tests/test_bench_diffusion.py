@@ -124,6 +124,26 @@ def test_bench_diffusion_json_end_to_end(tiny, tmp_path, capsys):
     assert kinds == ["diffusion", "diffusion"]
 
 
+def test_weights_from_a_local_checkpoint(tiny, tmp_path, capsys):
+    """--weights: each component through its library's from_pretrained (local files only) from a folder whose
+    weights were saved by save_pretrained; the same parameters as built."""
+    from gpuscope.measure.diffusion.build import build
+
+    folder = write(tmp_path, "tiny-sd")
+    assert "holds no *.safetensors" in _bad(capsys, "--model", str(folder), "--weights", "--height", "16",
+                                            "--width", "16")
+    for name in ("text_encoder", "vae"):  # a transformers and a diffusers module
+        build(folder, name, torch.device("cpu"), torch.float32).save_pretrained(folder / name)
+    from gpuscope.workloads.diffusion import DiffusionCase
+
+    for comp, name in (("text-encoders", "text_encoder"), ("vae-decode", "vae")):
+        case = {**BASE, "model": str(folder), "component": comp, "weights": True}
+        DiffusionCase.from_dict(case)  # the checks pass now (the unet's weights are not needed)
+        (r,) = _run([case], folder)
+        assert r["status"] == "ok" and r["weights"] == "pretrained"
+        assert r["params"] == {name: _meta_params(folder, name)}
+
+
 def test_a_stalled_child_is_a_timeout(tiny):
     from gpuscope.measure.diffusion.spawn import run_group
 

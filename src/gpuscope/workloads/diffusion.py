@@ -37,6 +37,19 @@ def request(case: "DiffusionCase"):
                             vae_slicing=case.vae_slicing)
 
 
+def check_weights(spec, component: str) -> None:
+    """--weights: a local folder whose components that ``component`` runs each hold weight files."""
+    from gpuscope.specs.diffusion import COMPONENT_NEEDS, ENCODER_ROLES
+
+    if spec.source.startswith("preset:"):
+        raise UserError("--weights needs --model to be a local diffusers folder with its weights, not a preset.")
+    roles = {r for need in COMPONENT_NEEDS[component] for r in (ENCODER_ROLES if need == "encoders" else (need,))}
+    for c in spec.components.values():
+        d = Path(spec.source) / c.name
+        if c.role in roles and not any(d.glob("*.safetensors")) and not any(d.glob("*.bin")):
+            raise UserError(f"--weights: '{d}' holds no *.safetensors or *.bin weights.")
+
+
 @dataclass(frozen=True, kw_only=True)
 class DiffusionCase(Case):
     KIND = WorkloadKind.DIFFUSION
@@ -75,8 +88,8 @@ class DiffusionCase(Case):
             if getattr(self, name) not in allowed:
                 raise UserError(f"--{name} '{getattr(self, name)}' is not one of {', '.join(allowed)}.")
         spec = pipeline_spec(self.model)
-        if self.weights and spec.source.startswith("preset:"):
-            raise UserError("--weights needs --model to be a local diffusers folder with its weights, not a preset.")
+        if self.weights:
+            check_weights(spec, self.component)
         r = resolve(request(self), spec)  # the pipeline's defaults, its sizes checked (one sentence each)
         for name, value in (("height", r.height), ("width", r.width), ("steps", r.steps), ("cfg", r.cfg),
                             ("frames", r.frames if r.video else None)):
