@@ -88,3 +88,19 @@ def test_bad_inputs_beside_the_cpu_defaults_are_one_sentence(args, flag, tmp_pat
     assert e.value.code == 2, err
     assert "Traceback" not in err and flag in err
     assert err.strip().count("\n") == 0, err  # one sentence: the CPU defaults' note is said only after the checks
+
+
+def test_a_case_above_the_memory_free_here_is_refused_before_it_starts(monkeypatch, capsys):
+    from gpuscope.errors import UserError
+    from gpuscope.workloads.sets import infer_case, train_case
+
+    monkeypatch.setattr(bench_cpu, "host_free_bytes", lambda: 24 * 10**9)
+    big = train_case("llama-3.2-1b", 4, 2048, "amp-bf16")  # planned ~48 GB: killed after minutes when it ran
+    with pytest.raises(UserError, match=r"needs about 4\d\.\d GB \(the planner's peak\), more than 90% of the 24\.0 GB"):
+        bench_cpu.ready(big, "cpu", "a note")
+    assert capsys.readouterr().err == ""  # refused before the defaults' note: one sentence
+    small = infer_case("llama-3.2-1b", 1, 64, 16, dtype="fp32")  # ~5 GB
+    bench_cpu.ready(small, "cpu", "a note")
+    assert capsys.readouterr().err == "a note\n"
+    monkeypatch.setattr(bench_cpu, "host_free_bytes", lambda: None)  # unknown free memory: not guessed
+    bench_cpu.ready(big, "cpu", None)

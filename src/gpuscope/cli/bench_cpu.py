@@ -8,9 +8,12 @@ model's 128 tokens take minutes. So a value not given takes the CPU's default; a
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 
 from gpuscope.cli import options
+from gpuscope.errors import UserError
 
 ACCEL = {"dtype": "bf16", "precision": "amp-bf16", "prompt": 512, "gen": 128, "seq": 2048, "micro_dtype": None}
 CPU = {"dtype": "fp32", "precision": "fp32", "prompt": 64, "gen": 16, "seq": 256, "micro_dtype": ["fp32"]}
@@ -54,3 +57,47 @@ def say(note: str | None) -> None:
 def case_keys(kind: str, device: str | None) -> dict:
     """Extra case keys a CPU run takes (fewer bare decode steps), none on an accelerator."""
     return dict(CPU_CASE_KEYS.get(kind, {})) if on_cpu(device) else {}
+
+
+# A CPU case's memory is the planner's peak for it (weights, gradients and optimizer states, activations, KV
+# cache: estimate/; the accelerator entry only stands in for the dtypes and workspace, the bytes are the model's).
+# A case above the memory the host has free would swap for many minutes, or be killed by the kernel, instead of
+# raising out-of-memory (Llama-3.2-1B, micro-batch 4 x 2048, amp-bf16: planned 48 GB, killed after 6.6 minutes on a
+# 24 GB host), so it is refused before it starts.
+FREE_FRACTION = 0.9
+STAND_IN = "h100"
+
+
+def host_free_bytes() -> int | None:
+    """MemAvailable of /proc/meminfo (Linux), or None where it cannot be read."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def planned_bytes(case: dict) -> float | None:
+    """The planner's peak bytes for a case (None where it cannot plan it: the case's own run says why)."""
+    from gpuscope import workloads
+    from gpuscope.specs.hardware import load_hardware
+
+    try:
+        return float(workloads.estimate_for(case, load_hardware(STAND_IN)).peak_bytes_per_gpu)
+    except UserError:
+        return None
+
+
+def ready(case: dict, device: str | None, note: str | None) -> None:
+    """Before a CPU case runs: refused (one sentence) where its parameters alone pass the memory free here; then
+    the CPU defaults' line (``say``)."""
+    # accelerate's device_map spreads (or offloads) the weights itself: not a floor in this host's memory
+    free = host_free_bytes() if on_cpu(device) and not case.get("device_map") else None
+    need = planned_bytes(case) if free else None
+    if need and need > FREE_FRACTION * free:
+        raise UserError(f"{case.get('model')} on this CPU needs about {need / 1e9:.1f} GB (the planner's peak), more "
+                        f"than {FREE_FRACTION:.0%} of the {free / 1e9:.1f} GB of memory free here (it would swap or be "
+                        "killed); use smaller sizes, a smaller model, or an accelerator.")
+    say(note)
