@@ -177,3 +177,17 @@ def test_bad_input_is_one_sentence(tiny, tmp_path, capsys):
     assert "--component" in _bad(capsys, "--model", sd, "--component", "unet")
     assert "unknown diffusion preset" in _bad(capsys, "--model", "sdxxl")
     assert "--height and --width" in _bad(capsys, "--model", sd, "--height", "32,64,96", "--width", "32,64")
+
+
+def test_device_busy_counts_each_kernel_once():
+    """A profile lists each kernel as its own event and again inside its CPU op's self device time."""
+    from types import SimpleNamespace as E
+
+    from gpuscope.measure.diffusion.timing import busy_from
+
+    cpu, cuda = torch.autograd.DeviceType.CPU, torch.autograd.DeviceType.CUDA
+    events = [E(device_type=cpu, device_time_total=30.0, self_device_time_total=30.0),
+              E(device_type=cuda, device_time_total=10.0, self_device_time_total=10.0),
+              E(device_type=cuda, device_time_total=20.0, self_device_time_total=20.0)]
+    assert busy_from(events) == {"device_busy_s": 30e-6, "kernels": 2}
+    assert busy_from(events[:1]) == {"device_busy_s": 30e-6, "kernels": 0}

@@ -59,10 +59,23 @@ def device_busy(dev: Device, fn) -> dict | None:
     from torch.profiler import ProfilerActivity, profile
 
     dev.synchronize()
-    with torch.inference_mode(), profile(activities=[ProfilerActivity.CUDA]) as prof:
-        fn()
-        dev.synchronize()
-    # every kernel's time is some op's self device time: their sum is the device's busy time (one stream)
-    busy_us = sum(getattr(e, "self_device_time_total", 0.0) for e in prof.key_averages())
-    kernels = sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
-    return {"device_busy_s": busy_us / 1e6, "kernels": kernels}
+    try:
+        with torch.inference_mode(), profile(activities=[ProfilerActivity.CUDA]) as prof:
+            fn()
+            dev.synchronize()
+    except RuntimeError as e:  # no CUPTI in this container, a profiler already running: said, not a failed point
+        return {"device_busy_s": None, "device_busy_error": " ".join(str(e).split())[:200]}
+    return busy_from(prof.events())
+
+
+def busy_from(events) -> dict:
+    """Summed kernel time of a profile's events (one stream: the device's busy time) and the kernel count. The
+    kernels are their own events (device type CUDA); a CPU op's self device time holds the same kernels again, so
+    only where a profile lists no kernel events are those summed instead."""
+    cuda = torch.autograd.DeviceType.CUDA
+    kernels = [e for e in events if e.device_type == cuda]
+    if kernels:
+        busy_us = sum(e.device_time_total for e in kernels)
+    else:
+        busy_us = sum(e.self_device_time_total for e in events if e.device_type == torch.autograd.DeviceType.CPU)
+    return {"device_busy_s": busy_us / 1e6, "kernels": len(kernels)}
