@@ -68,9 +68,27 @@ def first_runs(tmp_path_factory):
     first = _cli(home, "bench", "infer", *common, "--json")  # --gen and --dtype: the CPU's defaults
     files = sorted((home / "calibrated").glob("host-*.toml"))
     stamp = files[0].stat().st_mtime_ns if files else None
-    second = _cli(home, "bench", "infer", *common, "--gen", "5")
-    compare = _cli(home, "results", "compare", "--db", db, "--json")
+    # the later two through the entry point in this process (the case itself still runs in its own process)
+    second = _in_process(home, "bench", "infer", *common, "--gen", "5")
+    compare = _in_process(home, "results", "compare", "--db", db, "--json")
     return {"first": first, "second": second, "compare": compare, "files": files, "stamp": stamp}
+
+
+def _in_process(home, *args: str) -> subprocess.CompletedProcess:
+    """`gpuscope ARGS` through cli.main in this process, its exit code and streams as a CompletedProcess."""
+    import contextlib
+    import io
+
+    from gpuscope.cli import main
+
+    out, err, code = io.StringIO(), io.StringIO(), 0
+    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        mp.setenv("GPUSCOPE_HOME", str(home))
+        try:
+            main(list(args))
+        except SystemExit as e:
+            code = e.code or 0
+    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
 
 
 def test_the_first_cpu_run_takes_the_cpu_defaults_measures_the_ceilings_and_keeps_json_clean(first_runs):
