@@ -150,7 +150,7 @@ def headline(r: dict) -> str:
     if comp == "vae-decode":
         return f"decode {r['vae_decode_s'] * 1e3:.2f} ms for {r['batch']}{peak}"
     if comp == "text-encoders":
-        return f"text encoders {r['text_encode_s'] * 1e3:.2f} ms at batch {r['text_batch']}{peak}"
+        return f"text encoders {r['text_encode_s'] * 1e3:.2f} ms at batch {r['batch']}{peak}"
     rate = (f"{r['s_per_clip']:.2f} s per clip" if r.get("s_per_clip") else f"{r['images_per_s']:.3g} images/s")
     j = f", {r['j_per_image']:.0f} J/image" if r.get("j_per_image") else ""
     return (f"total {r['total_s']:.3f} s (text {r['text_encode_s'] * 1e3:.1f} ms, {r['steps']} steps "

@@ -99,9 +99,21 @@ def settings(case: dict) -> dict:
                                  component=case.get("component", "pipeline")), pipeline_spec(case["model"]))
     return {"batch": r.batch, "height": r.height, "width": r.width, "frames": r.frames if r.video else None,
             "steps": r.steps, "cfg": r.cfg, "denoiser_batch": r.batch * (2 if r.cfg else 1),
-            "t5_tokens": r.t5_tokens, "text_batch": r.batch * (2 if r.encode_negative else 1),
+            "t5_tokens": r.t5_tokens, "encode_negative": r.encode_negative,
             "repeats": int(case.get("repeats", 5)), "warmup": int(case.get("warmup", 2)),
             "min_time_s": float(case.get("min_time_s", 0.0))}
+
+
+def encoder_passes(name: str, t: dict) -> int:
+    """Calls of an encoder per pipeline call: a text encoder twice where the pipeline encodes the negative prompt
+    too (StableDiffusionPipeline.encode_prompt: the prompt, then the negative prompt, each at batch B), else once."""
+    return 2 if t["encode_negative"] and name.startswith("text_encoder") else 1
+
+
+def encode_all(mods: "Loaded", inputs: dict, t: dict) -> None:
+    for name, enc in mods.encoders.items():
+        for _ in range(encoder_passes(name, t)):
+            enc(**inputs[name])
 
 
 def denoiser_for(mods: Loaded, t: dict, gen) -> Denoiser:

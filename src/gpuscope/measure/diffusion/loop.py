@@ -19,7 +19,7 @@ import torch
 from gpuscope.measure.device.device import Device, repeats
 from gpuscope.measure.device.nvml import PhaseEnergy
 from gpuscope.measure.diffusion.build import module_class
-from gpuscope.measure.diffusion.components import denoiser_for, set_vae_modes, vae_upcast
+from gpuscope.measure.diffusion.components import denoiser_for, encode_all, set_vae_modes, vae_upcast
 from gpuscope.measure.diffusion.inputs import decode, encoder_inputs, unpack_flux
 from gpuscope.measure.host.probe import HostProbe
 
@@ -86,12 +86,12 @@ def measure_pipeline(case: dict, dev: Device, mods, t: dict, gen) -> dict:
     modes = set_vae_modes(mods.vae, case)
     chunk = 1 if case.get("vae_slicing") else None
     upcast = vae_upcast(case, mods)
-    inputs = {name: encoder_inputs(enc, t["t5_tokens"], t["text_batch"], gen) for name, enc in mods.encoders.items()}
+    inputs = {name: encoder_inputs(enc, t["t5_tokens"], t["batch"], gen) for name, enc in mods.encoders.items()}
     times: dict = {p: [] for p in PHASES}
     peaks: dict = {p: [] for p in PHASES}
 
     def once():
-        _phase(dev, lambda: [enc(**inputs[n]) for n, enc in mods.encoders.items()], times["text"], peaks["text"])
+        _phase(dev, lambda: encode_all(mods, inputs, t), times["text"], peaks["text"])
         lat = _phase(dev, lambda: denoise(den, sched, t["steps"]), times["denoise"], peaks["denoise"])
         _phase(dev, lambda: decode_as_pipeline(mods.vae, vae_input(den, lat, upcast), t["frames"], chunk, upcast),
                times["vae"], peaks["vae"])

@@ -19,7 +19,8 @@ from pathlib import Path
 import torch
 
 from gpuscope.measure.device.device import Device, is_oom, oom_result, pick_device, release
-from gpuscope.measure.diffusion.components import Loaded, denoiser_for, load, set_vae_modes, settings, vae_upcast
+from gpuscope.measure.diffusion.components import (Loaded, denoiser_for, encoder_passes, load, set_vae_modes,
+                                                   settings, vae_upcast)
 from gpuscope.measure.diffusion.inputs import decode, encoder_inputs, vae_latents
 from gpuscope.measure.diffusion.loop import measure_pipeline
 from gpuscope.measure.diffusion.timing import device_busy, timed
@@ -30,7 +31,8 @@ METRIC_FORMULAS = {
     "denoiser_enqueue_s": "median host time from the forward's call to its return (before the synchronize): "
                           "close to denoiser_step_s, the device waits on kernel launches",
     "vae_decode_s": "median of decoding B latents (diffusers' decode after 1/scaling_factor)",
-    "text_encode_s": "sum over the text/image encoders of each one's median forward at text_batch",
+    "text_encode_s": "sum over the text/image encoders of each one's median time at batch B, a text encoder run "
+                     "twice where the pipeline encodes the negative prompt too (encoder_passes)",
     "total_s": "pipeline: text_encode_s + steps x (denoiser at denoiser_batch, CFG combine, scheduler.step) + "
                "vae_decode_s, timed as one call (median over repeats)",
     "peak_bytes": "torch.cuda.max_memory_allocated after reset_peak_memory_stats, over the timed repeats",
@@ -63,14 +65,14 @@ def measure_vae(case: dict, dev: Device, mods: Loaded, t: dict, gen) -> dict:
 
 
 def measure_text(case: dict, dev: Device, mods: Loaded, t: dict, gen) -> dict:
-    n = t["text_batch"]
-    each, peak = {}, 0
+    each, peak, passes = {}, 0, {}
     for name, enc in mods.encoders.items():
-        inp = encoder_inputs(enc, t["t5_tokens"], n, gen)
-        r = timed(dev, lambda: enc(**inp), t["repeats"], t["warmup"], t["min_time_s"])
+        inp, passes[name] = encoder_inputs(enc, t["t5_tokens"], t["batch"], gen), encoder_passes(name, t)
+        r = timed(dev, lambda: [enc(**inp) for _ in range(passes[name])], t["repeats"], t["warmup"],
+                  t["min_time_s"])
         each[name] = r["s"]
         peak = max(peak, r["peak_bytes"] or 0)
-    return {"text_encode_s": sum(each.values()), "text_encode_each_s": each, "text_batch": n,
+    return {"text_encode_s": sum(each.values()), "text_encode_each_s": each, "encoder_passes": passes,
             "peak_bytes": peak if dev.type in ("cuda", "xpu") else None,
             "text_inputs": "random token ids (no tokenizer read), padded to the pipeline's length"}
 
