@@ -127,12 +127,9 @@ LEVERS = (("VAE slicing (decode one image at a time)", {"vae_slicing": True}),
 
 def plan_case(req, hw):
     """plan_diffusion without its search for the largest batch and sizes (the rules do not read them)."""
-    from gpuscope.estimate.diffusion.pipeline import plan_resolved
-    from gpuscope.estimate.diffusion.request import resolve
-    from gpuscope.specs.diffusion import load_pipeline
+    from gpuscope.estimate.diffusion import plan_diffusion
 
-    spec = load_pipeline(req.model)
-    return plan_resolved(spec, req, hw, resolve(req, spec), with_limits=False)
+    return plan_diffusion(req, hw, limits=False)
 
 
 def oom_levers(req, hw) -> list[dict]:

@@ -119,9 +119,10 @@ CASE = DiffusionCase
 
 
 def estimate(case: DiffusionCase, hw):
-    from gpuscope.estimate.diffusion.pipeline import plan_diffusion
+    """The planner's plan for the same case (docs/diffusion.md), without its search for the largest sizes."""
+    from gpuscope.estimate.diffusion import plan_diffusion
 
-    return plan_diffusion(request(case), hw)
+    return plan_diffusion(request(case), hw, limits=False)
 
 
 def run(case: DiffusionCase) -> dict:
