@@ -40,17 +40,17 @@ def test_in_process_serving_reports_the_contract_keys_with_plan_serve_beside(tin
     from gpuscope.store.db import Store
 
     case = _case(str(tiny_dir), None, None, {"requests": 6, "prompt": 16, "gen": 8, "device": "cpu",
-                                             "dtype": "fp32", "warmup_requests": 1})
-    assert case["config"]["model_type"] == "llama" and workloads.from_dict(case).name.endswith("offline-cb")
+                                             "dtype": "fp32", "warmup_requests": 1, "concurrency": 3})
+    assert case["config"]["model_type"] == "llama" and workloads.from_dict(case).name.endswith("c3-cb")
     res = workloads.run_case(case)
-    assert res["status"] == "ok" and res["engine"] == "transformers-cb" and res["mode"] == "offline"
+    assert res["status"] == "ok" and res["engine"] == "transformers-cb" and res["mode"] == "concurrency"
     assert (res["completed"], res["failed"], res["output_tokens"]) == (6, 0, 48)  # EOS off: exactly G each
     for key in KEYS:
         group, name = key.split(".")
         assert res[group][name] > 0
     lat = res["latency"]
     assert lat["ttft_p50_s"] <= lat["ttft_p99_s"] and lat["tpot_p50_s"] <= lat["tpot_p99_s"]
-    assert res["steps"] >= 8 and res["tokens_per_step_max"] <= 6  # 8 decode steps, at most 6 tokens each
+    assert res["steps"] >= 16 and res["tokens_per_step_max"] <= 3  # a closed loop of 3: two waves of 8 steps
     assert all(rec["output_tokens"] == 8 and rec["error"] is None for rec in res["request_records"])
     est = workloads.estimate_for(case, load_hardware("h200"))
     assert [m for m, _, _ in workloads.rows(case, est, res)] == list(KEYS)  # plan serve beside it
