@@ -140,7 +140,8 @@ def estimate(case: ServeCase, hw):
                        rate=case.rate, concurrency=case.concurrency, dtype=case.dtype.value, engine="transformers",
                        slo_ttft=case.slo_ttft_s, slo_tpot=case.slo_tpot_s, prompt_dist=case.prompt_dist,
                        prompt_spread=case.prompt_spread, gen_dist=case.gen_dist, gen_spread=case.gen_spread,
-                       seed=case.seed, attn=case.attn.value)
+                       seed=case.seed, attn=case.attn.value, mem_fraction=case.max_memory_percent,
+                       max_batched_tokens=case.max_batch_tokens)
     return plan_serve(req, hw)
 
 

@@ -152,6 +152,8 @@ def _event(line: bytes, rec: RequestRecord) -> bool:
     usage = obj.get("usage")
     if isinstance(usage, dict) and usage.get("completion_tokens") is not None:
         rec.output_tokens = int(usage["completion_tokens"])
+        if usage.get("prompt_tokens") is not None:  # the server's own count of the prompt (words here)
+            rec.prompt_tokens = int(usage["prompt_tokens"])
     return False
 
 
