@@ -74,6 +74,8 @@ def serve(
     dtype: str = options.dtype(),
     num_blocks: int = _opt(None, "--num-blocks", HELP["num_blocks"]),
     max_batch_tokens: int = _opt(None, "--max-batch-tokens", "Tokens per engine step at most (engine default)."),
+    max_memory_percent: float = _opt(None, "--max-memory-percent", "Fraction of free device memory the engine's KV "
+                                     "cache takes (engine default)."),
     warmup_requests: int = _opt(None, "--warmup-requests", "Untimed short requests first (in-process: min(N, 8))."),
     request_timeout: float = _opt(None, "--request-timeout", "Seconds one request may take (600)."),
     gpu: str = bench_gpu(), timeout_s: float = timeout(3600, "Seconds before the whole run is stopped."),
@@ -88,7 +90,8 @@ def serve(
           "burstiness": burstiness, "prompt_dist": prompt_dist, "prompt_spread": prompt_spread, "gen_dist": gen_dist,
           "gen_spread": gen_spread, "seed": seed, "api": api, "served_model": served_model, "exact": exact,
           "slo_ttft_s": slo_ttft, "slo_tpot_s": slo_tpot, "slo_e2e_s": slo_e2e, "dtype": dtype,
-          "num_blocks": num_blocks, "max_batch_tokens": max_batch_tokens, "warmup_requests": warmup_requests,
+          "num_blocks": num_blocks, "max_batch_tokens": max_batch_tokens, "max_memory_percent": max_memory_percent,
+          "warmup_requests": warmup_requests,
           "request_timeout_s": request_timeout}
     if not endpoint:
         options.require_torch()
