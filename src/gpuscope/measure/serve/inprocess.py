@@ -31,7 +31,7 @@ from gpuscope.measure.serve.schedule import Plan, plan_of
 
 BLOCK_TOKENS = 256  # the default KV block (page) size of ContinuousBatchingConfig in 5.17 and 5.24
 CB_KEYS = ("num_blocks", "max_batch_tokens", "max_memory_percent")
-POLL_S = 0.02  # how long the collecting loop waits on the output queue before it looks at the arrivals again
+POLL_S = 0.02  # the longest the collecting loop waits on the output queue (it wakes earlier for an arrival)
 
 
 def cb_config(case: dict, plan: Plan, dev: Device):
@@ -89,7 +89,9 @@ def serve(manager, ids: list[list[int]], plan: Plan, deadline_s: float) -> list[
             recs[i].sent_s = time.perf_counter()
             flying[manager.add_request(ids[i], request_id=f"s{i}", max_new_tokens=plan.output_lens[i],
                                        record_timestamps=True)] = i
-        out = manager.get_result(timeout=POLL_S)
+        free = pending and not (plan.concurrency and len(flying) >= plan.concurrency)
+        due = t0 + plan.arrivals_s[pending[0]] - time.perf_counter() if free else POLL_S
+        out = manager.get_result(timeout=min(POLL_S, max(due, 1e-4)))  # a result, or the next arrival's time
         if out is not None and out.is_finished() and out.request_id in flying:
             r = recs[flying.pop(out.request_id)]
             r.token_times_s = list(out.timestamps or [])
