@@ -75,8 +75,8 @@ class ServeCase(Case):
         for name in ("slo_ttft_s", "slo_tpot_s", "slo_e2e_s", "request_timeout_s"):
             if getattr(self, name) is not None:
                 number(getattr(self, name), self.flag(name))
-        for name in ("num_blocks", "max_batch_tokens", "warmup_requests"):
-            if getattr(self, name) is not None and name != "warmup_requests":
+        for name in ("num_blocks", "max_batch_tokens"):
+            if getattr(self, name) is not None:
                 self.positive(name)
         if self.warmup_requests is not None:
             self.non_negative("warmup_requests")
