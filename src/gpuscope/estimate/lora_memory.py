@@ -30,7 +30,12 @@ Memory parts (bytes):
   16-bit copies. peft casts x to the adapters' fp32 dtype before lora_A (``_cast_input_dtype``) and autocast casts
   it back to 16 bit for the matmul, so every target saves its own 16-bit copy of its input (a norm's output, the
   attention output before o_proj, the MLP product before down_proj), even where q, k and v read the same x
-  (without autocast: its own fp32 copy; in fp32 nothing is cast and one input is saved once); with
+  (without autocast: its own fp32 copy; in fp32 nothing is cast and one input is saved once); under QLoRA with
+  autocast peft's bnb ``Linear4bit`` does not cast x (it casts only when ``torch.is_autocast_enabled()`` is false,
+  which on CUDA it is not), so targets reading one tensor save it once (q, k, v: one; gate, up: one), and o_proj's
+  input is SDPA's saved output itself (flash attention writes its output as b x s x heads x d, so HF's
+  ``transpose(1, 2).contiguous()`` copies nothing; seen on CPU with saved_tensors_hooks, tests/test_qlora_saved_cpu.py);
+  with
   ``--lora-dropout`` > 0 each target also keeps a 1-byte mask (CUDA's bool dropout mask).
 - gradient checkpointing (``--recompute full``): each decoder layer's input (T x h in the stream dtype) is kept and
   its activations come back one layer at a time in backward.
@@ -105,8 +110,26 @@ def adapter_state_bytes(a: int, optimizer: str, adapter_b: float = 4.0) -> float
     return a * (2.0 + 2 * 4.0 / 256)  # adamw-8bit, bitsandbytes blockwise (block 256)
 
 
-def _adapter_saved(sites_in_layer: list[LinearSite], T: int, r: int, dt: LoraDtypes, dropout: float) -> float:
-    """What one layer's adapters add: their inputs (once per distinct input without dropout), A.x, dropout masks."""
+_READS_ATTENTION_OUTPUT = ("o_proj", "dense", "c_proj")  # in the attention part
+
+
+def input_of(s: LinearSite) -> tuple[str, str]:
+    """The tensor a module reads: its sub-layer's normed input (q, k, v; gate, up), the attention's output (o_proj),
+    else its own (down_proj, MLA's q_b_proj / kv_b_proj)."""
+    if s.name in _READS_LAYER_INPUT:
+        return s.part, "layer_input"
+    if s.name in _READS_MLP_INPUT:
+        return s.part, "mlp_input"
+    if s.part == "attention" and s.name in _READS_ATTENTION_OUTPUT:
+        return s.part, "attention_output"
+    return s.part, s.name
+
+
+def _adapter_saved(sites_in_layer: list[LinearSite], T: int, r: int, dt: LoraDtypes, dropout: float,
+                   shared: bool = False, attention_saved: bool = True) -> float:
+    """What one layer's adapters add: their inputs (a copy per target where peft casts x, else once per distinct
+    input tensor), A.x, dropout masks. ``shared``: x reaches lora_A uncast (QLoRA under autocast: peft's bnb layer
+    casts only without autocast), so targets reading one tensor save it once."""
     if not sites_in_layer:
         return 0.0
     ax_b = 2.0 if dt.autocast else dt.adapter_in_b
@@ -114,10 +137,12 @@ def _adapter_saved(sites_in_layer: list[LinearSite], T: int, r: int, dt: LoraDty
     x_b = 2.0 if dt.autocast else dt.adapter_in_b  # the copy lora_A's matmul saves
     if dropout > 0:
         return out + sum(T * s.n_in * (x_b + DROPOUT_MASK_BYTES) for s in sites_in_layer)
-    if dt.adapter_in_b != dt.base_b or dt.autocast:  # peft casts x to fp32 per target (autocast: back to 16 bit)
+    if not shared and (dt.adapter_in_b != dt.base_b or dt.autocast):  # peft casts x per target
         return out + sum(T * s.n_in * x_b for s in sites_in_layer)
-    distinct = {(s.part, s.n_in) for s in sites_in_layer}  # fp32: x reaches lora_A uncast, one tensor per input
-    return out + sum(T * n_in * dt.base_b for _, n_in in distinct)
+    distinct = {input_of(s): s.n_in for s in sites_in_layer}  # x uncast: one tensor per input
+    if shared and attention_saved:  # o_proj's input is SDPA's saved output itself (module docstring)
+        distinct.pop(("attention", "attention_output"), None)
+    return out + sum(T * n_in * (2.0 if dt.autocast else dt.base_b) for n_in in distinct.values())
 
 
 _READS_LAYER_INPUT = ("q_proj", "k_proj", "v_proj", "qkv_proj", "c_attn", "query_key_value", "q_a_proj",
@@ -138,9 +163,10 @@ def _live_parts(m: ModelSpec, sites: list[LinearSite], first: bool) -> tuple[boo
 
 
 def lora_layer_saved_bytes(m: ModelSpec, batch: int, seq: int, dt: LoraDtypes, sites_in_layer: list[LinearSite],
-                           r: int, dropout: float, moe: bool = False, first: bool = False) -> dict[str, float]:
+                           r: int, dropout: float, moe: bool = False, first: bool = False,
+                           shared: bool = False) -> dict[str, float]:
     """Bytes autograd keeps for one decoder layer with a frozen base and these adapters (module docstring);
-    ``first``: the first decoder layer (its input needs no gradient)."""
+    ``first``: the first decoder layer (its input needs no gradient); ``shared``: as _adapter_saved."""
     T = batch * seq
     full = hf_layer_saved_bytes(m, batch, seq, "fp32" if dt.base_b == 4 else "bf16", moe)
     h, act_b = m.hidden_size, dt.base_b
@@ -150,7 +176,7 @@ def lora_layer_saved_bytes(m: ModelSpec, batch: int, seq: int, dt: LoraDtypes, s
     attn = full["attention"] - (0.0 if m.mla else T * m.q_dim * act_b)  # o_proj's input: only if o_proj adapts
     mlp = full["mlp"] if (moe and m.moe) else full["mlp"] - T * m.intermediate_size * act_b  # down's input, same
     return {"norms": norms, "attention": attn if attn_live else 0.0, "mlp": mlp if mlp_live else 0.0,
-            "adapters": _adapter_saved(sites_in_layer, T, r, dt, dropout)}
+            "adapters": _adapter_saved(sites_in_layer, T, r, dt, dropout, shared, attn_live)}
 
 
 def _loss_head(T: int, h: int, V: int, base_b: float, loss: str) -> tuple[float, float, float]:
@@ -175,7 +201,8 @@ def lora_train_memory(m: ModelSpec, pc: ParamCounts, shape: LoraShape, *, micro_
     rest = base + adapter_b * A + opt_states + TRAIN_WORKSPACE_BYTES
     moe_set = set(m.moe_layers) if m.is_moe else set()
     saved = [sum(lora_layer_saved_bytes(m, micro_batch, seq, dt, list(shape.sites_per_layer[i]), shape.r,
-                                        shape.dropout, i in moe_set, first=i == 0).values()) for i in range(L)]
+                                        shape.dropout, i in moe_set, first=i == 0, shared=qlora and dt.autocast
+                                        ).values()) for i in range(L)]
     full = recompute == "full"
     layer_input = T * h * dt.base_b
     kept = [layer_input if full else s for s in saved]

@@ -67,8 +67,11 @@ def _out_b(dt: LoraDtypes) -> float:
     return 2.0 if dt.autocast else 4.0
 
 
-def _adapter_ops(shape: LoraShape, T: int, dt: LoraDtypes) -> list:
-    """The adapters' forward ops, one group per (module, shape), counted over the layers holding it."""
+def _adapter_ops(shape: LoraShape, T: int, dt: LoraDtypes, qlora: bool = False) -> list:
+    """The adapters' forward ops, one group per (module, shape), counted over the layers holding it. Under QLoRA
+    with autocast peft's bnb layer does not cast x (lora_memory.py) but clones the base output first
+    ("defensively", peft lora/bnb.py): a copy of T x d_out in the base dtype, its backward a pass-through; x's
+    gradient is then summed with the base path's without casts (QLORA_DX_SUM_B, priced in the backward)."""
     ab = 2.0 if dt.autocast else dt.adapter_in_b
     ob = _out_b(dt)
     r, out = shape.r, []
@@ -80,7 +83,10 @@ def _adapter_ops(shape: LoraShape, T: int, dt: LoraDtypes) -> list:
                 # "* scaling" reads and writes lora_B's output; "result +" reads two T x d_out, writes one
                 opsmod.Op(f"lora_add_{name}", "elementwise", 2.0 * T * n_out,
                           T * n_out * (2.0 * ob + 3.0 * dt.base_b), 2, c)]
-        if dt.autocast:
+        if dt.autocast and qlora:
+            out += [opsmod.Op(f"lora_clone_{name}", "elementwise", 0.0, 2 * T * n_out * dt.base_b, 1, c),
+                    opsmod.Op(f"lora_cast_w_{name}", "elementwise", 0.0, 0.0, 2, c)]
+        elif dt.autocast:
             out += [opsmod.Op(f"lora_cast_x_{name}", "elementwise", 0.0, T * n_in * CAST_X_FWD_B, 2, c),
                     opsmod.Op(f"lora_cast_w_{name}", "elementwise", 0.0, 0.0, 2, c)]
         if shape.dropout > 0:
@@ -103,6 +109,12 @@ def _adapter_backward(o: opsmod.Op, T: int, ob: float) -> opsmod.Op:
                      else o.kernels, o.count)
 
 
+def _qlora_dx_sums(shape: LoraShape, T: int, dt: LoraDtypes) -> list:
+    """QLoRA under autocast: x's gradient from lora_A summed with the base path's, uncast (read two, write one)."""
+    return [opsmod.Op(f"lora_dxsum_{name}", "elementwise", T * n_in, 3 * T * n_in * dt.base_b, 1, c)
+            for (name, n_in, _), c in _groups(shape).items()]
+
+
 def _dequant_op(m: ModelSpec) -> opsmod.Op:
     from gpuscope.estimate.lora_memory import quantized_params
 
@@ -115,6 +127,8 @@ def _backward_ops(fwd_ops, T: int, dt: LoraDtypes) -> list:
     the NF4 dequantisation once again."""
     out = []
     for o in fwd_ops:
+        if o.name.startswith("lora_clone_"):  # the clone's backward passes the gradient through
+            continue
         if o.name.startswith("lora_"):
             out.append(_adapter_backward(o, T, _out_b(dt)))
             continue
@@ -140,9 +154,10 @@ def lora_step_time(m, hw, shape: LoraShape, *, micro_batch, seq, precision, opti
     tflops, bw = hw.achievable_tflops(cdt), hw.achievable_bw_gbs()
     eng, sms = engine_for("eager", hw), sm_count(hw)
     fwd_ops = train_forward_ops(m, micro_batch, seq, dt.base_b, dt.base_b)
-    fwd_ops += _adapter_ops(shape, T, dt) + ([_dequant_op(m)] if qlora else [])
+    fwd_ops += _adapter_ops(shape, T, dt, qlora) + ([_dequant_op(m)] if qlora else [])
     _, f_gpu, _, f_times = forward_time(fwd_ops, tflops, bw, eng, sms, False, m.head_dim)
-    _, b_gpu, _, b_times = forward_time(_backward_ops(fwd_ops, T, dt), tflops, bw, eng, sms, False, m.head_dim)
+    bwd_ops = _backward_ops(fwd_ops, T, dt) + (_qlora_dx_sums(shape, T, dt) if (qlora and dt.autocast) else [])
+    _, b_gpu, _, b_times = forward_time(bwd_ops, tflops, bw, eng, sms, False, m.head_dim)
     r_gpu = sum(t.gpu_s for o, t in zip(fwd_ops, f_times) if opsmod.in_layers(o)) if full else 0.0
     host = train_host_s(fwd_ops, m, eng.launch_s, full, train_host_for(hw))
     micro_gpu = f_gpu + b_gpu + r_gpu
