@@ -1,9 +1,12 @@
 """bench's defaults where the device is a CPU: what is fast there, said on stderr with the reason.
 
 An accelerator's defaults (bf16, a 512-token prompt, 128 generated tokens, 2048-token training sequences) are what
-the planner is validated on; on a CPU they do not finish: bf16 generate ran about 70x slower than fp32 on a 2-core
-x86 host without AMX (gpt2: TTFT 14.4 s against 0.2 s; fp16 matmuls there run at about 2 GFLOP/s), and a 1B
-model's 128 tokens take minutes. So a value not given takes the CPU's default; a value given is kept as given.
+the planner is validated on; on a CPU they do not finish in minutes. fp32 is the dtype every CPU runs at its full
+rate: bf16 and fp16 matmuls are fast only where the CPU has the units for them (AVX512-BF16, AMX). On the 2-core
+AMD EPYC host these defaults were checked on (AVX512-BF16, no AMX), bench micro read fp32 8.3, bf16 17.1 and fp16
+0.87 GFLOP/s under load, and a 4-layer GPT-2 forward of 64 tokens ran faster in bf16 (0.86 against 2.3 s); a CPU
+without AVX512-BF16 runs bf16 generate far slower than fp32, and fp16 is slow on both. A 1B model's 128 tokens
+take minutes on such a host. So a value not given takes the CPU's default; a value given is kept as given.
 """
 
 from __future__ import annotations
@@ -19,8 +22,8 @@ ACCEL = {"dtype": "bf16", "precision": "amp-bf16", "prompt": 512, "gen": 128, "s
 CPU = {"dtype": "fp32", "precision": "fp32", "prompt": 64, "gen": 16, "seq": 256, "micro_dtype": ["fp32"]}
 # the inference case's bare decode-step forwards (measure/llm/infer.py, 20 by default): 8 on a CPU
 CPU_CASE_KEYS = {"infer": {"decode_iters": 8}}
-WHY = ("on a CPU bf16/fp16 run far slower than fp32 (bf16 generate about 70x on a 2-core x86 host) and "
-       "accelerator-sized inputs take minutes")
+WHY = ("fp32 runs at full rate on every CPU, bf16/fp16 only where it has the units for them (fp16 matmuls ran "
+       "10x slower than fp32 on a 2-core EPYC), and accelerator-sized inputs take minutes")
 
 
 def on_cpu(device: str | None) -> bool:
