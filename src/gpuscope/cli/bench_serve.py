@@ -73,9 +73,10 @@ def serve(
     slo_e2e: float = _opt(None, "--slo-e2e", "E2E latency SLO in seconds (goodput)."),
     dtype: str = options.dtype(),
     num_blocks: int = _opt(None, "--num-blocks", HELP["num_blocks"]),
-    max_batch_tokens: int = _opt(None, "--max-batch-tokens", "Tokens per engine step at most (engine default)."),
-    max_memory_percent: float = _opt(None, "--max-memory-percent", "Fraction of free device memory the engine's KV "
-                                     "cache takes (engine default)."),
+    max_batch_tokens: int = _opt(None, "--max-batched-tokens", "Tokens per engine step at most (engine default; "
+                                 "as plan serve's flag)."),
+    max_memory_percent: float = _opt(None, "--mem-fraction", "Fraction of free device memory the engine's KV cache "
+                                     "takes (engine default; as plan serve's flag)."),
     warmup_requests: int = _opt(None, "--warmup-requests", "Untimed short requests first (in-process: min(N, 8))."),
     request_timeout: float = _opt(None, "--request-timeout", "Seconds one request may take (600)."),
     gpu: str = bench_gpu(), timeout_s: float = timeout(3600, "Seconds before the whole run is stopped."),

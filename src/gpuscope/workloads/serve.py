@@ -32,7 +32,8 @@ class ServeCase(Case):
     KIND = WorkloadKind.SERVE
     ALWAYS = ("requests", "prompt", "gen")
     FLAGS = {"slo_ttft_s": "slo-ttft", "slo_tpot_s": "slo-tpot", "slo_e2e_s": "slo-e2e",
-             "request_timeout_s": "request-timeout", "warmup_requests": "warmup-requests"}
+             "request_timeout_s": "request-timeout", "warmup_requests": "warmup-requests",
+             "max_batch_tokens": "max-batched-tokens", "max_memory_percent": "mem-fraction"}
     # a serving run takes no host probe: its result has no host_probe_s, so no host scaling is applied to it
     HOST_PROBE, TTFT_PROBE = "host_probe_s", None
 
@@ -81,7 +82,7 @@ class ServeCase(Case):
         if self.warmup_requests is not None:
             self.non_negative("warmup_requests")
         if self.max_memory_percent is not None and not 0 < self.max_memory_percent <= 1:
-            raise UserError(f"--max-memory-percent must be in (0, 1], not {self.max_memory_percent}.")
+            raise UserError(f"{self.flag('max_memory_percent')} must be in (0, 1], not {self.max_memory_percent}.")
 
     def _choices(self) -> None:
         for name, allowed in (("api", APIS), ("exact", EXACT), ("prompt_dist", DISTRIBUTIONS),
