@@ -84,3 +84,20 @@ def test_loadgen_over_http_agrees_with_the_engines_in_process_timing(tiny_dir):
         assert transit >= 0
         assert r.tpot_s == pytest.approx(engine_tpot, abs=step + LATE_S / 7)
         assert 0 <= r.ttft_s - transit - engine_ttft <= 2 * step + LATE_S
+
+
+def test_launch_saves_a_tokenizer_of_one_token_per_prompt_word(tmp_path):
+    """`--launch transformers` serves text: its word tokenizer makes a prompt of P words exactly P tokens and
+    decodes every id of the model's vocabulary to one word (so each generated token streams as text)."""
+    from transformers import AutoTokenizer
+
+    from gpuscope.measure.serve.launch import save_tokenizer, transformers_command
+    from gpuscope.measure.serve.loadgen import prompt_text
+
+    save_tokenizer(str(tmp_path), 300)
+    tok = AutoTokenizer.from_pretrained(str(tmp_path))
+    assert len(tok(prompt_text(37, seed=4), add_special_tokens=False)["input_ids"]) == 37
+    assert all(len(tok.decode([i]).split()) == 1 for i in (0, 150, 299))
+    cmd = transformers_command(str(tmp_path), 8123, "cpu", {"dtype": "bf16", "num_blocks": 64})
+    assert cmd[3:6] == ["serve", str(tmp_path), "--host"] and "127.0.0.1" in cmd and "--continuous-batching" in cmd
+    assert cmd[cmd.index("--dtype") + 1] == "bfloat16" and cmd[cmd.index("--cb-num-blocks") + 1] == "64"
