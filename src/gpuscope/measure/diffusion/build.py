@@ -53,11 +53,16 @@ def transformers_config(cls, cfg: dict):
     return AutoConfig.for_model(model_type, **kw)
 
 
-def empty(library: str, cls, cfg: dict):
-    """The module with meta parameters and real buffers."""
-    from accelerate import init_empty_weights
+def empty(library: str, cls, cfg: dict, device: torch.device | None = None):
+    """The module with meta parameters and real buffers. Without accelerate (the `bench` extra installs it): built on
+    ``device`` with PyTorch's default init instead (slower; materialise_ replaces the parameters all the same)."""
+    try:
+        from accelerate import init_empty_weights
 
-    with init_empty_weights(include_buffers=False):
+        ctx = init_empty_weights(include_buffers=False)
+    except ImportError:
+        ctx = torch.device(device or "cpu")
+    with ctx:
         if library == "diffusers":
             return cls.from_config({k: v for k, v in cfg.items() if not k.startswith("_")})
         model = cls(transformers_config(cls, cfg))
@@ -118,7 +123,7 @@ def build(folder: Path, name: str, device: torch.device, dtype: torch.dtype, wei
                                                             else {"dtype": dtype}))
         model.to(device)
     else:
-        model = empty(library, cls, component_config(folder, name))
+        model = empty(library, cls, component_config(folder, name), device)
         materialise_(model, device, dtype)
     model.eval()
     model.requires_grad_(False)
