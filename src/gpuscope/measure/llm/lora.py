@@ -37,7 +37,11 @@ def lora_base_dtype(precision: str) -> torch.dtype:
 def quantize_nf4(model, compute_dtype: torch.dtype) -> dict:
     """Every ``nn.Linear`` but the output layer replaced in place by bitsandbytes' NF4 ``Linear4bit`` with double
     quantization (module docstring); returns the result's QLoRA fields."""
-    import bitsandbytes as bnb
+    try:
+        import bitsandbytes as bnb
+    except ImportError as e:
+        raise RuntimeError(f"qlora needs bitsandbytes, which is not importable here ({e}); pip install "
+                           "bitsandbytes") from None
 
     head = model.get_output_embeddings()
     names = [name for name, mod in model.named_modules() if type(mod) is torch.nn.Linear and mod is not head]
