@@ -101,7 +101,7 @@ def test_a_case_built_in_code_writes_only_what_differs_from_its_defaults():
     (lambda: workloads.from_dict({"kind": "train-dist"}), "exactly one of --model and --config"),
     (lambda: workloads.from_dict({"kind": "compression", "model": "gpt2", "warmup": 12}), "--warmup must be >= 0"),
     (lambda: workloads.from_dict({"kind": "infer", "model": "gpt2"}), "the infer case needs batch, prompt, gen."),
-    (lambda: workloads.from_dict({"kind": "serve"}), "--kind 'serve' is not one of micro, infer, train"),
+    (lambda: workloads.from_dict({"kind": "bogus"}), "--kind 'bogus' is not one of micro, infer, train"),
 ])
 def test_validation_is_one_sentence_naming_the_flag(build, word):
     with pytest.raises(UserError) as e:
@@ -115,7 +115,7 @@ def test_the_registry_has_a_module_for_every_kind():
         m = workloads.module(kind)
         assert m.CASE.KIND is kind and callable(m.run) and callable(m.headline)
         assert m.estimate is None or (callable(m.estimate) and callable(m.rows))
-    assert workloads.estimated_kinds() == ("infer", "train", "train-dist")
+    assert workloads.estimated_kinds() == ("infer", "train", "train-dist", "serve", "diffusion")
 
 
 def test_estimate_routes_through_the_kind():
