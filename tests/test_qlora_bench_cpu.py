@@ -44,8 +44,11 @@ def test_quantize_nf4_replaces_every_decoder_linear():
 
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(hf_config(TINY_LLAMA), dtype=torch.bfloat16)
+    bf16_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     pm, fields = apply_lora(model, {"lora_r": 4, "qlora": True, "precision": "amp-bf16"})
     m = spec_from_config(TINY_LLAMA)
+    frozen = sum(p.numel() * p.element_size() for p in pm.parameters() if not p.requires_grad)
+    assert bf16_bytes - frozen == 1.5 * quantized_params(m)  # 2 bytes a weight -> half a byte (packed NF4)
     assert fields["quantized_linears"] == 7 * m.num_layers and fields["lora_trainable_params"] == lora_params(m, 4)
     four_bit = [mod for mod in pm.modules() if type(mod) is bnb.nn.Linear4bit]
     assert len(four_bit) == fields["quantized_linears"]
