@@ -73,7 +73,7 @@ def test_case_checks_say_one_sentence(fields, said):
 
 
 def test_sse_lines_and_urls():
-    from gpuscope.measure.serve.loadgen import _event, api_url
+    from gpuscope.measure.serve.loadgen import api_url, read_event
 
     assert api_url("http://h:1/v1/", "chat") == "http://h:1/v1/chat/completions"
     assert api_url("http://h:1/v1/completions", "completions") == "http://h:1/v1/completions"
@@ -81,10 +81,10 @@ def test_sse_lines_and_urls():
     lines = [b": ping\n", b"event: x\n", b'data: {"choices": [{"delta": {"role": "assistant"}}]}\n',
              b'data: {"choices": [{"delta": {"content": "a"}}]}\n', b"\n",
              b'data: {"choices": [{"text": "", "finish_reason": "length"}], "usage": {"completion_tokens": 1}}\n']
-    assert not any(_event(x, rec) for x in lines)
+    assert not any(read_event(x, rec) for x in lines)
     assert len(rec.token_times_s) == 1 and rec.output_tokens == 1  # the role-only and closing chunks carry no text
-    assert _event(b"data: [DONE]\n", rec) and rec.error is None
-    assert _event(b'data: {"error": {"message": "boom"}}\n', rec) and "error event" in rec.error
+    assert read_event(b"data: [DONE]\n", rec) and rec.error is None
+    assert read_event(b'data: {"error": {"message": "boom"}}\n', rec) and "error event" in rec.error
 
 
 @pytest.fixture(scope="module")

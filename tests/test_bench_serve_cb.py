@@ -35,11 +35,11 @@ def tiny_dir(tmp_path_factory):
 def test_in_process_serving_reports_the_contract_keys_with_plan_serve_beside(tiny_dir, tmp_path):
     """The case as `bench serve --model DIR --device cpu` builds it, run as its process runs it, then stored."""
     from gpuscope import workloads
-    from gpuscope.cli.bench_serve import _case
+    from gpuscope.cli.bench_serve import serve_case
     from gpuscope.specs.hardware import load_hardware
     from gpuscope.store.db import Store
 
-    case = _case(str(tiny_dir), None, None, {"requests": 6, "prompt": 16, "gen": 8, "device": "cpu",
+    case = serve_case(str(tiny_dir), None, None, {"requests": 6, "prompt": 16, "gen": 8, "device": "cpu",
                                              "dtype": "fp32", "warmup_requests": 1, "concurrency": 3})
     assert case["config"]["model_type"] == "llama" and workloads.from_dict(case).name.endswith("c3-cb")
     res = workloads.run_case(case)

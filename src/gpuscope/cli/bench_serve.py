@@ -36,7 +36,8 @@ def _opt(default, flag: str, help: str = ""):
     return typer.Option(default, flag, help=help)
 
 
-def _case(model, endpoint, launch, kw: dict) -> dict:
+def serve_case(model, endpoint, launch, kw: dict) -> dict:
+    """The serve case's dict of the command's options (None: not given, so the case's default and key hold)."""
     from gpuscope.workloads.serve import ServeCase
 
     c = {"kind": "serve", **{k: v for k, v in kw.items() if v is not None}}
@@ -99,7 +100,7 @@ def serve(
         kw["device"] = options.device_exists(device)
     elif device:
         raise UserError("--device is the in-process engine's; with --endpoint the server picks its own.")
-    case = _case(model, endpoint, launch, kw)
+    case = serve_case(model, endpoint, launch, kw)
     options.known_gpu(gpu)
     if endpoint:
         from gpuscope.measure.serve.loadgen import probe

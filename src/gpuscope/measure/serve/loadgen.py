@@ -129,7 +129,7 @@ def carries_text(choices: list) -> bool:
     return any(isinstance(c, dict) and (c.get("text") or (c.get("delta") or {}).get("content")) for c in choices)
 
 
-def _event(line: bytes, rec: RequestRecord) -> bool:
+def read_event(line: bytes, rec: RequestRecord) -> bool:
     """Read one SSE line into ``rec``; True at the end of the stream ([DONE]). A data line that is not JSON, or an
     error event, ends the request with its error."""
     text = line.decode("utf-8", errors="replace").strip()
@@ -166,7 +166,7 @@ async def _stream(session, url: str, body: dict, rec: RequestRecord) -> None:
             return
         ended = False
         async for line in resp.content:
-            if _event(line, rec):
+            if read_event(line, rec):
                 ended = True
                 break
         if rec.error is None and not rec.token_times_s:
