@@ -40,7 +40,8 @@ def test_in_process_serving_reports_the_contract_keys_with_plan_serve_beside(tin
     from gpuscope.store.db import Store
 
     case = serve_case(str(tiny_dir), None, None, {"requests": 6, "prompt": 16, "gen": 8, "device": "cpu",
-                                             "dtype": "fp32", "warmup_requests": 1, "concurrency": 3})
+                                             "dtype": "fp32", "warmup_requests": 1, "concurrency": 3,
+                                                   "slo_ttft_s": 1e-9, "slo_tpot_s": 60.0})
     assert case["config"]["model_type"] == "llama" and workloads.from_dict(case).name.endswith("c3-cb")
     res = workloads.run_case(case)
     assert res["status"] == "ok" and res["engine"] == "transformers-cb" and res["mode"] == "concurrency"
@@ -52,6 +53,7 @@ def test_in_process_serving_reports_the_contract_keys_with_plan_serve_beside(tin
     assert lat["ttft_p50_s"] <= lat["ttft_p99_s"] and lat["tpot_p50_s"] <= lat["tpot_p99_s"]
     assert res["steps"] >= 16 and res["tokens_per_step_max"] <= 3  # a closed loop of 3: two waves of 8 steps
     assert all(rec["output_tokens"] == 8 and rec["error"] is None for rec in res["request_records"])
+    assert res["slo"] == {"ttft": 1e-9, "tpot": 60.0} and res["goodput_requests_per_s"] == 0  # no TTFT of 1 ns
     est = workloads.estimate_for(case, load_hardware("h200"))
     assert [m for m, _, _ in workloads.rows(case, est, res)] == list(KEYS)  # plan serve beside it
     with Store.open(tmp_path / "r.sqlite") as st:

@@ -26,7 +26,7 @@ import torch
 
 from gpuscope.measure.device.device import Device, release, run_as_result
 from gpuscope.measure.models.hf_model import DTYPES, build_model, case_config, model_bytes, silence_generation, vocab_size
-from gpuscope.measure.serve.metrics import RequestRecord, summarize
+from gpuscope.measure.serve.metrics import RequestRecord, slo_of, summarize
 from gpuscope.measure.serve.schedule import Plan, plan_of
 
 BLOCK_TOKENS = 256  # the default KV block (page) size of ContinuousBatchingConfig in 5.17 and 5.24
@@ -174,7 +174,7 @@ def _run(case: dict, dev: Device, state: dict) -> dict:
         manager.stop(block=True, timeout=30)
         manager.destroy()
     res["peak_serve_bytes"] = dev.peak_allocated()
-    res.update(summarize(recs, case.get("slo")))
+    res.update(summarize(recs, slo_of(case)))
     res.update(step_fields(steps, recs))
     res["request_records"] = [r.to_dict() for r in recs]
     res["timer"] = "time.perf_counter (the engine's record_timestamps)"

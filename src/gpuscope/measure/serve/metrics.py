@@ -98,6 +98,11 @@ def _good(r: RequestRecord, slo: dict) -> bool:
     return all(slo.get(k) is None or (v is not None and v <= slo[k]) for k, v in checks)
 
 
+def slo_of(case: dict) -> dict:
+    """A serve case's SLOs as summarize takes them (seconds; None where not given)."""
+    return {"ttft": case.get("slo_ttft_s"), "tpot": case.get("slo_tpot_s"), "e2e": case.get("slo_e2e_s")}
+
+
 def summarize(records: list[RequestRecord], slo: dict | None = None) -> dict:
     """The run's figures: ``throughput`` and ``latency`` (the keys `plan serve` writes), the counts, the errors and
     the goodput under ``slo`` ({"ttft": s, "tpot": s, "e2e": s}, each optional)."""

@@ -7,14 +7,10 @@ from __future__ import annotations
 import tempfile
 
 from gpuscope.measure.serve.loadgen import probe, run_http
-from gpuscope.measure.serve.metrics import RequestRecord, summarize
+from gpuscope.measure.serve.metrics import RequestRecord, slo_of, summarize
 from gpuscope.measure.serve.schedule import Plan, plan_of
 
 WARMUP_REQUESTS = 4  # untimed requests before a launched server's timed run (its first requests load and compile)
-
-
-def slo_of(case: dict) -> dict:
-    return {"ttft": case.get("slo_ttft_s"), "tpot": case.get("slo_tpot_s"), "e2e": case.get("slo_e2e_s")}
 
 
 def http_result(case: dict, plan: Plan, recs: list[RequestRecord], **fields) -> dict:
