@@ -103,7 +103,8 @@ class DiffusionCase(Case):
                                        ("-tile", self.vae_tiling), ("-math", self.attn == "math"),
                                        ("-weights", self.weights)) if on)
         label = Path(self.model).name if "/" in self.model else self.model
-        return f"diffusion/{label}/{self.component}-b{self.batch}-{self.height}x{self.width}{f}{steps}-{self.dtype}{opts}"
+        size = f"{self.height}x{self.width}{f}"
+        return f"diffusion/{label}/{self.component}-b{self.batch}-{size}{steps}-{self.dtype}{opts}"
 
     @property
     def size_field(self) -> str:

@@ -84,8 +84,9 @@ class Denoiser:
             return out
         if self.cls == "UNetSpatioTemporalConditionModel":
             k = c.in_channels - c.out_channels
+            ids = c.projection_class_embeddings_input_dim // c.addition_time_embed_dim  # fps, motion, noise aug
             return {"encoder_hidden_states": self.rand(n, 1, c.cross_attention_dim),
-                    "added_time_ids": self.rand(n, c.projection_class_embeddings_input_dim // c.addition_time_embed_dim),
+                    "added_time_ids": self.rand(n, ids),
                     "image_latents": self.rand(n, int(self.frames), k, self.h, self.w)}
         if self.cls == "SD3Transformer2DModel":
             seq = CLIP_TOKENS + self.t5_tokens
@@ -148,8 +149,7 @@ class Denoiser:
         return uncond + GUIDANCE * (text - uncond)
 
 
-def vae_latents(vae, den_cfg_cls: str, batch: int, height: int, width: int, frames: int | None,
-                gen: torch.Generator) -> torch.Tensor:
+def vae_latents(vae, batch: int, height: int, width: int, frames: int | None, gen) -> torch.Tensor:
     """The latents the VAE decodes at the end of a pipeline (batch B), in the VAE's layout."""
     f, ft = vae_factors(dict(vae.config))
     c, h, w = vae.config.latent_channels, height // f, width // f

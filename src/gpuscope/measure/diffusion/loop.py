@@ -39,12 +39,13 @@ def scheduler(mods):
 def decode_as_pipeline(vae, z: torch.Tensor, frames, chunk, upcast: bool) -> torch.Tensor:
     """The VAE decode, cast to fp32 around it where the pipeline upcasts (StableDiffusionXLPipeline.upcast_vae,
     then ``vae.to(float16)`` after: both casts are part of the decode's time)."""
-    if upcast:
-        vae.to(dtype=torch.float32)
-    out = decode(vae, z, frames, chunk)
-    if upcast:
+    if not upcast:
+        return decode(vae, z, frames, chunk)
+    vae.to(dtype=torch.float32)
+    try:
+        return decode(vae, z, frames, chunk)
+    finally:  # also after an out-of-memory decode: the next point starts from the fp16 VAE
         vae.to(dtype=torch.float16)
-    return out
 
 
 def vae_input(den, latents: torch.Tensor, upcast: bool) -> torch.Tensor:

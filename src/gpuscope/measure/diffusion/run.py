@@ -57,7 +57,7 @@ def measure_denoiser(case: dict, dev: Device, mods: Loaded, t: dict, gen) -> dic
 
 def measure_vae(case: dict, dev: Device, mods: Loaded, t: dict, gen) -> dict:
     modes = set_vae_modes(mods.vae, case)
-    z = vae_latents(mods.vae, "", t["batch"], t["height"], t["width"], t["frames"], gen)
+    z = vae_latents(mods.vae, t["batch"], t["height"], t["width"], t["frames"], gen)
     chunk = 1 if case.get("vae_slicing") else None
     r = timed(dev, lambda: decode(mods.vae, z, t["frames"], chunk), t["repeats"], t["warmup"], t["min_time_s"])
     return {"vae_decode_s": r["s"], "vae_spread": r["spread"], "vae_repeats": r["n"], "peak_bytes": r["peak_bytes"],
