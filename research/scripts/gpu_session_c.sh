@@ -23,7 +23,7 @@ fi
   PYTHONPATH=src python3 -c "import torch, transformers, peft; print(torch.__version__, transformers.__version__, peft.__version__)"
   PYTHONPATH=src python3 -c "import diffusers, bitsandbytes; print('diffusers', diffusers.__version__, 'bnb', bitsandbytes.__version__)"
 } > "$OUT/versions.txt" 2>&1
-declare -A BUDGET=([serve]=270 [diffusion]=290 [micro]=120 [master]=100 [qlora]=120 [decode]=90)
+declare -A BUDGET=([serve]=270 [diffusion]=290 [micro]=120 [master]=100 [qlora]=120 [decode]=90 [servecb]=170)
 for g in "$@"; do
   left=$(( LIMIT - ($(date +%s) - T0) ))
   if (( ${BUDGET[$g]:-9999} > left )); then log "$g skipped: budget ${BUDGET[$g]:-?} s > $left s left"; continue; fi
@@ -35,6 +35,7 @@ for g in "$@"; do
     master) bash research/scripts/gpu_train_master.sh ;;
     qlora) bash research/scripts/gpu_qlora.sh ;;
     decode) PYTHONPATH=src timeout 95 python3 research/scripts/gpu_decode_batch.py > "$OUT/decode_batch.out" 2>&1 ;;
+    servecb) PYTHONPATH=src timeout 170 python3 research/scripts/gpu_serve_cb.py --out "$OUT/serve_cb.json" --budget 140 > "$OUT/serve_cb.out" 2>&1 ;;
     *) log "unknown group $g" ;;
   esac
   log "$g rc=$? $(( $(date +%s) - t )) s"
