@@ -19,14 +19,14 @@ from gpuscope.measure.runner.suite import child_env, run_one  # noqa: E402
 def test_defaults_on_a_cpu_take_fp32_and_cpu_sizes_and_keep_what_is_given():
     got, note = bench_cpu.defaults("bench infer", "cpu", prompt=8, gen=None, dtype=None)
     assert got == {"prompt": 8, "gen": bench_cpu.CPU["gen"], "dtype": "fp32"}
-    assert note.startswith("bench infer on a CPU: --gen 16, --dtype fp32 (the CPU defaults:") and "--prompt" not in note
+    assert note.startswith("bench infer on a CPU: --gen 8, --dtype fp32 (the CPU defaults:") and "--prompt" not in note
     assert bench_cpu.defaults("bench train", "cpu", seq=None, precision="amp-bf16")[0] == {"seq": 256,
                                                                                          "precision": "amp-bf16"}
     assert bench_cpu.defaults("bench micro", "cpu", micro_dtype=None)[0] == {"micro_dtype": ["fp32"]}
     # nothing taken, nothing said
     assert bench_cpu.defaults("bench train", "cpu", seq=64, precision="bf16") == ({"seq": 64, "precision": "bf16"},
                                                                                   None)
-    assert bench_cpu.case_keys("infer", "cpu") == {"decode_iters": 8} and bench_cpu.case_keys("train", "cpu") == {}
+    assert bench_cpu.case_keys("infer", "cpu") == {"decode_iters": 4} and bench_cpu.case_keys("train", "cpu") == {}
     assert bench_cpu.help_for("dtype") == "default bf16, fp32 on a CPU"
 
 

@@ -97,8 +97,8 @@ def test_the_first_cpu_run_takes_the_cpu_defaults_measures_the_ceilings_and_keep
     doc = json.loads(r.stdout)  # stdout is the JSON document alone (notes and progress stay on stderr)
     (m,) = doc["measurements"]
     res = m["result"]
-    assert (res["dtype"], res["prompt"], res["gen"]) == ("fp32", 8, 16)  # --prompt kept, --gen/--dtype the CPU's
-    assert "bench infer on a CPU: --gen 16, --dtype fp32 (the CPU defaults:" in r.stderr
+    assert (res["dtype"], res["prompt"], res["gen"]) == ("fp32", 8, 8)  # --prompt kept, --gen/--dtype the CPU's
+    assert "bench infer on a CPU: --gen 8, --dtype fp32 (the CPU defaults:" in r.stderr
     assert "@gpuscope-progress" not in r.stderr  # no terminal: no status line, and no raw progress line either
     est = m["estimate"]
     assert "rows" in est, est  # planned on the ceilings this run measured, not "no estimate"

@@ -215,7 +215,7 @@ def test_run_case_prints_one_json_line_and_tells_its_phases_on_stderr():
     lines = p.stdout.strip().splitlines()
     assert len(lines) == 1 and json.loads(lines[0])["result"]["status"] == "ok"
     said = [progress.text(e) for e in map(progress.parse, p.stderr.split("\n")) if e]
-    want = ["building the model", "warm-up generate 1/2", "timed TTFT 1/2", "timed TTFT 2/2", "timed generate 1/2",
+    want = ["building the model", "warm-up generate 1/1", "timed TTFT 1/2", "timed TTFT 2/2", "timed generate 1/2",
             "timed generate 2/2", "prefill forward 1/2", "decode-step forwards, pass 2/2"]
     assert [x for x in said if x in want] == want, said
 

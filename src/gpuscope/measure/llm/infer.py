@@ -193,7 +193,8 @@ def _warm_up(model, ids, mask, t: dict, deferred, dev: Device, res: dict) -> Non
     # Warm up with the full length: the first generate of G tokens grows the caching allocator's pool for every
     # KV-cache size it meets (cudaMalloc), which would otherwise land in the first timed run. hf-graph also
     # compiles and records its CUDA graphs here (two calls at the timed cache length).
-    n = 2 if engine == "hf-eager" else 3
+    # a second eager warm-up grows CUDA's caching pool to the timed runs' sizes; a CPU's allocator keeps no pool
+    n = (1 if dev.type == "cpu" else 2) if engine == "hf-eager" else 3
     for i in range(n):
         progress.say("warm-up generate", i + 1, n)
         out = _generate(model, ids, mask, G, engine, deferred=deferred)
