@@ -20,7 +20,7 @@ def test_defaults_on_a_cpu_take_fp32_and_cpu_sizes_and_keep_what_is_given():
     got, note = bench_cpu.defaults("bench infer", "cpu", prompt=8, gen=None, dtype=None)
     assert got == {"prompt": 8, "gen": bench_cpu.CPU["gen"], "dtype": "fp32"}
     assert note.startswith("bench infer on a CPU: --gen 8, --dtype fp32 (the CPU defaults:") and "--prompt" not in note
-    assert bench_cpu.defaults("bench train", "cpu", seq=None, precision="amp-bf16")[0] == {"seq": 256,
+    assert bench_cpu.defaults("bench train", "cpu", seq=None, precision="amp-bf16")[0] == {"seq": 128,
                                                                                          "precision": "amp-bf16"}
     assert bench_cpu.defaults("bench micro", "cpu", micro_dtype=None)[0] == {"micro_dtype": ["fp32"]}
     # nothing taken, nothing said

@@ -20,8 +20,9 @@ from gpuscope.errors import UserError
 
 ACCEL = {"dtype": "bf16", "precision": "amp-bf16", "prompt": 512, "gen": 128, "seq": 2048, "micro_dtype": None}
 # Llama-3.2-1B in fp32 on a 2-core host: a 64-token prefill is ~150 GFLOP (8-60 GFLOP/s there, by load) and a
-# decode step reads its 5 GB of weights; a case runs ~14 prefills and ~60 decode steps, so 32 + 8 tokens
-CPU = {"dtype": "fp32", "precision": "fp32", "prompt": 32, "gen": 8, "seq": 256, "micro_dtype": ["fp32"]}
+# decode step reads its 5 GB of weights; a case runs ~14 prefills and ~60 decode steps, so 32 + 8 tokens. A
+# training step of GPT-2 (124M) at 256 tokens took 14 s on the loaded host (9 steps a case): 128 tokens
+CPU = {"dtype": "fp32", "precision": "fp32", "prompt": 32, "gen": 8, "seq": 128, "micro_dtype": ["fp32"]}
 # the inference case's bare decode-step forwards (measure/llm/infer.py, 20 by default): 4 on a CPU
 CPU_CASE_KEYS = {"infer": {"decode_iters": 4}}
 WHY = ("fp32 runs at full rate on every CPU, bf16/fp16 only where it has the units for them (fp16 matmuls ran "
