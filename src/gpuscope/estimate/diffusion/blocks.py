@@ -26,10 +26,12 @@ def timestep_embedding(t: Trace, name: str, n: int, fin: int, fout: int, out_dim
 
 
 def resnet2d(t: Trace, name: str, n: int, pix: int, cin: int, cout: int, temb: int | None, temb_rows: int | None = None,
-             eps_groups: bool = True) -> None:
+             input_held: bool = False) -> None:
     """ResnetBlock2D: norm1, SiLU, conv1, (+ time_emb_proj(SiLU(temb))), norm2, SiLU, conv2, shortcut, add, /scale.
-    The input stays alive (held) until the residual add."""
-    t.hold(n * pix * cin)
+    The input stays alive (held) until the residual add; ``input_held``: a caller already holds it (the same tensor
+    is counted once)."""
+    own = 0 if input_held else n * pix * cin
+    t.hold(own)
     t.norm(f"{name}.norm1", n * pix * cin, cin)
     t.ew(f"{name}.act1", n * pix * cin)
     t.conv(f"{name}.conv1", n, cin, cout, pix, pix)
@@ -41,10 +43,14 @@ def resnet2d(t: Trace, name: str, n: int, pix: int, cin: int, cout: int, temb: i
     t.norm(f"{name}.norm2", n * pix * cout, cout)
     t.ew(f"{name}.act2", n * pix * cout)
     t.conv(f"{name}.conv2", n, cout, cout, pix, pix)
+    t.hold(n * pix * cout)  # conv2's output
     if cin != cout:
         t.conv(f"{name}.conv_shortcut", n, cin, cout, pix, pix, k=1)
-    t.ew(f"{name}.residual", n * pix * cout, rw=3, kernels=2)  # (input + h) / output_scale_factor
-    t.release(n * pix * cin)
+        t.hold(n * pix * cout)
+    # (input + h) / output_scale_factor: the sum and the quotient are both alive before the quotient returns
+    t.ew(f"{name}.residual", n * pix * cout, rw=3, kernels=2, live=2 * n * pix * cout)
+    t.release(n * pix * cout * (2 if cin != cout else 1))
+    t.release(own)
 
 
 def temporal_resnet(t: Trace, name: str, n: int, pix: int, ch: int, temb: int | None) -> None:
@@ -65,10 +71,11 @@ def temporal_resnet(t: Trace, name: str, n: int, pix: int, ch: int, temb: int | 
     t.release(n * pix * ch)
 
 
-def spatio_temporal_resnet(t: Trace, name: str, n: int, pix: int, cin: int, cout: int, temb: int | None) -> None:
+def spatio_temporal_resnet(t: Trace, name: str, n: int, pix: int, cin: int, cout: int, temb: int | None,
+                           input_held: bool = False) -> None:
     """SpatioTemporalResBlock: a ResnetBlock2D over every frame, a TemporalResnetBlock over the frames, and an
     AlphaBlender (one learned mix factor) that mixes the two; the permutes around the temporal block copy."""
-    resnet2d(t, f"{name}.spatial_res_block", n, pix, cin, cout, temb)
+    resnet2d(t, f"{name}.spatial_res_block", n, pix, cin, cout, temb, input_held=input_held)
     t.ew(f"{name}.permute_in", n * pix * cout)
     temporal_resnet(t, f"{name}.temporal_res_block", n, pix, cout, temb)
     t.weights_only(1)  # time_mixer.mix_factor
@@ -83,8 +90,11 @@ def attention(t: Trace, name: str, n: int, lq: int, dim: int, heads: int, head_d
     inner = heads * head_dim
     lk = lk or lq
     t.linear(f"{name}.to_q", n * lq, dim, inner, qkv_bias)
+    t.hold(n * lq * inner)
     t.linear(f"{name}.to_k", n * lk, kv_dim or dim, inner, qkv_bias)
+    t.hold(n * lk * inner)
     t.linear(f"{name}.to_v", n * lk, kv_dim or dim, inner, qkv_bias)
+    t.release(n * (lq + lk) * inner)  # the core's live set counts q, k, v and its output
     t.attention(f"{name}.core", n, heads, lq, lk, head_dim)
     t.ew(f"{name}.merge_heads", n * lq * inner)
     t.linear(f"{name}.to_out", n * lq, inner, out_dim or dim, out_bias)
@@ -113,17 +123,19 @@ def basic_transformer_block(t: Trace, name: str, n: int, tokens: int, dim: int, 
     """BasicTransformerBlock (layer_norm): norm1, self-attention, add; norm2, cross-attention, add; norm3, GEGLU
     feed-forward, add."""
     rows = n * tokens
-    t.hold(rows * dim)
+    t.hold(2 * rows * dim)  # the block's input (the caller's reference) and the residual stream after each add
     t.norm(f"{name}.norm1", rows * dim, dim)
+    t.hold(rows * dim)  # norm_hidden_states, referenced until the next norm rebinds it
     attention(t, f"{name}.attn1", n, tokens, dim, heads, head_dim)
     t.ew(f"{name}.add1", rows * dim, rw=3)
+    t.hold(rows * dim)  # attn_output, referenced until the next attention rebinds it
     t.norm(f"{name}.norm2", rows * dim, dim)
     attention(t, f"{name}.attn2", n, tokens, dim, heads, head_dim, kv_dim=ctx_dim, lk=ctx_len)
     t.ew(f"{name}.add2", rows * dim, rw=3)
     t.norm(f"{name}.norm3", rows * dim, dim)
     feed_forward(t, f"{name}.ff", rows, dim)
     t.ew(f"{name}.add3", rows * dim, rw=3)
-    t.release(rows * dim)
+    t.release(4 * rows * dim)
 
 
 def transformer2d(t: Trace, name: str, n: int, pix: int, ch: int, heads: int, layers: int, ctx_dim: int,

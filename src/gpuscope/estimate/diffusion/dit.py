@@ -62,6 +62,36 @@ def _gated_ff(t: Trace, name: str, rows: int, dim: int) -> None:
     t.ew(f"{name}.gate_residual", rows * dim, rw=3, kernels=2)
 
 
+def _joint_block(t: Trace, name: str, n: int, li: int, lc: int, dim: int, heads: int, hd: int, qk: str | None,
+                 dual: bool, last: bool, rope: bool) -> None:
+    """JointTransformerBlock (SD3) / FluxTransformerBlock: adaLN-Zero norms of both streams, joint attention,
+    gated residuals, (SD3.5's second, image-only attention), gated feed-forwards. Alive through the image
+    feed-forward, as the forward's variables keep them: both streams' block inputs (the caller's references), the
+    current image stream, its norm output, the gated attention output(s), the second norm output (dual), and the
+    context's norm and attention output."""
+    img, ctx = n * li * dim, n * lc * dim
+    t.hold(img + ctx)
+    _modulated_norm(t, f"{name}.norm1", n, n * li, dim, dim, 9 if dual else 6)
+    t.hold(img * (2 if dual else 1))  # norm_hidden_states (and norm_hidden_states2)
+    _modulated_norm(t, f"{name}.norm1_context", n, n * lc, dim, dim, 2 if last else 6)
+    t.hold(ctx)
+    _joint_attention(t, f"{name}.attn", n, li, lc, dim, heads, hd, qk, not last, rope=rope)
+    t.hold(img + ctx)  # attn_output, context_attn_output
+    t.ew(f"{name}.attn_gate_residual", img, rw=3, kernels=2)
+    t.hold(img)  # the image stream after the residual add
+    if dual:
+        b.attention(t, f"{name}.attn2", n, li, dim, heads, hd, qkv_bias=True)
+        _qk_norm(t, f"{name}.attn2.norm_q", n * li, heads, hd, qk)
+        _qk_norm(t, f"{name}.attn2.norm_k", n * li, heads, hd, qk)
+        t.hold(img)  # attn_output2
+        t.ew(f"{name}.attn2_gate_residual", img, rw=3, kernels=2)
+    _gated_ff(t, f"{name}.ff_block", n * li, dim)
+    if not last:
+        t.ew(f"{name}.context_attn_gate_residual", ctx, rw=3, kernels=2)
+        _gated_ff(t, f"{name}.ff_context_block", n * lc, dim)
+    t.release(img * (4 + (2 if dual else 0)) + 3 * ctx)
+
+
 def sd3(t: Trace, cfg, n: int, h: int, w: int, ctx_len: int) -> None:
     """SD3Transformer2DModel over ``n`` latents of h x w with ``ctx_len`` context tokens (77 CLIP + T5's)."""
     p = cfg.get("patch_size", 2)
@@ -80,23 +110,8 @@ def sd3(t: Trace, cfg, n: int, h: int, w: int, ctx_len: int) -> None:
     t.linear("context_embedder", n * ctx_len, cfg.get("joint_attention_dim", 4096), cdim)
     layers = cfg.get("num_layers", 18)
     for i in range(layers):
-        name = f"transformer_blocks.{i}"
-        last = i == layers - 1
-        t.hold(n * (li + ctx_len) * dim)
-        _modulated_norm(t, f"{name}.norm1", n, n * li, dim, dim, 9 if i in dual else 6)
-        _modulated_norm(t, f"{name}.norm1_context", n, n * ctx_len, dim, dim, 2 if last else 6)
-        _joint_attention(t, f"{name}.attn", n, li, ctx_len, dim, heads, hd, qk, not last, rope=False)
-        t.ew(f"{name}.attn_gate_residual", n * li * dim, rw=3, kernels=2)
-        if i in dual:
-            b.attention(t, f"{name}.attn2", n, li, dim, heads, hd, qkv_bias=True)
-            _qk_norm(t, f"{name}.attn2.norm_q", n * li, heads, hd, qk)
-            _qk_norm(t, f"{name}.attn2.norm_k", n * li, heads, hd, qk)
-            t.ew(f"{name}.attn2_gate_residual", n * li * dim, rw=3, kernels=2)
-        _gated_ff(t, f"{name}.ff_block", n * li, dim)
-        if not last:
-            t.ew(f"{name}.context_attn_gate_residual", n * ctx_len * dim, rw=3, kernels=2)
-            _gated_ff(t, f"{name}.ff_context_block", n * ctx_len, dim)
-        t.release(n * (li + ctx_len) * dim)
+        _joint_block(t, f"transformer_blocks.{i}", n, li, ctx_len, dim, heads, hd, qk, dual=i in dual,
+                     last=i == layers - 1, rope=False)
     _modulated_norm(t, "norm_out", n, n * li, dim, dim, 2)
     t.linear("proj_out", n * li, dim, p * p * cfg.get("out_channels", 16))
     t.ew("unpatchify", n * li * p * p * cfg.get("out_channels", 16))
@@ -120,15 +135,8 @@ def flux(t: Trace, cfg, n: int, h: int, w: int, ctx_len: int) -> None:
     t.ew("pos_embed", (li + ctx_len) * hd, kernels=12)
     L = li + ctx_len
     for i in range(cfg.get("num_layers", 19)):
-        name = f"transformer_blocks.{i}"
-        t.hold(n * L * dim)
-        _modulated_norm(t, f"{name}.norm1", n, n * li, dim, dim, 6)
-        _modulated_norm(t, f"{name}.norm1_context", n, n * ctx_len, dim, dim, 6)
-        _joint_attention(t, f"{name}.attn", n, li, ctx_len, dim, heads, hd, "rms_norm", True, rope=True)
-        t.ew(f"{name}.attn_gate_residual", n * L * dim, rw=3, kernels=4)
-        _gated_ff(t, f"{name}.ff_block", n * li, dim)
-        _gated_ff(t, f"{name}.ff_context_block", n * ctx_len, dim)
-        t.release(n * L * dim)
+        _joint_block(t, f"transformer_blocks.{i}", n, li, ctx_len, dim, heads, hd, "rms_norm", dual=False,
+                     last=False, rope=True)
     t.ew("cat_streams", n * L * dim)
     for i in range(cfg.get("num_single_layers", 38)):
         _flux_single(t, f"single_transformer_blocks.{i}", n, L, dim, heads, hd)
@@ -140,20 +148,25 @@ def _flux_single(t: Trace, name: str, n: int, L: int, dim: int, heads: int, hd: 
     """FluxSingleTransformerBlock: AdaLayerNormZeroSingle, proj_mlp (4 x dim) + GELU(tanh) beside a pre_only
     attention (q/k/v, RMS q/k norms, rotary, SDPA), cat, proj_out (5 x dim -> dim), gate, residual."""
     rows = n * L
-    t.hold(rows * dim)
+    t.hold(rows * dim)  # residual (the caller's reference)
     _modulated_norm(t, f"{name}.norm", n, rows, dim, dim, 3)
+    t.hold(rows * dim)  # norm_hidden_states, read by both branches
     t.linear(f"{name}.proj_mlp", rows, dim, 4 * dim)
     t.ew(f"{name}.act_mlp", rows * 4 * dim)
     t.hold(rows * 4 * dim)
-    for p in ("q", "k", "v"):
-        t.linear(f"{name}.attn.to_{p}", rows, dim, dim)
+    t.linear(f"{name}.attn.to_q", rows, dim, dim)
+    t.hold(rows * dim)
+    t.linear(f"{name}.attn.to_k", rows, dim, dim)
+    t.hold(rows * dim)
+    t.linear(f"{name}.attn.to_v", rows, dim, dim)
+    t.release(2 * rows * dim)
     for p in ("q", "k"):
         _qk_norm(t, f"{name}.attn.norm_{p}", rows, heads, hd, "rms_norm")
     t.ew(f"{name}.attn.rotary", 2 * rows * dim, rw=4, kernels=8)
     t.attention(f"{name}.attn.core", n, heads, L, L, hd)
     t.ew(f"{name}.attn.merge", rows * dim)
-    t.ew(f"{name}.cat", rows * 5 * dim)
-    t.release(rows * 4 * dim)
+    t.ew(f"{name}.cat", rows * 5 * dim, live=rows * 6 * dim)  # attn_output + the cat (mlp is held)
+    t.release(rows * 5 * dim)
     t.linear(f"{name}.proj_out", rows, 5 * dim, dim)
     t.ew(f"{name}.gate_residual", rows * dim, rw=3, kernels=2)
     t.release(rows * dim)

@@ -59,7 +59,7 @@ def unet2d(t: Trace, cfg, n: int, h: int, w: int, ctx_len: int) -> None:
     for i, c in enumerate(ch):
         cross = "CrossAttn" in g["down"][i]
         for j in range(layers):
-            b.resnet2d(t, f"down_blocks.{i}.resnets.{j}", n, pix, prev if j == 0 else c, c, temb)
+            b.resnet2d(t, f"down_blocks.{i}.resnets.{j}", n, pix, prev if j == 0 else c, c, temb, input_held=True)
             if cross:
                 b.transformer2d(t, f"down_blocks.{i}.attentions.{j}", n, pix, c, g["heads"][i], g["depth"][i],
                                 g["ctx"], ctx_len, linear)
@@ -83,7 +83,7 @@ def _mid2d(t: Trace, cfg, g: dict, n: int, pix: int, temb: int, ctx_len: int, li
     if cfg.get("mid_block_type", "UNetMidBlock2DCrossAttn") is None:
         return
     depth = g["depth"][-1]
-    b.resnet2d(t, "mid_block.resnets.0", n, pix, c, c, temb)
+    b.resnet2d(t, "mid_block.resnets.0", n, pix, c, c, temb, input_held=True)  # its input is the last skip
     b.transformer2d(t, "mid_block.attentions.0", n, pix, c, g["heads"][-1], depth, g["ctx"], ctx_len, linear)
     b.resnet2d(t, "mid_block.resnets.1", n, pix, c, c, temb)
 
@@ -96,10 +96,11 @@ def _up2d(t: Trace, cfg, g: dict, n: int, pix: int, temb: int, ctx_len: int, lin
     prev = rch[0]
     for i, c in enumerate(rch):
         cross = "CrossAttn" in g["up"][i]
+        t.hold(n * pix * prev)
+        held = n * pix * prev + sum(skips[-(layers + 1):])
+        del skips[-(layers + 1):]
         for j in range(layers + 1):
-            s = skip_ch.pop()
-            t.release(skips.pop())
-            cin = (prev if j == 0 else c) + s
+            cin = (prev if j == 0 else c) + skip_ch.pop()
             t.ew(f"up_blocks.{i}.cat.{j}", n * pix * cin, rw=2)
             b.resnet2d(t, f"up_blocks.{i}.resnets.{j}", n, pix, cin, c, temb)
             if cross:
@@ -108,7 +109,13 @@ def _up2d(t: Trace, cfg, g: dict, n: int, pix: int, temb: int, ctx_len: int, lin
         if i < nb - 1:
             b.upsample(t, f"up_blocks.{i}.upsamplers.0", n, pix, c)
             pix *= 4
+        t.release(held)  # see UP_BLOCK_REFERENCES
         prev = c
+
+
+UP_BLOCK_REFERENCES = """While an up block runs, UNet2DConditionModel.forward still references its input (``sample``) and all of the
+block's skips (``res_samples``, the slice of down_block_res_samples it passes in), so none of them is freed
+before the block returns, though the block itself consumes them one by one."""
 
 
 # ---- Stable Video Diffusion ----------------------------------------------------------------------------------
@@ -117,25 +124,32 @@ def _temporal_transformer(t: Trace, name: str, batch: int, frames: int, pix: int
                           ctx_dim: int, ctx_len: int) -> None:
     """TransformerSpatioTemporalModel: GroupNorm, proj_in (Linear), per layer a BasicTransformerBlock over each
     frame's pixels and a TemporalBasicTransformerBlock over each pixel's frames (ff_in, self-attention,
-    cross-attention, ff, on tokens = frames), an AlphaBlender between them; time_pos_embed (a TimestepEmbedding
-    of the frame index); proj_out and the residual add."""
+    cross-attention to the first frame's context broadcast to every pixel, ff), an AlphaBlender between them;
+    time_pos_embed (a TimestepEmbedding of the frame index); proj_out and the residual add. Alive while the temporal
+    block runs: the spatial block's output (the mixer's other input), the mixed input, and inside the block its
+    permuted copy (``residual``), the running stream, the last attention output and norm."""
     n = batch * frames
+    rows = n * pix
     head_dim = ch // heads
-    t.hold(n * pix * ch)
-    t.norm(f"{name}.norm", n * pix * ch, ch)
-    t.ew(f"{name}.to_tokens", n * pix * ch)
-    t.linear(f"{name}.proj_in", n * pix, ch, ch)
+    ctx_rows = batch * pix * ctx_len * ctx_dim  # time_context: reshape of a broadcast, a copy per pixel
+    t.hold(rows * ch + ctx_rows)
+    t.ew(f"{name}.time_context", ctx_rows)
+    t.norm(f"{name}.norm", rows * ch, ch)
+    t.ew(f"{name}.to_tokens", rows * ch)
+    t.linear(f"{name}.proj_in", rows, ch, ch)
     b.timesteps(t, f"{name}.time_proj", n, ch)
     b.timestep_embedding(t, f"{name}.time_pos_embed", n, ch, ch * 4, out_dim=ch)
     b.basic_transformer_block(t, f"{name}.transformer_blocks.0", n, pix, ch, heads, head_dim, ctx_dim, ctx_len)
-    t.ew(f"{name}.add_time_pos", n * pix * ch, rw=3)
+    t.hold(rows * ch)  # the spatial output
+    t.ew(f"{name}.add_time_pos", rows * ch, rw=3)
+    t.hold(rows * ch)  # hidden_states_mix
     tb = f"{name}.temporal_transformer_blocks.0"
-    rows = n * pix
     t.ew(f"{tb}.to_frames", rows * ch)
-    t.hold(rows * ch)
+    t.hold(2 * rows * ch)  # residual (the permuted copy) and the running stream
     t.norm(f"{tb}.norm_in", rows * ch, ch)
     b.feed_forward(t, f"{tb}.ff_in", rows, ch)
     t.ew(f"{tb}.ff_in_residual", rows * ch, rw=3)
+    t.hold(2 * rows * ch)  # norm_hidden_states and attn_output, referenced until rebound
     t.norm(f"{tb}.norm1", rows * ch, ch)
     b.attention(t, f"{tb}.attn1", batch * pix, frames, ch, heads, head_dim)
     t.ew(f"{tb}.add1", rows * ch, rw=3)
@@ -145,14 +159,15 @@ def _temporal_transformer(t: Trace, name: str, batch: int, frames: int, pix: int
     t.norm(f"{tb}.norm3", rows * ch, ch)
     b.feed_forward(t, f"{tb}.ff", rows, ch)
     t.ew(f"{tb}.add3", rows * ch, rw=3)
-    t.release(rows * ch)
+    t.release(4 * rows * ch)
     t.ew(f"{tb}.to_pixels", rows * ch)
     t.weights_only(1)  # time_mixer.mix_factor
     t.ew(f"{name}.time_mixer", rows * ch, rw=4, kernels=4)
+    t.release(2 * rows * ch)
     t.linear(f"{name}.proj_out", rows, ch, ch)
     t.ew(f"{name}.to_image", rows * ch)
     t.ew(f"{name}.residual", rows * ch, rw=3)
-    t.release(n * pix * ch)
+    t.release(rows * ch + ctx_rows)
 
 
 def unet_svd(t: Trace, cfg, batch: int, frames: int, h: int, w: int, ctx_len: int = 1) -> None:
@@ -175,7 +190,8 @@ def unet_svd(t: Trace, cfg, batch: int, frames: int, h: int, w: int, ctx_len: in
     for i, c in enumerate(ch):
         cross = "CrossAttn" in g["down"][i]
         for j in range(layers):
-            b.spatio_temporal_resnet(t, f"down_blocks.{i}.resnets.{j}", n, pix, prev if j == 0 else c, c, temb)
+            b.spatio_temporal_resnet(t, f"down_blocks.{i}.resnets.{j}", n, pix, prev if j == 0 else c, c, temb,
+                                     input_held=True)  # every down resnet's input is a skip, held already
             if cross:
                 _temporal_transformer(t, f"down_blocks.{i}.attentions.{j}", batch, frames, pix, c, g["heads"][i],
                                       g["ctx"], ctx_len)
@@ -188,7 +204,7 @@ def unet_svd(t: Trace, cfg, batch: int, frames: int, h: int, w: int, ctx_len: in
             t.hold(skips[-1])
         prev = c
     c = ch[-1]
-    b.spatio_temporal_resnet(t, "mid_block.resnets.0", n, pix, c, c, temb)
+    b.spatio_temporal_resnet(t, "mid_block.resnets.0", n, pix, c, c, temb, input_held=True)
     _temporal_transformer(t, "mid_block.attentions.0", batch, frames, pix, c, g["heads"][-1], g["ctx"], ctx_len)
     b.spatio_temporal_resnet(t, "mid_block.resnets.1", n, pix, c, c, temb)
     skip_ch = _skip_channels(g)
@@ -196,9 +212,11 @@ def unet_svd(t: Trace, cfg, batch: int, frames: int, h: int, w: int, ctx_len: in
     prev = rch[0]
     for i, c in enumerate(rch):
         cross = "CrossAttn" in g["up"][i]
+        t.hold(n * pix * prev)
+        held = n * pix * prev + sum(skips[-(layers + 1):])  # UP_BLOCK_REFERENCES
+        del skips[-(layers + 1):]
         for j in range(layers + 1):
             cin = (prev if j == 0 else c) + skip_ch.pop()
-            t.release(skips.pop())
             t.ew(f"up_blocks.{i}.cat.{j}", n * pix * cin)
             b.spatio_temporal_resnet(t, f"up_blocks.{i}.resnets.{j}", n, pix, cin, c, temb)
             if cross:
@@ -207,6 +225,7 @@ def unet_svd(t: Trace, cfg, batch: int, frames: int, h: int, w: int, ctx_len: in
         if i < nb - 1:
             b.upsample(t, f"up_blocks.{i}.upsamplers.0", n, pix, c)
             pix *= 4
+        t.release(held)
         prev = c
     t.norm("conv_norm_out", n * h * w * ch[0], ch[0])
     t.ew("conv_act", n * h * w * ch[0])

@@ -35,8 +35,8 @@ def _encoder_params(cfg, temporal: bool = False) -> int:
     return t.params
 
 
-def _mid(t: Trace, name: str, n: int, pix: int, c: int, attn: bool = True) -> None:
-    b.resnet2d(t, f"{name}.resnets.0", n, pix, c, c, None)
+def _mid(t: Trace, name: str, n: int, pix: int, c: int, attn: bool = True, input_held: bool = False) -> None:
+    b.resnet2d(t, f"{name}.resnets.0", n, pix, c, c, None, input_held=input_held)
     if attn:
         b.vae_attention(t, f"{name}.attentions.0", n, pix, c)
     b.resnet2d(t, f"{name}.resnets.1", n, pix, c, c, None)
@@ -53,14 +53,20 @@ def autoencoder_kl(t: Trace, cfg, n: int, h: int, w: int) -> None:
         t.conv("post_quant_conv", n, lat, lat, pix, pix, k=1)
     rch = ch[::-1]
     t.conv("decoder.conv_in", n, lat, rch[0], pix, pix)
-    _mid(t, "decoder.mid_block", n, pix, rch[0], cfg.get("mid_block_add_attention", True))
+    t.hold(n * pix * rch[0])  # Decoder.forward's `sample` references each block's input until it returns
+    _mid(t, "decoder.mid_block", n, pix, rch[0], cfg.get("mid_block_add_attention", True), input_held=True)
+    t.release(n * pix * rch[0])
     prev = rch[0]
     for i, c in enumerate(rch):
+        t.hold(n * pix * prev)
+        held = n * pix * prev
         for j in range(layers + 1):
-            b.resnet2d(t, f"decoder.up_blocks.{i}.resnets.{j}", n, pix, prev if j == 0 else c, c, None)
+            b.resnet2d(t, f"decoder.up_blocks.{i}.resnets.{j}", n, pix, prev if j == 0 else c, c, None,
+                       input_held=j == 0)
         if i < len(rch) - 1:
             b.upsample(t, f"decoder.up_blocks.{i}.upsamplers.0", n, pix, c)
             pix *= 4
+        t.release(held)
         prev = c
     t.norm("decoder.conv_norm_out", n * pix * ch[0], ch[0])
     t.ew("decoder.conv_act", n * pix * ch[0])
