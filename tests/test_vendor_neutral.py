@@ -11,7 +11,7 @@ from rich.console import Console
 
 from gpuscope.errors import UserError
 from gpuscope.estimate.infer import estimate_infer
-from gpuscope.estimate.parallel import bubble_share
+from gpuscope.estimate.pipeline_schedule import bubble_share
 from gpuscope.estimate.platform import OTHER, PLATFORMS, platform_for
 from gpuscope.estimate.train import estimate_train
 from gpuscope.report.estimate_view import render

@@ -42,6 +42,7 @@ from gpuscope.errors import UserError
 from gpuscope.estimate.activations import korthikanti_layer_bytes
 from gpuscope.estimate.comm import collective_time
 from gpuscope.estimate.params import count_params
+from gpuscope.estimate.pipeline_schedule import bubble_share
 from gpuscope.estimate.roofline import sm_count, wave_efficiency
 from gpuscope.estimate.result import Estimate
 from gpuscope.estimate.runtime import runtime_overheads
@@ -87,13 +88,6 @@ class Layout:
     def micro_batches(self) -> int:
         """Micro-batches per pipeline per step (m)."""
         return self.global_batch // (self.dp * self.micro_batch)
-
-
-def bubble_share(pp: int, virtual: int, micro_batches: int) -> float:
-    """The 1F1B bubble as a share of the pipeline's time: (p - 1)/v idle slots out of m + (p - 1)/v (Narayanan et
-    al. 2021 section 2.2 give (p - 1)/(v m), the bubble against the useful time, which passes 100% when m < p - 1)."""
-    idle = (pp - 1) / virtual
-    return idle / (max(1, micro_batches) + idle)
 
 
 def check_layout(m: ModelSpec, lay: Layout) -> None:
@@ -392,8 +386,7 @@ def to_estimate(pe: ParallelEstimate, m: ModelSpec, hw, seq: int) -> Estimate:
         "Megatron-LM-style training: fused kernels, bf16 params + fp32 main grads + fp32 Adam (18 B/param), "
         "Korthikanti et al. activations, 1F1B pipeline",
         f"busiest GPU: first pipeline stage; {lay.micro_batches} micro-batches per step, bubble "
-        f"{bubble_share(lay.pp, lay.virtual, lay.micro_batches):.1%} of the pipeline's time ((p - 1)/v idle slots "
-        "of m + (p - 1)/v; more micro-batches shrink it)",
+        f"{bubble_share(lay.pp, lay.virtual, lay.micro_batches):.1%} of the pipeline's time (more micro-batches: less)",
     ]
     need = est.required_bytes / gib
     have = hw.device_total_bytes / gib
