@@ -65,7 +65,8 @@ def _row(req: DiffusionRequest, hw, prices, econ: Economics) -> dict:
     per_unit = used["time"]["total_s"] / units
     energy = used.get("energy") or {}
     row.update(_usd_per_1k(hw, per_unit, energy.get("avg_power_w"), prices, econ))
-    row.update(step_s=used["time"]["step_s"], total_s=used["time"]["total_s"], step_bound=den[0]["bound"] if den else "-",
+    row.update(step_s=used["time"]["step_s"], total_s=used["time"]["total_s"],
+               step_bound=den[0]["bound"] if den else "-",
                j_per_unit=energy.get("j_per_clip", energy.get("j_per_image")), **used.get("throughput", {}))
     if tier:
         row["fits_with"] = ", ".join(f"--{k.replace('_', '-')}" + ("" if v is True else f" {v}")

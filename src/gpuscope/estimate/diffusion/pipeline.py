@@ -122,10 +122,12 @@ def component_costs(spec: PipelineSpec, r: Resolved, req: DiffusionRequest, hw, 
             s = Shapes(rows, r.batch, images, th, tw, frames=vframes)
             repeat = tiles * (r.batch // images) * (frames // vframes if comp.class_name != "AutoencoderKLCogVideoX"
                                                      else 1)
+            # decoded pixels kept while the rest decodes: every image of a sliced decode; tiled_decode keeps all its
+            # tiles (each a 25% overlap larger than its share, so about 1/0.75^2 = 1.8x the image) until it blends
             out_px = r.batch * r.height * r.width * 3 * max(r.frames, 1)
             held = (1.8 * out_px if tiles > 1 else out_px if repeat > 1 else 0.0) * BYTES[dtype]
-            costs.append(_cost(comp, s, dtype, req, hw, 1, BYTES[other] * r.batch * 16 * lh * lw * frames + held, repeat,
-                               timed))
+            latents = BYTES[other] * r.batch * comp.get("latent_channels", 4) * lh * lw * frames
+            costs.append(_cost(comp, s, dtype, req, hw, 1, latents + held, repeat, timed))
     return costs
 
 

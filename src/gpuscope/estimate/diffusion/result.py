@@ -67,7 +67,8 @@ class DiffusionPlan:
 
     def to_json(self) -> dict:
         comps = {c.name: {"class": c.class_name, "role": c.role, "params": c.params,
-                          "weight_bytes": round(c.weight_bytes), "activation_peak_bytes": round(c.activation_peak_bytes),
+                          "weight_bytes": round(c.weight_bytes),
+                          "activation_peak_bytes": round(c.activation_peak_bytes),
                           "activation_peak_at": c.peak_op, "inputs_bytes": round(c.inputs_bytes),
                           "forwards": c.passes, "forward_s": c.forward["wall_s"], "gpu_s": c.forward["gpu_s"],
                           "host_s": c.forward["host_s"], "kernels": c.forward["kernels"],

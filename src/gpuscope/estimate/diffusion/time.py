@@ -20,7 +20,7 @@ fp32).
 Host (engines.EngineModel, eager): every kernel is launched from Python through diffusers' modules, launch_s
 each, plus forward_s per forward; the host runs ahead of the GPU, so a forward takes max(GPU time, host time). A
 small batch is host-bound: the trace of SDXL's UNet counts 2,037 kernels per forward, 35 ms of host time at
-17.2 us each, more than the 19 ms of GPU work this model plans for it at 512x512, batch 1 with CFG, on an H200.
+17.2 us each, more than the 14 ms of GPU work this model plans for it at 512x512, batch 1 with CFG, on an H200.
 
 Per denoising step the pipeline adds its own kernels: the CFG batch cat and the guidance combine (chunk, sub, mul,
 add), the scheduler's step (EulerDiscrete / FlowMatchEuler: sigma lookups, a multiply-add, dtype casts):

@@ -23,7 +23,8 @@ def _geometry(cfg) -> dict:
     ch = list(cfg.get("block_out_channels", [320, 640, 1280, 1280]))
     nb = len(ch)
     heads = cfg.get("num_attention_heads") or cfg.get("attention_head_dim", 8)
-    return {"ch": ch, "nb": nb, "heads": per_block(heads, nb), "depth": per_block(cfg.get("transformer_layers_per_block", 1), nb),
+    return {"ch": ch, "nb": nb, "heads": per_block(heads, nb),
+            "depth": per_block(cfg.get("transformer_layers_per_block", 1), nb),
             "layers": cfg.get("layers_per_block", 2), "down": cfg.get("down_block_types"),
             "up": cfg.get("up_block_types"), "ctx": cfg.get("cross_attention_dim", 1280)}
 
@@ -113,9 +114,9 @@ def _up2d(t: Trace, cfg, g: dict, n: int, pix: int, temb: int, ctx_len: int, lin
         prev = c
 
 
-UP_BLOCK_REFERENCES = """While an up block runs, UNet2DConditionModel.forward still references its input (``sample``) and all of the
-block's skips (``res_samples``, the slice of down_block_res_samples it passes in), so none of them is freed
-before the block returns, though the block itself consumes them one by one."""
+UP_BLOCK_REFERENCES = """While an up block runs, UNet2DConditionModel.forward still references its input (``sample``)
+and all of the block's skips (``res_samples``, the slice of down_block_res_samples it passes in), so none of them
+is freed before the block returns, though the block itself consumes them one by one."""
 
 
 # ---- Stable Video Diffusion ----------------------------------------------------------------------------------
@@ -207,6 +208,16 @@ def unet_svd(t: Trace, cfg, batch: int, frames: int, h: int, w: int, ctx_len: in
     b.spatio_temporal_resnet(t, "mid_block.resnets.0", n, pix, c, c, temb, input_held=True)
     _temporal_transformer(t, "mid_block.attentions.0", batch, frames, pix, c, g["heads"][-1], g["ctx"], ctx_len)
     b.spatio_temporal_resnet(t, "mid_block.resnets.1", n, pix, c, c, temb)
+    _up_svd(t, g, batch, frames, pix, temb, ctx_len, skips)
+    t.norm("conv_norm_out", n * h * w * ch[0], ch[0])
+    t.ew("conv_act", n * h * w * ch[0])
+    t.conv("conv_out", n, ch[0], cfg.get("out_channels", 4), h * w, h * w)
+
+
+def _up_svd(t: Trace, g: dict, batch: int, frames: int, pix: int, temb: int, ctx_len: int, skips: list) -> None:
+    """The spatio-temporal UNet's up path (UpBlockSpatioTemporal / CrossAttnUpBlockSpatioTemporal)."""
+    ch, nb, layers = g["ch"], g["nb"], g["layers"]
+    n = batch * frames
     skip_ch = _skip_channels(g)
     rch, rheads = ch[::-1], g["heads"][::-1]
     prev = rch[0]
@@ -227,6 +238,3 @@ def unet_svd(t: Trace, cfg, batch: int, frames: int, h: int, w: int, ctx_len: in
             pix *= 4
         t.release(held)
         prev = c
-    t.norm("conv_norm_out", n * h * w * ch[0], ch[0])
-    t.ew("conv_act", n * h * w * ch[0])
-    t.conv("conv_out", n, ch[0], cfg.get("out_channels", 4), h * w, h * w)

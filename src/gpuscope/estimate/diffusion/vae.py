@@ -80,17 +80,23 @@ def autoencoder_temporal(t: Trace, cfg, n: int, h: int, w: int) -> None:
     pix = h * w
     rch = ch[::-1]
     t.conv("decoder.conv_in", n, lat, rch[0], pix, pix)
-    b.spatio_temporal_resnet(t, "decoder.mid_block.resnets.0", n, pix, rch[0], rch[0], None)
+    t.hold(n * pix * rch[0])  # TemporalDecoder.forward's `sample`: each block's input until it returns
+    b.spatio_temporal_resnet(t, "decoder.mid_block.resnets.0", n, pix, rch[0], rch[0], None, input_held=True)
     for j in range(1, layers):
         b.vae_attention(t, f"decoder.mid_block.attentions.{j - 1}", n, pix, rch[0])
         b.spatio_temporal_resnet(t, f"decoder.mid_block.resnets.{j}", n, pix, rch[0], rch[0], None)
+    t.release(n * pix * rch[0])
     prev = rch[0]
     for i, c in enumerate(rch):
+        held = n * pix * prev
+        t.hold(held)
         for j in range(layers + 1):
-            b.spatio_temporal_resnet(t, f"decoder.up_blocks.{i}.resnets.{j}", n, pix, prev if j == 0 else c, c, None)
+            b.spatio_temporal_resnet(t, f"decoder.up_blocks.{i}.resnets.{j}", n, pix, prev if j == 0 else c, c, None,
+                                     input_held=j == 0)
         if i < len(rch) - 1:
             b.upsample(t, f"decoder.up_blocks.{i}.upsamplers.0", n, pix, c)
             pix *= 4
+        t.release(held)
         prev = c
     out = cfg.get("out_channels", 3)
     t.norm("decoder.conv_norm_out", n * pix * ch[0], ch[0])
