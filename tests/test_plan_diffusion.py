@@ -162,3 +162,15 @@ def test_library_call_and_weights_per_dtype():
     fp16, fp32 = (_plan(model="sd-1.5", component="denoiser", dtype=d) for d in ("fp16", "fp32"))
     assert fp32["components"]["unet"]["weight_bytes"] == 2 * fp16["components"]["unet"]["weight_bytes"]
     assert fp16["components"]["unet"]["weight_bytes"] == 2 * 859_520_964
+
+
+def test_compare_rows_costs_and_the_memory_tier_that_fits():
+    from gpuscope.explain.compare_diffusion import compare_diffusion
+
+    gpus = [load_hardware(g) for g in ("v100-16gb", "h100")]
+    out = compare_diffusion(DiffusionRequest(model="svd-xt", frames=14, steps=2), gpus)
+    v100, h100 = out["rows"]
+    assert out["video"] and h100["fits"] and h100["s_per_clip"] < v100["s_per_clip"]
+    assert not v100["fits"] and v100["fits_with"] == "--vae-slicing"  # the 14-frame decode needs ~16 GiB at once
+    assert v100["peak_with_fix_bytes"] < 16 * 2**30 < v100["peak_bytes"]
+    assert h100["j_per_unit"] > 0 and any(n.startswith("fastest: nvidia_h100") for n in out["notes"])

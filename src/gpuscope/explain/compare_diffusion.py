@@ -75,6 +75,24 @@ def _row(req: DiffusionRequest, hw, prices, econ: Economics) -> dict:
     return row
 
 
+def _best(rows: list[dict], video: bool) -> list[str]:
+    """The fastest card and the cheapest per 1,000 units on each price basis, among the rows that fit (as asked or
+    with their memory tier)."""
+    ok = [r for r in rows if r.get("total_s")]
+    if not ok:
+        return []
+    unit = "clip" if video else "image"
+    fastest = min(ok, key=lambda r: r["total_s"])
+    out = [f"fastest: {fastest['gpu']} ({fastest['total_s']:.2f} s per call)"]
+    for basis in ("cloud", "owned"):
+        priced = [r for r in ok if r.get(f"usd_per_1k_{basis}") is not None]
+        if priced:
+            best = min(priced, key=lambda r: r[f"usd_per_1k_{basis}"])
+            out.append(f"cheapest per 1,000 {unit}s ({basis}): {best['gpu']} "
+                       f"({best[f'usd_per_1k_{basis}']:.2f} USD)")
+    return out
+
+
 def compare_diffusion(req: DiffusionRequest, gpus: list, prices=None, econ: Economics = Economics()) -> dict:
     """One row per GPU (see the module docstring); ``req.component`` is taken as the whole pipeline."""
     req = replace(req, component="pipeline")
@@ -88,6 +106,7 @@ def compare_diffusion(req: DiffusionRequest, gpus: list, prices=None, econ: Econ
     notes += [f"{r['gpu']}: {r['error']}" for r in rows if r.get("error")]
     notes += [f"{r['gpu']}: does not fit even with sequential offload" for r in rows
               if not r["fits"] and not r.get("fits_with") and not r.get("error")]
+    notes += _best(rows, video)
     notes.append("estimated: eager diffusers on each card with NVIDIA-measured host launch costs (engines.py); "
                  "$ per 1,000 from the price table: cloud rate x time, and owned (purchase over "
                  f"{econ.years:g} years, busy all year, + energy at {econ.usd_per_kwh} USD/kWh, PUE {econ.pue})")
