@@ -122,6 +122,11 @@ def test_bench_diffusion_json_end_to_end(tiny, tmp_path, capsys):
     with sqlite3.connect(db) as c:
         kinds = [k for (k,) in c.execute("select kind from measurements")]
     assert kinds == ["diffusion", "diffusion"]
+    main(["bench", "diffusion", "--model", str(tiny["tiny-sd"]), "--batch", "1,2", "--height", "16", "--width", "16",
+          "--steps", "1", "--repeats", "1", "--warmup", "0", "--dtype", "fp32", "--device", "cpu", "--gpu", "h200",
+          "--db", str(db), "--json", "--resume"])  # nothing left to measure: no process started
+    again = json.loads(capsys.readouterr().out)["measurements"]
+    assert [m["skipped"] for m in again] == [True, True] and [m["name"] for m in again] == names
 
 
 def test_weights_from_a_local_checkpoint(tiny, tmp_path, capsys):
@@ -177,6 +182,7 @@ def test_bad_input_is_one_sentence(tiny, tmp_path, capsys):
     assert "--component" in _bad(capsys, "--model", sd, "--component", "unet")
     assert "unknown diffusion preset" in _bad(capsys, "--model", "sdxxl")
     assert "--height and --width" in _bad(capsys, "--model", sd, "--height", "32,64,96", "--width", "32,64")
+    assert "--timeout must be positive" in _bad(capsys, "--model", sd, "--timeout", "0")
 
 
 def test_device_busy_counts_each_kernel_once():

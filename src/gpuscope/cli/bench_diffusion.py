@@ -140,6 +140,7 @@ def diffusion(
     options.require_torch()
     device = options.device_exists(device)
     options.non_negative(warmup=warmup, min_time=min_time)
+    options.positive(timeout=timeout_s)
     common = {"kind": "diffusion", "model": model, "steps": steps, "cfg": cfg, "dtype": dtype,
               "component": component, "repeats": repeats, "warmup": warmup}
     common = {k: v for k, v in common.items() if v is not None}
