@@ -94,6 +94,18 @@ def test_out_of_memory_is_a_result_and_cfg_doubles_the_batch(tiny, monkeypatch):
     assert small["denoiser_step_s"] > 0 and small["denoiser_enqueue_s"] > 0 and small["host_probe_s"] > 0
 
 
+def test_a_build_out_of_memory_is_every_point_s_result(tiny, monkeypatch):
+    from gpuscope.measure.diffusion import build as b
+
+    def too_big(*a, **k):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 44.00 GiB")
+
+    monkeypatch.setattr(b, "build", too_big)
+    folder = tiny["tiny-sd"]
+    rs = _run([{**BASE, "model": str(folder), "component": "denoiser", "batch": n} for n in (1, 2)], folder)
+    assert [(r["status"], r["phase"]) for r in rs] == [("oom", "build"), ("oom", "build")]
+
+
 def test_a_failing_point_is_an_error_result(tiny, monkeypatch):
     from gpuscope.measure.diffusion import run
     from gpuscope.measure.runner.run_case import error_result
