@@ -63,6 +63,13 @@ def test_pipeline_of_each_kind(tiny, name):
         assert r["vae_upcast"] is False  # fp32 run: nothing to upcast
 
 
+def test_math_attention_materialises_the_scores(tiny):
+    """--attn math: diffusers' AttnProcessor in every attention layer of the UNet (SDPA's AttnProcessor2_0 else)."""
+    folder = tiny["tiny-sd"]
+    (math,) = _run([{**BASE, "model": str(folder), "component": "denoiser", "attn": "math"}], folder)
+    assert math["status"] == "ok" and math["attention_processors"] == {"unet": {"AttnProcessor": 8}}
+
+
 def test_t5_keeps_its_fp32_projections_in_fp16(tiny):
     from gpuscope.measure.diffusion.build import build
 
@@ -195,6 +202,8 @@ def test_bad_input_is_one_sentence(tiny, tmp_path, capsys):
     assert "unknown diffusion preset" in _bad(capsys, "--model", "sdxxl")
     assert "--height and --width" in _bad(capsys, "--model", sd, "--height", "32,64,96", "--width", "32,64")
     assert "--timeout must be positive" in _bad(capsys, "--model", sd, "--timeout", "0")
+    assert "UNets only" in _bad(capsys, "--model", str(tiny["tiny-flux"]), "--attn", "math", "--height", "16",
+                                "--width", "16")
 
 
 def test_device_busy_counts_each_kernel_once():

@@ -88,6 +88,10 @@ class DiffusionCase(Case):
             if getattr(self, name) not in allowed:
                 raise UserError(f"--{name} '{getattr(self, name)}' is not one of {', '.join(allowed)}.")
         spec = pipeline_spec(self.model)
+        den = spec.denoiser
+        if self.attn == "math" and den is not None and not den.class_name.startswith("UNet"):
+            raise UserError(f"--attn math is measured on UNets only (diffusers' AttnProcessor); {spec.name}'s "
+                            f"{den.class_name} runs its own SDPA processors.")
         if self.weights:
             check_weights(spec, self.component)
         r = resolve(request(self), spec)  # the pipeline's defaults, its sizes checked (one sentence each)

@@ -155,7 +155,7 @@ def attention_processors(model: torch.nn.Module) -> dict[str, int]:
     return out
 
 
-def set_eager_attention(model: torch.nn.Module) -> bool:
+def set_math_attention(model: torch.nn.Module) -> bool:
     """Switch a UNet's attention to diffusers' AttnProcessor (scores materialised, no SDPA); False where the model
     has no such processor (transformer blocks keep their own SDPA processors)."""
     from diffusers.models.attention_processor import AttnProcessor

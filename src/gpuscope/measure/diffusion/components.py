@@ -77,8 +77,8 @@ def load(case: dict, folder: Path, dev: Device) -> Loaded:
     if "denoiser" in need:
         name = next(n for n in b.DENOISERS if n in index)
         mods.denoiser = b.build(folder, name, dev.torch_device, dt, w)
-        if case.get("attn") == "eager" and not b.set_eager_attention(mods.denoiser):
-            raise ValueError(f"--attn eager: {type(mods.denoiser).__name__} has no score-materialising processor")
+        if case.get("attn") == "math" and not b.set_math_attention(mods.denoiser):
+            raise ValueError(f"--attn math: {type(mods.denoiser).__name__} has no score-materialising processor")
         _add(mods, name, mods.denoiser)
     if "vae" in need:
         mods.vae = b.build(folder, "vae", dev.torch_device, dt, w)
