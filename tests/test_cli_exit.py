@@ -6,6 +6,7 @@ through the same table stands in for a command that fails some cases or is inter
 
 from __future__ import annotations
 
+import ast
 import os
 import signal
 import subprocess
@@ -154,7 +155,7 @@ def test_a_command_imports_only_its_own_module_and_json_no_rich():
             "print(sorted(m for m in sys.modules if m.startswith('gpuscope.cli.')), 'rich' in sys.modules)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     listed, rich_loaded = r.stdout.strip().rsplit(" ", 1)
-    modules = eval(listed)  # the sorted list the child printed
+    modules = ast.literal_eval(listed)  # the sorted list the child printed
     # plan's own sub-commands live in cli/plan_<name>.py (plan serve, plan diffusion): part of the same command
     others = [m for m in modules if m not in ("gpuscope.cli.options", "gpuscope.cli.plan")
               and not m.startswith("gpuscope.cli.plan_")]
