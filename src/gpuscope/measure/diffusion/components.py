@@ -122,12 +122,13 @@ def denoiser_for(mods: Loaded, t: dict, gen) -> Denoiser:
 
 
 def set_vae_modes(vae, case: dict) -> dict:
-    """diffusers' slicing and tiling switched as the case asks; what applied."""
+    """diffusers' slicing and tiling switched as the case asks; what applies (SVD's temporal decoder has the switch
+    but no tiled decode: tiling does not apply to it; its slicing is the decode in one-frame chunks, inputs.decode)."""
     out = {}
     for mode in ("slicing", "tiling"):
         on = bool(case.get(f"vae_{mode}"))
         fn = getattr(vae, f"{'enable' if on else 'disable'}_{mode}", None)
         if fn is not None:
             fn()
-        out[f"vae_{mode}"] = on and fn is not None
+        out[f"vae_{mode}"] = on and fn is not None and (mode != "tiling" or hasattr(vae, "tiled_decode"))
     return out
