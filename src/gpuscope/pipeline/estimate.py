@@ -72,7 +72,7 @@ def estimate_beside(rec: dict, gpu: str | None, derived: bool = True, calibrated
             return {"unavailable": why}
         # the probe around the kind's timed phase: a training step's is forward + backward, TTFT's its own
         kind = workloads.case_class((rec.get("case") or {}).get("kind"))
-        scale = host_scale(res, hw, kind.HOST_PROBE)
+        scale = host_scale(res, hw, kind.HOST_PROBE) if kind.HOST_PROBE else None
         at_run = compare_record(rec, at_host_speed(hw, scale), derived=derived) if scale else None
         ttft_scale = host_scale(res, hw, kind.TTFT_PROBE) if kind.TTFT_PROBE else None
         at_ttft = compare_record(rec, at_host_speed(hw, ttft_scale), derived=derived) if ttft_scale else at_run

@@ -14,6 +14,8 @@ def _fmt(metric: str, v) -> str:
         return f"{v:.1%}"
     if metric.endswith("bytes"):
         return f"{v / 2**30:.3f} GiB" if v >= 2**26 else f"{v / 2**20:.2f} MiB"
+    if metric.endswith("_per_s"):  # a rate (serving throughput: output tokens per second)
+        return f"{v:,.1f}/s"
     return f"{v * 1e3:.3f} ms"
 
 
