@@ -26,7 +26,10 @@ Rates:
   >= 8.9, or a backend where torch runs it), int8 is ``torch._int_mm`` (int32 output); both with a row-major A and
   a column-major B, the only layout cuBLASLt's 8-bit tensor-core kernels run (matmul._operands says why: a
   row-major int8 B ran at 128 TOPS on an H200), and with long-K shapes added to each mode (matmul.LOWP_QUICK,
-  LOWP_SWEEP: 8-bit GEMMs peak at a longer K than 16-bit ones).
+  LOWP_SWEEP: 8-bit GEMMs peak at a longer K than 16-bit ones). fp8 runs with ``use_fast_accum=True``, the
+  forward-pass and inference setting (torchao's float8 output GEMM, Transformer Engine's forward, vLLM) and the one
+  published fp8 ceilings are quoted at; its best shape is timed again without it (``tflops_fp32_accum``: the
+  gradient GEMMs of fp8 training, 8% slower at the H200 sweep's best shape, matmul.LOWP_QUICK).
   Two figures per dtype: ``tflops``, the best shape's median over a long queued run (sustained: under a power cap
   the clock settles below boost, which is what a training step sees and what calibration uses), and
   ``tflops_achievable``, the maximum achievable rate on mamf-finder v4's terms (its MAMF: "the median of a shape's
@@ -149,8 +152,9 @@ def micro_configs(dev: Device, mode: str = "quick", dtypes=None, benches=("matmu
         for d in dtypes or MATMUL_DTYPES:
             given = {"shapes_given": True} if shapes_given else {}
             mine = [list(s) for s in (shapes or matmul_shapes(mode, dev, sms=sm_count(dev), dtype=d))]
+            accum = {"fast_accum": True, "accum_check": True} if d == "fp8" else {}  # module docstring
             out.append({**base, "bench": "matmul", "dtype": d, "shapes": mine, **timing, **given,
-                        "timing": "queued", "burst": burst, "burst_top": top})
+                        "timing": "queued", "burst": burst, "burst_top": top, **accum})
     if "memory" in benches:
         for op in MEMORY_OPS:
             out.append({**base, "bench": "memory", "op": op, "bytes": memory_bytes(mode, dev), **timing})
@@ -184,7 +188,8 @@ class Runner:
             if c["bench"] == "matmul":
                 probe = (lambda: (sampler.read_now() or {}).get("sm_clock_mhz")) if sampler else None
                 res = matmul_bench(dev, c["dtype"], [tuple(s) for s in c["shapes"]], st, self.flusher(),
-                                   burst=c.get("burst"), burst_top=c.get("burst_top", 1), probe=probe)
+                                   burst=c.get("burst"), burst_top=c.get("burst_top", 1), probe=probe,
+                                   fast_accum=c.get("fast_accum", False), accum_check=c.get("accum_check", False))
             elif c["bench"] == "memory":
                 res = memory_bench(dev, c["op"], c["bytes"], st)
             else:

@@ -21,8 +21,14 @@ MATMUL_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8")
 # a tile's fixed costs (prologue, epilogue, the bf16/int32 output write) weigh twice as much, and a long K is what
 # amortises them (tilelang's fp8 table on an H800 at M = N = 8192: 1,378 TFLOP/s at K 4096, 1,461 at 8192, 1,523 at
 # 16384). The low-precision dtypes add these shapes to each mode's set; the other dtypes keep theirs.
+# Quick mode also gets 2048x2048x13312: the 8-bit sweep on an H200 (research/results/2026-12-02-h200/call3,
+# micro_lowp.json: 15 shapes) put fp8's best there with either accumulation, 1,376 TFLOP/s (1,496 with fast
+# accumulation) against at most 1,308 (1,423) at the other 14, and the quick set without it read 1,304 at 4096^3:
+# 87% of the sweep's best. A small M with a long K (256 output tiles of 128x128 and 104 K-steps of 128 each) is
+# also where the public table's H100 peaks in bf16 (PUBLISHED_BEST). int8 reads 874 TOPS there, below its 938 at
+# 8192^3, so its quick figure does not move.
 LOWP_DTYPES = ("fp8", "int8")
-LOWP_QUICK = [(8192, 8192, 16384)]
+LOWP_QUICK = [(8192, 8192, 16384), (2048, 2048, 13312)]
 LOWP_SWEEP = [(4096, 4096, 16384), (8192, 8192, 16384), (16384, 8192, 8192), (8192, 16384, 16384),
               (16384, 16384, 8192), (4096, 8192, 16384)]
 
@@ -167,7 +173,7 @@ def _mm(dtype: str, dev: Device, fast_accum: bool = False):
     """The matmul of a dtype. fp8: per-tensor fp32 scales (one scalar each), bf16 output, and torch's default
     accumulation (``use_fast_accum=False``: cuBLASLt promotes the partial sums to fp32 at intervals, what fp8
     training's weight-gradient GEMMs use); ``fast_accum`` True is the faster forward-pass setting that inference and
-    torchao's float8 forward use."""
+    torchao's float8 forward use, and what `bench micro` reports (measure/micro/bench.py)."""
     if dtype == "int8":
         return torch._int_mm
     if dtype == "fp8":
@@ -195,11 +201,12 @@ BURST_MAX_S = 0.25  # seconds of matmul work a burst may hold (fewer iterations 
 
 def matmul_bench(dev: Device, dtype: str, shapes, st: Settings, flush: L2Flusher | None, seed: int = 0,
                  burst: dict | None = None, burst_top: int = 1, probe=None, b_layout: str = "col",
-                 fast_accum: bool = False) -> dict:
+                 fast_accum: bool = False, accum_check: bool = False) -> dict:
     """Median rate per shape (queued iterations) and the best of them (``tflops``); then, with ``burst``, the
     achievable rate (``tflops_achievable``) of the ``burst_top`` fastest shapes (module docstring). ``probe()``
     returns the SM clock in MHz, or None. ``b_layout`` (int8) and ``fast_accum`` (fp8): :func:`_operands`,
-    :func:`_mm`."""
+    :func:`_mm`. ``accum_check`` (fp8 with ``fast_accum``): the best shape timed again with torch's default
+    accumulation (``tflops_fp32_accum``), the rate of the gradient GEMMs fp8 training runs."""
     why = dtype_support(dev, dtype)
     if why:
         return {"status": "unsupported", "reason": why}
@@ -227,6 +234,10 @@ def matmul_bench(dev: Device, dtype: str, shapes, st: Settings, flush: L2Flusher
         achievable = (_achievable(dev, dtype, rows, burst, burst_top, mm, operands, gen, before, probe)
                       if burst else None)
     best = max(rows, key=lambda r: r["tflops"])
+    if accum_check and dtype == "fp8" and fast_accum:
+        extra = fp32_accum_rate(dev, (best["m"], best["n"], best["k"]), st, operands, gen, before)
+    else:
+        extra = {}
     # mamf-finder prints mean, median and max over its iterations for the best shape of each; ours: the best
     # shape's median is the headline (a sustained rate), the other two are kept for comparison with it
     res = {"status": "ok", "tflops": best["tflops"], "best_shape": [best["m"], best["n"], best["k"]],
@@ -239,11 +250,22 @@ def matmul_bench(dev: Device, dtype: str, shapes, st: Settings, flush: L2Flusher
                              "tflops_best_mean / tflops_best_iteration: max over shapes of the mean / fastest "
                              "iteration; tflops_achievable: mamf-finder v4's MAMF (median of the 5 fastest "
                              "iterations of bursts started after an idle gap), max over the burst shapes"}
+    res.update(extra)
     if achievable:
         top = max(achievable, key=lambda r: r["tflops"])
         res.update({"tflops_achievable": top["tflops"], "achievable_shape": top["shape"],
                     "achievable_sm_clock_mhz_min": top["sm_clock_mhz_min"], "achievable": achievable})
     return res
+
+
+def fp32_accum_rate(dev: Device, shape, st: Settings, operands, gen, before) -> dict:
+    """fp8 at ``shape`` with ``use_fast_accum=False`` (cuBLASLt promotes the partial sums to fp32 at intervals):
+    the median rate, timed as the main shapes are."""
+    m, n, k = shape
+    fn = _rotating(_mm("fp8", dev, False), [operands("fp8", m, n, k, dev, gen) for _ in range(2)])
+    s = stats(time_queued(dev, fn, st, before=before))
+    del fn
+    return {"tflops_fp32_accum": 2 * m * n * k / s["time_s"] / 1e12, "fp32_accum_shape": [m, n, k]}
 
 
 def _achievable(dev, dtype, rows, burst, top_n, mm, operands, gen, before, probe) -> list[dict]:
