@@ -5,13 +5,15 @@ Time, per micro-batch, at the roofline of roofline.py (each phase max(GPU, host)
   lora_A (a T x r x d_in GEMM), lora_B (T x d_out x r), the scaling multiply (read and write T x d_out) and the add
   into the base output (read two T x d_out, write one), under autocast the casts of x to fp32 and back (12 bytes an
   element of T x d_in) and the kernels casting A and B (8 kernels a target beside the base GEMM: the list above
-  _adapter_ops) and, with dropout, its pass over x; under QLoRA one dequantisation pass per decoder layer over its
-  4-bit Linear weights (read NF4_BYTES_PER_WEIGHT, write 2 bytes a weight: memory bound), before the GEMMs.
+  _adapter_ops) and, with dropout, its pass over x; under QLoRA bitsandbytes' dequantisation of every 4-bit Linear
+  weight before its GEMM (3 kernels a Linear, BNB_DEQUANT_BYTES_PER_WEIGHT: memory bound; the block above
+  BNB_DEQUANT_KERNELS).
 - backward: through a frozen Linear only dX = dY W^T is computed (no dW): its GEMM FLOPs and bytes once, not
   twice; attention 2.5x its forward (flash backward recomputes the scores); elementwise traffic 2x; each adapter
   GEMM twice (dX and dW), the scaling multiply's backward once, x's gradient cast back twice and summed with the
-  base path's (18 bytes an element of T x d_in), 10 kernels a target; QLoRA dequantises every weight again (bitsandbytes MatMul4Bit saves the packed weight,
-  not the dequantised one).
+  base path's (18 bytes an element of T x d_in), 10 kernels a target; QLoRA dequantises every weight again
+  (bitsandbytes' MatMul4Bit saves the packed weight, not the dequantised one) and runs MatMul4Bit's backward in
+  Python (BNB_BACKWARD_UNITS of host a quantized Linear).
 - recompute (gradient checkpointing): each decoder layer's forward again, adapters and dequantisation included.
 - optimizer step over the fp32 adapters only (AdamW reads p, g, m, v and writes p, m, v: 28 bytes a parameter),
   and under autocast the adapters' fp32 -> 16-bit casts each forward and 16-bit -> fp32 gradient casts (12 bytes).
@@ -26,7 +28,7 @@ from __future__ import annotations
 from gpuscope.errors import UserError
 from gpuscope.estimate import ops as opsmod
 from gpuscope.estimate.lora import LoraShape
-from gpuscope.estimate.lora_memory import NF4_BYTES_PER_WEIGHT, LoraDtypes, lora_train_memory
+from gpuscope.estimate.lora_memory import LoraDtypes, lora_train_memory
 from gpuscope.estimate.params import count_params
 from gpuscope.estimate.result import Estimate
 from gpuscope.estimate.roofline import forward_time, sm_count
@@ -115,11 +117,43 @@ def _qlora_dx_sums(shape: LoraShape, T: int, dt: LoraDtypes) -> list:
             for (name, n_in, _), c in _groups(shape).items()]
 
 
+# bitsandbytes 0.50.2 on CUDA, a frozen Linear4bit (NF4, double quantization, bf16 compute) at more than 1536
+# tokens a micro-batch (backends/cuda/ops.py: past _gemm_4bit_custom_max_m gemm_4bit takes _dequant_linear_fallback;
+# below it a per-architecture table may pick its fused 4-bit GEMM instead, which is not priced: the fallback is):
+# - forward (MatMul4Bit.forward -> gemm_4bit): the 8-bit absmax dequantised to fp32 (kDequantizeBlockwise), the
+#   offset added (a torch add, out of place), the NF4 weight dequantised to a fresh bf16 tensor (kDequantizeBlockwise),
+#   then F.linear: BNB_DEQUANT_KERNELS beside the GEMM (priced on the host like every forward kernel: TrainHost's
+#   fwd, its bwd, and its recompute under checkpointing).
+# - backward (dX only; autograd/_functions.py MatMul4Bit.backward, Python): F.dequantize_4bit -> dequantize_blockwise
+#   (a torch.library op with a Python kernel), `absmax += offset`, the dequantize_4bit op (Python kernel): the same 3
+#   kernels again, then torch.matmul(dY, W). Nothing dequantised is saved; a recompute dequantises a third time.
+# - bytes a weight each time (all memory bound): NF4 codes 0.5 read, 8-bit absmax 1/64 read and its second-level
+#   fp32 constant 4/(64 x 256), the fp32 absmax written 4/64, the offset add's read and write 8/64, its read by the
+#   NF4 kernel 4/64, the bf16 weight written 2: BNB_DEQUANT_BYTES_PER_WEIGHT = 2.77 (bitsandbytes' GEMM then reads
+#   the 2 bf16 bytes as any bf16 base does: train_forward_ops).
+# - host of MatMul4Bit's Python backward beyond its kernels (the autograd engine's call into the Python Function,
+#   F.dequantize_4bit's and dequantize_blockwise's Python, two dispatches into Python op kernels, the ctypes launches'
+#   argument marshalling): BNB_BACKWARD_UNITS x launch_s a quantized Linear, set by the Llama-3.1-8B QLoRA r16 run
+#   without checkpointing on the H200 (research/results/2026-12-02-h200/qlora.md; the run with checkpointing checks
+#   it). In units of launch_s: a calibrated, faster or slower host scales it.
+BNB_DEQUANT_KERNELS = 3
+BNB_DEQUANT_BYTES_PER_WEIGHT = 0.5 + 1 / 64 + 4 / (64 * 256) + 4 / 64 + 8 / 64 + 4 / 64 + 2.0
+BNB_BACKWARD_UNITS = 17.1
+
+
 def _dequant_op(m: ModelSpec) -> opsmod.Op:
     from gpuscope.estimate.lora_memory import quantized_params
 
     per_layer = quantized_params(m) / m.num_layers
-    return opsmod.Op("nf4_dequant", "elementwise", 0.0, per_layer * (NF4_BYTES_PER_WEIGHT + 2.0), 7, m.num_layers)
+    return opsmod.Op("nf4_dequant", "elementwise", 0.0, per_layer * BNB_DEQUANT_BYTES_PER_WEIGHT,
+                     BNB_DEQUANT_KERNELS * quantized_linears(m) // m.num_layers, m.num_layers)
+
+
+def quantized_linears(m: ModelSpec) -> int:
+    """The decoder's Linear modules bitsandbytes quantizes (lora_memory.quantized_params' modules)."""
+    from gpuscope.estimate.lora import linear_sites
+
+    return sum(s.count for s in linear_sites(m))
 
 
 def _backward_ops(fwd_ops, T: int, dt: LoraDtypes) -> list:
@@ -132,9 +166,10 @@ def _backward_ops(fwd_ops, T: int, dt: LoraDtypes) -> list:
         if o.name.startswith("lora_"):
             out.append(_adapter_backward(o, T, _out_b(dt)))
             continue
-        if o.name == "nf4_dequant":
-            f, b = 1.0, 1.0
-        elif o.kind == "matmul":
+        if o.name == "nf4_dequant":  # the same kernels and bytes again
+            out.append(opsmod.Op(o.name + "_bwd", o.kind, o.flops, o.bytes, o.kernels, o.count))
+            continue
+        if o.kind == "matmul":
             f = b = 1.0
         elif o.kind == "attention":
             f, b = 2.5, 2.0
@@ -160,6 +195,8 @@ def lora_step_time(m, hw, shape: LoraShape, *, micro_batch, seq, precision, opti
     _, b_gpu, _, b_times = forward_time(bwd_ops, tflops, bw, eng, sms, False, m.head_dim)
     r_gpu = sum(t.gpu_s for o, t in zip(fwd_ops, f_times) if opsmod.in_layers(o)) if full else 0.0
     host = train_host_s(fwd_ops, m, eng.launch_s, full, train_host_for(hw))
+    if qlora:
+        host["backward"] += BNB_BACKWARD_UNITS * eng.launch_s * quantized_linears(m)
     micro_gpu = f_gpu + b_gpu + r_gpu
     host_micro = host["forward"] + host["backward"] + host["recompute"]
     micro_s = max(micro_gpu, host_micro)
@@ -265,7 +302,8 @@ _PRECISION_NOTE = {
 def _assumptions(precision, qlora, tflops, bw, cdt, recompute) -> list[str]:
     out = [_PRECISION_NOTE[precision],
            "QLoRA: decoder Linear weights NF4 with double quantization (4.127 bits a weight), embeddings, norms and "
-           "lm_head in the compute dtype; each weight dequantised once per forward and once per backward" if qlora
+           "lm_head in the compute dtype; each weight dequantised in the forward, again in the backward (and the recompute), "
+           "3 bitsandbytes kernels each time; MatMul4Bit's backward runs in Python" if qlora
            else "",
            "activations as Hugging Face transformers + peft save them in eager mode with SDPA attention; frozen "
            "layers save no inputs for weight gradients",

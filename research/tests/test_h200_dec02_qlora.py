@@ -1,0 +1,83 @@
+"""QLoRA on one H200 (research/results/2026-12-02-h200/qlora.md): the two `bench train --qlora` runs of
+Llama-3.1-8B (bitsandbytes 0.50.2 NF4 with double quantization, r16 on every linear, micro-batch 1 x 2048, with and
+without gradient checkpointing) planned again from their stored inputs (qlora.jsonl, exported from
+call3/gpu_qlora/gpu_qlora.sqlite) on the catalog H200, as `bench train --gpu h200` planned them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from validation_rows import check_row
+
+from gpuscope.estimate import lora_train
+from gpuscope.estimate.engines import engine_for
+from gpuscope.explain.compare import compare_record, read_records
+from gpuscope.specs.hardware import hardware_for_device
+
+RUNS = Path(__file__).resolve().parents[1] / "results"
+QLORA = RUNS / "2026-12-02-h200" / "qlora.jsonl"
+LORA = RUNS / "2026-12-01-h200" / "lora.jsonl"
+
+
+def _records(path: Path) -> dict[str, dict]:
+    return {rec["case_id"].split("#")[0]: rec for rec in read_records(path)}
+
+
+def _rows(rec: dict) -> dict[str, object]:
+    return {r.metric: r for r in compare_record(rec, hardware_for_device(rec["result"]["device_name"]))}
+
+
+CKPT = "train/llama-3.1-8b/mb1-s2048-amp-bf16-rc_full-qlora_r16"
+NO_CKPT = "train/llama-3.1-8b/mb1-s2048-amp-bf16-rc_none-qlora_r16"
+
+
+def test_the_runs_are_the_fallback_path_the_planner_prices():
+    """bitsandbytes 0.50.2 dequantises and calls F.linear past 1536 tokens (backends/cuda/ops.py); both runs did."""
+    recs = _records(QLORA)
+    assert set(recs) == {CKPT, NO_CKPT}
+    for rec in recs.values():
+        res = rec["result"]
+        assert res["status"] == "ok" and res["qlora"] and res["bnb_version"] == "0.50.2"
+        assert res["bnb_quant_type"] == "nf4" and res["bnb_double_quant"] and res["quantized_linears"] == 224
+        assert res["micro_batch"] * res["seq"] > 1536
+
+
+@pytest.mark.parametrize("case", [CKPT, NO_CKPT])
+def test_planned_within_target(case):
+    """Peak, forward, backward and optimizer peaks within 5%, the step within 15%."""
+    rows = _rows(_records(QLORA)[case])
+    assert {"peak_bytes", "forward_peak_bytes", "backward_peak_bytes", "optimizer_peak_bytes", "step_s"} <= set(rows)
+    for metric, row in rows.items():
+        check_row(row, f"{case}:{metric}", {})
+
+
+def test_the_step_errors_qlora_md_reports():
+    """BNB_BACKWARD_UNITS is set by the run without checkpointing (within 1%); the checkpointed run, whose recompute
+    dequantises a third time, checks it (within 3%)."""
+    recs = _records(QLORA)
+    assert abs(_rows(recs[NO_CKPT])["step_s"].error) < 0.01
+    assert abs(_rows(recs[CKPT])["step_s"].error) < 0.03
+
+
+def test_the_missing_host_is_once_a_step_not_once_a_forward(monkeypatch):
+    """Without MatMul4Bit's Python backward, both runs are short by the same host time a quantized Linear (in
+    launch_s): the cost is the backward's, which checkpointing does not repeat (its recompute re-runs the forward)."""
+    set_units = lora_train.BNB_BACKWARD_UNITS
+    monkeypatch.setattr(lora_train, "BNB_BACKWARD_UNITS", 0.0)
+    recs, units = _records(QLORA), []
+    for case in (CKPT, NO_CKPT):
+        rec = recs[case]
+        launch_s = engine_for("eager", hardware_for_device(rec["result"]["device_name"])).launch_s
+        row = _rows(rec)["step_s"]
+        assert row.error < -0.10
+        units.append((row.measured - row.estimated) / (rec["result"]["quantized_linears"] * launch_s))
+    assert abs(units[0] / units[1] - 1) < 0.05
+    assert abs(units[1] / set_units - 1) < 0.01
+
+
+def test_qlora_is_slower_than_lora_at_the_same_shape_planned_and_measured():
+    """The bf16 LoRA run of 2026-12-01 at the same shape: QLoRA's dequantisation makes the step longer."""
+    q = _rows(_records(QLORA)[NO_CKPT])["step_s"]
+    lo = _rows(_records(LORA)["train/llama-3.1-8b/mb1-s2048-amp-bf16-rc_none-lora_r16"])["step_s"]
+    assert q.measured > lo.measured * 1.15 and q.estimated > lo.estimated * 1.15
