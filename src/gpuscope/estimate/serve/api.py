@@ -212,7 +212,8 @@ def _assumptions(r: ServeRequest, eng, fmt, kv_dtype: str, kv) -> list[str]:
            f"weights {fmt.name} ({fmt.bits:.3g} bits a weight: {fmt.source}), compute {fmt.compute}; KV {kv_dtype}"]
     if eng.dense_masked_attention:
         out.append("attention as paged|sdpa: one SDPA over the packed batch with a dense mask, so its cost grows "
-                   "with (batch tokens) x (all cached tokens read); flash attention (--attn flash) avoids it")
+                   "with (batch tokens) x (all cached tokens read), and at decode, where its thread blocks are fewer "
+                   "than the SMs, with all cached tokens read x layers; flash attention (--attn flash) avoids it")
     if r.prompt + r.gen > r.model.max_position_embeddings:
         out.append(f"prompt + gen ({r.prompt + r.gen}) exceeds the model's max_position_embeddings "
                    f"({r.model.max_position_embeddings})")

@@ -60,12 +60,14 @@ class ServeEngine:
     source: str = ""
 
 
-# transformers CB host work per step, in series with the GPU (a synchronous loop): the scheduler, prepare_batch_tensors
-# (Python per request, its mask block) and update_batch: 17 us a request; the read-index list of every cached position
-# read (list.extend per block, then torch.tensor of the list): 150 ns a KV token; 0.3 ms a step (0.11 measured, plus the
-# device copies and the step's synchronisation, assumed). Measured on a loaded 2-core CPU with transformers 5.17:
-# research/results/2026-12-02-cpu-serve-host (research/scripts/gpu_serve_cb.py measures it on a GPU's host).
-TRANSFORMERS_HOST = dict(host_step_s=0.3e-3, host_per_request_s=17e-6, host_per_kv_token_s=150e-9,
+# transformers CB host work per step, in series with the GPU (a synchronous loop): prepare_next_batch (the scheduler,
+# prepare_batch_tensors' Python per request and the 3 device kernels of its mask block: torch.full, triu, the copy
+# in) and update_batch: 56.5 us a request; the read-index list of every cached position read (list.extend per
+# block, then torch.tensor of the list): 146 ns a KV token (read + new); 1.0 ms a step. A least-squares fit of
+# prepare + update over every step of research/scripts/gpu_serve_cb.py on an H200's host (transformers 5.17,
+# research/results/2026-12-02-h200/call3/serve_cb.json, median error 9%); a CPU probe of the same loop had 17 us a
+# request (no device kernels for the mask) and 150 ns a KV token (research/results/2026-12-02-cpu-serve-host).
+TRANSFORMERS_HOST = dict(host_step_s=1.0e-3, host_per_request_s=56.5e-6, host_per_kv_token_s=146e-9,
                          host_overlapped=False)
 # vLLM and TensorRT-LLM: host work per step assumed (not measured), overlapped with the GPU (V1's and the PyTorch
 # backend's overlapping schedulers); at the batch sizes of research/tests/test_published_serve.py it never binds.

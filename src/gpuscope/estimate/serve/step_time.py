@@ -12,7 +12,9 @@ A step is split into what grows with its tokens and what grows with the context 
   transformers' paged|sdpa: every key of every scheduled request meets every query of the packed batch (dense
   mask): FLOPs 4 x M x N_k x heads x head_dim at the masked-SDPA rate (roofline.MASKED_SDPA_FRACTION, measured
   with causal FLOPs counted, so x 2 for computed pairs) times the kernel's occupancy of the SMs (StepModel.occupancy:
-  few queries leave most SMs idle), plus the copies it makes each layer: the cache read-back
+  few queries leave most SMs idle), and never less than one thread block's own loop over the key tiles
+  (SDPA_TILE_S below: at decode the blocks are fewer than the SMs and each streams every key of the batch), plus the
+  copies it makes each layer: the cache read-back
   (index_select of K and V: read + write N_k tokens), repeat_kv out to every query head, the mask
   (M x N_k in the activation dtype) written and read, at roofline.ELEMENTWISE_BW_FRACTION of the copy bandwidth;
   paged|eager: the same copies, the scores as two batched GEMMs and ~24 bytes of traffic a score (mask add, fp32
@@ -41,6 +43,16 @@ SKIP = ("attention", "cache")  # op kinds attention_s models instead
 HEAD = ("final_norm", "lm_head")  # ops applied to the sampled rows only
 SDPA_QUERY_TILE = 64  # the memory-efficient SDPA kernel re-reads K and V once per 64-query tile
 EXTRA_SDPA_KERNELS = 8  # per layer: index_copy K/V, index_select K/V, repeat_kv K/V, q.contiguous, the SDPA
+# The masked (memory-efficient) SDPA kernel gives each (64-query tile, head) one thread block that loops over all N_k
+# keys in tiles of 64, with no split over the keys. A decode batch has ceil(M / 64) x heads blocks, fewer than the
+# SMs (Llama-3.1-8B, M = 256: 128 blocks on 132 SMs), so a layer lasts ceil(N_k / 64) tiles of one block running
+# alone on its SM, whatever M is: time ~ N_k x layers, not M x N_k. SDPA_TILE_S, one such tile (QK^T and PV of
+# 64 x 64 x head_dim 128, its mask tile, the online softmax): the 4-layer Llama-3.1-8B probe of transformers 5.17 on
+# an H200 (research/scripts/gpu_serve_cb.py): its decode forward at M = 256 grows 53 ns a KV token and layer between
+# 37k and 135k KV tokens read, 11 ns of it the copies below, so (53 - 11) x 64 = 2.7 us a tile;
+# research/results/2026-12-02-h200/serve.md (the full runs of Llama-3.1-8B and Qwen2.5-32B check it).
+SDPA_KEY_TILE = 64
+SDPA_TILE_S = 2.7e-6
 
 
 def _grid(limit: int) -> list[int]:
@@ -125,7 +137,8 @@ class StepModel:
                 return self.layers * (t + self.floor_s)
             sdpa = rep * math.ceil(max(tokens, 1) / SDPA_QUERY_TILE) + 2 * tokens * self.heads * hd * self.act_b
             t = max(flops / (2 * MASKED_SDPA_FRACTION * self.attn_rate * self.occupancy(tokens)),
-                    sdpa / self.bw) + (copies + mask) / (ELEMENTWISE_BW_FRACTION * self.bw)
+                    sdpa / self.bw, math.ceil(keys / SDPA_KEY_TILE) * SDPA_TILE_S) + (copies + mask) / (
+                ELEMENTWISE_BW_FRACTION * self.bw)
         else:
             flops = 4.0 * pairs * self.heads * hd
             byts = kv_read * self.kv_tok_b + 2 * tokens * self.heads * hd * self.act_b
