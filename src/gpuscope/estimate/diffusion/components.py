@@ -28,8 +28,10 @@ class Shapes:
     ctx_tokens: int = 77  # the denoiser's context length
 
 
-def trace_component(comp: ComponentSpec, s: Shapes, act_b: float, w_b: float, attn_impl: str) -> Trace:
-    t = Trace(act_b=act_b, w_b=w_b, attn_impl=attn_impl)
+def trace_component(comp: ComponentSpec, s: Shapes, act_b: float, w_b: float, attn_impl: str,
+                    nchw_copies: bool = False) -> Trace:
+    """``nchw_copies``: count a GPU's layout copies around each convolution (trace.py's docstring)."""
+    t = Trace(act_b=act_b, w_b=w_b, attn_impl=attn_impl, nchw_copies=nchw_copies)
     cfg, cls = comp.config, comp.class_name
     if cls == "UNet2DConditionModel":
         unet.unet2d(t, cfg, s.rows, s.latent_h, s.latent_w, s.ctx_tokens)

@@ -20,7 +20,7 @@ from gpuscope.estimate.diffusion.request import DiffusionRequest, Resolved, reso
 from gpuscope.estimate.diffusion.result import DiffusionPlan, limits_for
 from gpuscope.estimate.diffusion.text import t5_fp32_params
 from gpuscope.estimate.diffusion.time import STEP_KERNELS, forward_seconds, top_ops
-from gpuscope.estimate.engines import EngineModel
+from gpuscope.estimate.engines import engine_for
 from gpuscope.estimate.runtime import runtime_overheads
 from gpuscope.estimate.train import host_link_gbs
 from gpuscope.specs.diffusion import ComponentSpec, PipelineSpec, load_pipeline
@@ -77,13 +77,15 @@ def _cost(comp: ComponentSpec, shapes: Shapes, dtype: str, req: DiffusionRequest
           inputs: float, repeat: int = 1, timed: bool = True) -> ComponentCost:
     w_b = BYTES[dtype]
     act_b = 2.0 if dtype == "fp8" else w_b
-    t = trace_component(comp, shapes, act_b, w_b, req.attention)
+    # eager PyTorch runs cuDNN on NCHW tensors (layout copies around each convolution, trace.py); the fp8 path
+    # stands for a TensorRT engine, which keeps its activations NHWC throughout (no copies)
+    t = trace_component(comp, shapes, act_b, w_b, req.attention, nchw_copies=req.dtype != "fp8")
     weight_bytes = t.params * w_b
     if comp.class_name == "T5EncoderModel" and dtype == "fp16":
         weight_bytes += 2.0 * t5_fp32_params(comp.config)
     if timed and not hw.supports(dtype):
         raise UserError(f"--dtype {dtype}: {hw.key} has no {dtype} rate in the catalog.")
-    fwd = (forward_seconds(t.ops, hw, dtype, t.heads_dims, EngineModel())
+    fwd = (forward_seconds(t.ops, hw, dtype, t.heads_dims, engine_for("eager", hw))
            if timed else {"wall_s": 0.0, "gpu_s": 0.0, "host_s": 0.0, "kernels": 0, "flops": 0.0, "bound": "-",
                           "times": []})
     if repeat > 1:  # VAE tiles: the same forward per tile
@@ -136,7 +138,7 @@ def _times(costs: list[ComponentCost], r: Resolved, req: DiffusionRequest, hw) -
     moved = transfer_bytes(costs, req.offload)
     den = [c for c in costs if c.role == "denoiser"]
     step = den[0].forward["wall_s"] if den else 0.0
-    eng = EngineModel()
+    eng = engine_for("eager", hw)  # a calibrated TOML's host_launch_s / host_forward_s where it has them
     overhead = (STEP_KERNELS * eng.launch_s) if den else 0.0
     seq_step = (den[0].weight_bytes / link) if (den and req.offload == "sequential") else 0.0
     text = sum(c.forward["wall_s"] * c.passes for c in costs if c.role in ("text_encoder", "image_encoder"))

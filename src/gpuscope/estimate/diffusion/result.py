@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gpuscope.estimate.engines import engine_for
 from gpuscope.estimate.result import SCHEMA
 
 MAX_BATCH = 4096
@@ -56,7 +57,8 @@ class DiffusionPlan:
         out = [f"{r.steps} steps, classifier-free guidance {'on (denoiser batch 2B)' if r.cfg else 'off'}, "
                f"{req.dtype} weights and activations, attention {req.attention}, offload {req.offload}",
                "eager diffusers/transformers modules (no torch.compile, no CUDA graphs); the host launches every "
-               "kernel (engines.EngineModel: 17.2 us each) and runs ahead of the GPU"]
+               f"kernel ({engine_for('eager', self.hw).launch_s * 1e6:.1f} us each: engines.engine_for, the "
+               "hardware TOML's host_launch_s where it has one) and runs ahead of the GPU"]
         if self.upcast_vae:
             out.append("SDXL's VAE (force_upcast) decodes in fp32, as StableDiffusionXLPipeline does in fp16")
         if any(c.class_name == "T5EncoderModel" for c in self.costs) and req.dtype == "fp16":

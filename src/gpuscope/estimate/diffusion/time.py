@@ -17,10 +17,17 @@ In fp32, convolutions run on TF32 Tensor Cores where the device has them: PyTorc
 torch.backends.cudnn.allow_tf32 defaults to True (matmuls' allow_tf32 defaults to False, so Linear layers stay
 fp32).
 
-Host (engines.EngineModel, eager): every kernel is launched from Python through diffusers' modules, launch_s
-each, plus forward_s per forward; the host runs ahead of the GPU, so a forward takes max(GPU time, host time). A
-small batch is host-bound: the trace of SDXL's UNet counts 2,037 kernels per forward, 35 ms of host time at
-17.2 us each, more than the 14 ms of GPU work this model plans for it at 512x512, batch 1 with CFG, on an H200.
+Host (engines.engine_for("eager", hw): 17.2 us a kernel, or a calibrated TOML's host_launch_s): every kernel is
+launched from Python through diffusers' modules, launch_s each, plus forward_s per forward, and the host runs
+ahead of the GPU on one in-order stream. ``timeline`` walks the ops in forward order: an op's kernels start when
+the host has launched them and the GPU has finished the op before, so a forward takes between max(GPU, host)
+and their sum; where the two are close, the GPU idles while the host launches a run of small kernels (the host
+never waits: no sync inside a forward). A small batch is host-bound: SDXL's UNet at 512x512, batch 1 with CFG,
+traces 2,139 kernels (cuDNN's layout copies included, trace.py), 37 ms of host time at 17.2 us each against
+14 ms of GPU work. Checks (research/results/2026-12-02-h200/diffusion.md): that GPU time against the H200
+profile's device-busy time of the same forwards, 14-263 ms planned against 16-268 ms measured (within 15% at
+all eight SDXL UNet points); on that machine's host, a gVisor VM whose launch costs ~45 us (an LLM decode
+forward's host time per kernel, measured apart), the host-bound steps.
 
 Per denoising step the pipeline adds its own kernels: the CFG batch cat and the guidance combine (chunk, sub, mul,
 add), the scheduler's step (EulerDiscrete / FlowMatchEuler: sigma lookups, a multiply-add, dtype casts):
@@ -76,14 +83,32 @@ def forward_seconds(ops: list[Op], hw, dtype: str, heads_dims: list[int], engine
     for o in ops:
         d = conv_dt if o.kind == "conv" else gemm_dt if o.kind == "matmul" else base_dt
         groups.setdefault(d, []).append(o)
-    times: list[OpTime] = []
+    timed: dict[int, OpTime] = {}
     for d, group in groups.items():
-        times += time_ops(_as_roofline_ops(group), hw.achievable_tflops(d), bw, engine, sms, hd)
+        for o, t in zip(group, time_ops(_as_roofline_ops(group), hw.achievable_tflops(d), bw, engine, sms, hd)):
+            timed[id(o)] = t
+    times = [timed[id(o)] for o in ops]  # forward order
     gpu = sum(t.gpu_s for t in times) + extra_kernels * engine.kernel_min_s
     kernels = sum(o.kernels for o in ops) + extra_kernels
     host = kernels * engine.launch_s + engine.forward_s
-    return {"wall_s": max(gpu, host), "gpu_s": gpu, "host_s": host, "kernels": kernels,
+    wall = timeline(times, engine.launch_s, engine.forward_s, extra_kernels * engine.kernel_min_s)
+    return {"wall_s": wall, "gpu_s": gpu, "host_s": host, "kernels": kernels,
             "flops": sum(o.flops for o in ops), "bound": "host" if host > gpu else "gpu", "times": times}
+
+
+def timeline(times: list[OpTime], launch_s: float, forward_s: float, tail_gpu_s: float = 0.0) -> float:
+    """Wall time of one eager forward on one in-order stream: the host spends forward_s, then launch_s per kernel
+    in forward order; an op's GPU work starts once its first kernel is launched and the op before has finished,
+    and ends no sooner than its last kernel's launch plus that kernel's share of the op. Between max(GPU, host)
+    and their sum; no constant of its own."""
+    host = forward_s
+    end = 0.0
+    for t in times:
+        k = max(1, t.kernels)
+        start = max(end, host + launch_s)
+        host += k * launch_s
+        end = max(start + t.gpu_s, host + t.gpu_s / k)
+    return max(host, end + tail_gpu_s)
 
 
 def top_ops(times: list[OpTime], n: int = 8) -> list[dict]:
