@@ -124,9 +124,9 @@ def test_sdpa_tile_from_the_probe(hw):
 
 
 def test_known_miss_the_drain_of_the_2048_run(hw):
-    """Known miss (serve.md): as the 64 x 2048/256 run drains (4 requests leave every step), the steps of 12-20
-    requests read 13-21% below the measured ones: max(GPU, launches) assumes the launches hide fully under the
-    GPU, which they do not when both are ~70 ms. The ends agree: 4 requests and 32 requests within 10%."""
+    """Known miss (serve.md): as the 64 x 2048/256 run drains (4 requests leave every step), the steps of 12-24
+    requests read 13-23% below the measured ones: max(GPU, launches) assumes the launches hide fully under the
+    GPU, which they do not when both are ~70 ms. The ends agree: 4 requests -1%, 32 requests -10%."""
     res = _measurement("call4/gpu_serve/serve_8b_n64_p2048_g256.out")["result"]
     step = prepare(_request(res), hw)[-1]
     tail = res["request_records"][-1]["itl_s"][-8:]  # the last request's last gaps: 32, 28, ..., 4 requests
@@ -135,5 +135,5 @@ def test_known_miss_the_drain_of_the_2048_run(hw):
         n = 4 * (8 - i)
         kv = n * (2048 + 252)
         errs[n] = step.step_s(n, n, kv, kv, n, True) / gap - 1
-    assert abs(errs[4]) < 0.10 and abs(errs[32]) < 0.10
-    assert all(-0.25 < errs[n] < -0.10 for n in (12, 16, 20)), errs
+    assert abs(errs[4]) < 0.05 and abs(errs[32]) < 0.12
+    assert all(-0.25 < errs[n] < -0.10 for n in (12, 16, 20, 24)), errs
