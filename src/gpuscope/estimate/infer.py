@@ -20,7 +20,7 @@ from gpuscope.estimate.infer_memory import max_fit, phase_memory
 from gpuscope.estimate.params import count_params
 from gpuscope.estimate.platform import platform_for
 from gpuscope.estimate.result import Estimate
-from gpuscope.estimate.roofline import forward_time, sm_count
+from gpuscope.estimate.roofline import ELEMENTWISE_BW_FRACTION, forward_time, sm_count
 from gpuscope.estimate.runtime import runtime_overheads
 from gpuscope.estimate.topology import topology_for
 from gpuscope.specs.axes import PlannerEngine
@@ -125,6 +125,30 @@ def _checked(m: ModelSpec, hw, batch, prompt, gen, dtype, kv_dtype, engine, num_
     return m, dtype, kv_dtype, engine
 
 
+# transformers' repeat_kv (GQA with an explicit mask: a StaticCache's, or a sliding window's) is
+# ``kv[:, :, None].expand(b, kv_heads, n_rep, len, hd).reshape(b, heads, len, hd)``: a copy whose input has a
+# zero stride, so TensorIterator runs the non-vectorised ``elementwise_kernel<128, 4>`` direct copy, not the
+# vectorised one the 63% elementwise figure was measured on (roofline.ELEMENTWISE_BW_FRACTION). Set by the H200
+# kernel table of gs-graph Llama-3.1-8B decode over a 2,056-slot StaticCache (research/results/2026-12-02-h200/call4,
+# decode_batch.json; 64 copies a pass, 10 passes in the profile: 3 eager warm-ups + 7 replays): batch 16, 303 us a
+# copy for 67.4 MB read + 269.5 MB written = 1.11 TB/s, 27% of the H200's 4,128 GB/s achievable copy rate; batch 1,
+# the independent check: 19.9 us for 21.1 MB = 1.06 TB/s (the rate does not depend on the batch). Decode only: the
+# same run's batch-16 TTFTs (StaticCache 954 ms, DynamicCache 935) leave no room for it in the masked prefill.
+REPEAT_KV_BW_FRACTION = 1.11e12 / 4128e9
+
+
+def broadcast_copy_ops(ops: list) -> list:
+    """After each repeat_kv op, the time its copy takes above the elementwise rate (REPEAT_KV_BW_FRACTION), as an
+    op of no kernels and the bytes that time moves at that rate (the repeat_kv row keeps the bytes it copies)."""
+    extra = ELEMENTWISE_BW_FRACTION / REPEAT_KV_BW_FRACTION - 1.0
+    out = []
+    for o in ops:
+        out.append(o)
+        if o.name == "repeat_kv":
+            out.append(opsmod.Op("repeat_kv_strided_copy", o.kind, 0.0, o.bytes * extra, 0, o.count))
+    return out
+
+
 @dataclass
 class _Timing:
     """One estimate's times (``time``: the JSON's keys) and what the assumptions and the op table read from it."""
@@ -169,6 +193,8 @@ def _timing(m: ModelSpec, hw, batch, prompt, gen, dtype, kv_dtype, engine, tp, a
     if kv_b != act_b:  # KV traffic at the cache's dtype
         dec_ops = [o if o.kind not in ("cache",) else opsmod.Op(o.name, o.kind, o.flops, o.bytes * kv_b / act_b,
                                                                o.kernels, o.count) for o in dec_ops]
+    if not eng.fused:  # HF's eager kernels at decode (eager, graph-unfused); measured there, not at prefill
+        dec_ops = broadcast_copy_ops(dec_ops)
     dec_wall, dec_gpu, dec_host, dec_times = forward_time(dec_ops, tflops, bw, eng, sms, graph, m.head_dim)
     comm = _tp_comm_s(m, hw, tp, batch * prompt, act_b), _tp_comm_s(m, hw, tp, batch, act_b)
     cache_init = eng.cache_init_s(pre_eng.launch_s, m.num_layers)  # HF's StaticCache, made in the first forward
