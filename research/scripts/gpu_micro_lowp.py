@@ -142,6 +142,10 @@ def compare(doc: dict) -> dict:
         out[dt] = {"bench_tflops": b["tflops"], "sweep_best_tflops": best, "ratio": b["tflops"] / best,
                    "bench_achievable": b.get("tflops_achievable"), "sweep_best_achievable": best_ach,
                    "ratio_achievable": (b.get("tflops_achievable") or 0.0) / best_ach if best_ach else None}
+        if dt == "fp8" and b.get("tflops_fp32_accum"):  # the bench's second figure against the sweep's same kind
+            slow = max((r["tflops"] for r in sw if r.get("use_fast_accum") is False), default=None)
+            out[dt].update(bench_fp32_accum=b["tflops_fp32_accum"], sweep_best_fp32_accum=slow,
+                           ratio_fp32_accum=b["tflops_fp32_accum"] / slow if slow else None)
     return out
 
 
