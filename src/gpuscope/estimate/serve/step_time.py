@@ -51,8 +51,10 @@ EXTRA_SDPA_KERNELS = 8  # per layer: index_copy K/V, index_select K/V, repeat_kv
 # an H200 (research/scripts/gpu_serve_cb.py): its decode forward at M = 256 grows 53 ns a KV token and layer between
 # 37k and 135k KV tokens read, 11 ns of it the copies below, so (53 - 11) x 64 = 2.7 us a tile;
 # research/results/2026-12-02-h200/serve.md (the full runs of Llama-3.1-8B and Qwen2.5-32B check it).
+# Another GPU takes the tile in proportion to its dense peak per SM (assumed, not measured there).
 SDPA_KEY_TILE = 64
 SDPA_TILE_S = 2.7e-6
+SDPA_TILE_PEAK_PER_SM = 989.5e12 / 132  # the H200's dense bf16 peak per SM, where SDPA_TILE_S was measured
 
 
 def _grid(limit: int) -> list[int]:
@@ -97,6 +99,7 @@ class StepModel:
     floor_s: float  # per-layer attention kernel floor
     engine: object
     sms: int | None = None  # multiprocessors of one GPU (the masked SDPA's occupancy)
+    tile_s: float = SDPA_TILE_S  # one masked-SDPA block's time per 64-key tile on this GPU
 
     def step_s(self, tokens: float, rows: float, kv_read: float, pairs: float, requests: float,
                decode_only: bool) -> float:
@@ -137,7 +140,7 @@ class StepModel:
                 return self.layers * (t + self.floor_s)
             sdpa = rep * math.ceil(max(tokens, 1) / SDPA_QUERY_TILE) + 2 * tokens * self.heads * hd * self.act_b
             t = max(flops / (2 * MASKED_SDPA_FRACTION * self.attn_rate * self.occupancy(tokens)),
-                    sdpa / self.bw, math.ceil(keys / SDPA_KEY_TILE) * SDPA_TILE_S) + (copies + mask) / (
+                    sdpa / self.bw, math.ceil(keys / SDPA_KEY_TILE) * self.tile_s) + (copies + mask) / (
                 ELEMENTWISE_BW_FRACTION * self.bw)
         else:
             flops = 4.0 * pairs * self.heads * hd
@@ -172,4 +175,12 @@ def build_step_model(m: ModelSpec, hw, engine, *, w_b: float, kv_b: float, compu
     return StepModel(xs, linear, head, kernels, eager.launch_s, eager.forward_s, m.num_layers, m.num_heads / tp,
                      m.head_dim, kv_bytes_per_token(m, kv_b, tp) / m.num_layers, act_b, n_rep,
                      tflops * 1e12 * attention_efficiency(m.head_dim), tflops * 1e12, bw,
-                     kernel_eng.matmul_min_s, engine, sm_count(hw))
+                     kernel_eng.matmul_min_s, engine, sm_count(hw), _tile_s(hw, compute))
+
+
+def _tile_s(hw, compute: str) -> float:
+    """SDPA_TILE_S on ``hw``: scaled by the H200's dense peak per SM over this GPU's (the H200 itself: 1)."""
+    sms = sm_count(hw)
+    if not sms or not hw.supports(compute):
+        return SDPA_TILE_S
+    return SDPA_TILE_S * SDPA_TILE_PEAK_PER_SM / (hw.peak(compute) * 1e12 / sms)
