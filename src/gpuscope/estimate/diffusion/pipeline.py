@@ -85,7 +85,7 @@ def _cost(comp: ComponentSpec, shapes: Shapes, dtype: str, req: DiffusionRequest
         weight_bytes += 2.0 * t5_fp32_params(comp.config)
     if timed and not hw.supports(dtype):
         raise UserError(f"--dtype {dtype}: {hw.key} has no {dtype} rate in the catalog.")
-    fwd = (forward_seconds(t.ops, hw, dtype, t.heads_dims, engine_for("eager", hw))
+    fwd = (forward_seconds(t.ops, hw, dtype, t.heads_dims, engine_for("eager", hw), eager=req.dtype != "fp8")
            if timed else {"wall_s": 0.0, "gpu_s": 0.0, "host_s": 0.0, "kernels": 0, "flops": 0.0, "bound": "-",
                           "times": []})
     if repeat > 1:  # VAE tiles: the same forward per tile

@@ -12,6 +12,15 @@ Per op on the GPU (roofline.py): t = max(flops / F, bytes / B, kernels x t_min),
   on the H200 for causal prefill, causal FLOPs counted; bidirectional attention's tiles are all full, so this is a
   floor on its rate);
 - elementwise kernels at roofline.ELEMENTWISE_BW_FRACTION of the copy bandwidth.
+- attention wider than WIDE_HEAD_DIM (the VAEs' single-head mid-block attention, head_dim 512): PyTorch's flash
+  kernels stop at head_dim 256, so SDPA runs another kernel, taken at WIDE_HEAD_FP32_FRACTION of the device's
+  fp32 rate whatever the dtype. Set by the SDXL VAE decode at 1024x1024 fp16 on an H200 (86.7 ms measured; the
+  rest of the decode plans 34.9 ms, leaving 51.8 ms for its 0.55 TFLOP of attention: 10.6 TFLOP/s, 0.21 of the
+  achievable fp32 49.9). Attributed by elimination, not by a kernel profile: the same decode in fp32 (inside the
+  full pipeline, SDXL's force_upcast) measured 122.1 ms against 87.5 planned with the attention at the fp32
+  rate, 34.6 ms short, again ~52 ms of attention; one dtype-blind op of that size, and only the attention changes
+  kernel at this head_dim. Check: that fp32 decode plans 121.5 ms with the constant
+  (research/results/2026-12-02-h200/diffusion.md).
 
 In fp32, convolutions run on TF32 Tensor Cores where the device has them: PyTorch's
 torch.backends.cudnn.allow_tf32 defaults to True (matmuls' allow_tf32 defaults to False, so Linear layers stay
@@ -41,20 +50,33 @@ from dataclasses import replace
 
 from gpuscope.estimate.engines import EngineModel
 from gpuscope.estimate.ops import Op
-from gpuscope.estimate.roofline import OpTime, sm_count, time_ops
+from gpuscope.estimate.roofline import OpTime, attention_efficiency, sm_count, time_ops
 
 CONV_EFFICIENCY = 0.8
+WIDE_HEAD_DIM = 256  # the largest head_dim of PyTorch's flash-attention kernels
+WIDE_HEAD_FP32_FRACTION = 0.21  # a wider head's attention rate / achievable fp32 rate (module docstring)
 STEP_KERNELS = 16  # the pipeline's own kernels per denoising step (see the module docstring)
 
 
-def _as_roofline_ops(ops: list[Op]) -> list[Op]:
-    """Convolutions become GEMMs whose FLOPs are inflated by 1 / CONV_EFFICIENCY (same M, N, K)."""
+def _as_roofline_ops(ops: list[Op], wide_slowdown: float = 1.0) -> list[Op]:
+    """Convolutions become GEMMs whose FLOPs are inflated by 1 / CONV_EFFICIENCY (same M, N, K); attention ops
+    of a head wider than WIDE_HEAD_DIM have theirs inflated by ``wide_slowdown`` (flash rate / their rate)."""
     out = []
     for o in ops:
         if o.kind == "conv":
             o = replace(o, kind="matmul", flops=o.flops / CONV_EFFICIENCY)
+        elif o.kind == "attention" and wide_slowdown != 1.0:
+            o = replace(o, flops=o.flops * wide_slowdown)
         out.append(o)
     return out
+
+
+def wide_head_slowdown(hw, dtype: str, head_dim: int) -> float:
+    """How much longer than roofline's attention rate a head of ``head_dim`` takes (1 up to WIDE_HEAD_DIM)."""
+    if head_dim <= WIDE_HEAD_DIM or not hw.supports("fp32"):
+        return 1.0
+    flash = hw.achievable_tflops(dtype) * attention_efficiency(head_dim)
+    return max(1.0, flash / (WIDE_HEAD_FP32_FRACTION * hw.achievable_tflops("fp32")))
 
 
 def head_dim_of(heads_dims: list[int]) -> int:
@@ -74,8 +96,9 @@ def _dtypes(dtype: str, hw) -> tuple[str, str, str]:
 
 
 def forward_seconds(ops: list[Op], hw, dtype: str, heads_dims: list[int], engine: EngineModel | None = None,
-                    extra_kernels: int = 0) -> dict:
-    """(wall, gpu, host seconds, kernels, FLOPs, per-op times) of one forward of a component."""
+                    extra_kernels: int = 0, eager: bool = True) -> dict:
+    """(wall, gpu, host seconds, kernels, FLOPs, per-op times) of one forward of a component. ``eager``: PyTorch's
+    own kernels (False: the fp8 path, a TensorRT engine, whose attention has no flash head_dim limit)."""
     engine = engine or EngineModel()
     hd, sms, bw = head_dim_of(heads_dims), sm_count(hw), hw.achievable_bw_gbs()
     conv_dt, gemm_dt, base_dt = _dtypes(dtype, hw)
@@ -85,7 +108,8 @@ def forward_seconds(ops: list[Op], hw, dtype: str, heads_dims: list[int], engine
         groups.setdefault(d, []).append(o)
     timed: dict[int, OpTime] = {}
     for d, group in groups.items():
-        for o, t in zip(group, time_ops(_as_roofline_ops(group), hw.achievable_tflops(d), bw, engine, sms, hd)):
+        slow = wide_head_slowdown(hw, d, hd) if eager else 1.0
+        for o, t in zip(group, time_ops(_as_roofline_ops(group, slow), hw.achievable_tflops(d), bw, engine, sms, hd)):
             timed[id(o)] = t
     times = [timed[id(o)] for o in ops]  # forward order
     gpu = sum(t.gpu_s for t in times) + extra_kernels * engine.kernel_min_s
