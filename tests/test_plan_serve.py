@@ -265,3 +265,25 @@ def test_curve_spans_the_offline_capacity():
     assert rates[0] == pytest.approx(0.25 * offline) and rates[-1] == pytest.approx(1.25 * offline)
     ttft = [p["ttft_p50_s"] for p in est.curve]
     assert ttft == sorted(ttft) and ttft[-1] > ttft[0]
+
+
+def test_sdpa_decode_step_grows_with_kv_layers_not_with_queries():
+    """transformers paged|sdpa at decode: the masked SDPA's blocks (ceil(M/64) x heads) are fewer than the SMs, so
+    attention lasts ceil(N_k/64) tiles of one block a layer, whatever M; a prefill of 8192 queries is
+    throughput-bound instead (step_time.SDPA_TILE_S)."""
+    from gpuscope.estimate.serve.api import prepare
+    from gpuscope.estimate.serve.step_time import SDPA_KEY_TILE, SDPA_TILE_S
+
+    hw = load_hardware("h200")
+    step8 = prepare(ServeRequest(load_model("llama-3.1-8b"), 256, 512, 128), hw)[-1]
+    step32 = prepare(ServeRequest(load_model("qwen2.5-32b"), 128, 512, 128), hw)[-1]
+    kv = 147_456
+    at64, at256 = step8.attention_s(64, kv, kv), step8.attention_s(256, kv, kv)
+    assert at256 == pytest.approx(at64, rel=0.05)  # 32 and 128 blocks: one wave of lone blocks either way
+    floor = step8.layers * math.ceil(kv / SDPA_KEY_TILE) * SDPA_TILE_S
+    assert floor < at256 < 1.5 * floor
+    assert step8.attention_s(256, 2 * kv, 2 * kv) == pytest.approx(2 * at256, rel=0.05)
+    # the same KV token-layers (147k x 32 against 74k x 64) take about the same attention time
+    assert step32.attention_s(128, kv // 2, kv // 2) == pytest.approx(at256, rel=0.1)
+    # a prefill chunk of 8192 queries: far above the floor (the kernel's throughput)
+    assert step8.attention_s(8192, 8192 + kv, kv) > 3 * step8.layers * math.ceil((8192 + kv) / 64) * SDPA_TILE_S
