@@ -3,11 +3,12 @@
 Per op on the GPU (roofline.py): t = max(flops / F, bytes / B, kernels x t_min), with
 - GEMMs (Linear) at the dtype's achievable rate x wave quantization (roofline.wave_efficiency);
 - convolutions as implicit GEMMs (M = images x output pixels, N = out channels, K = in channels x kernel volume)
-  at CONV_EFFICIENCY x that rate. CONV_EFFICIENCY is assumed, not measured: cuDNN's implicit-GEMM kernels for
-  the 3x3 convolutions of SD-class UNets and VAEs (64-1280 channels) are taken to reach 80% of a GEMM of the same
-  M, N, K (NVIDIA "Convolutional Layers User's Guide": implicit GEMM runs as a GEMM whose K-loop gathers the
-  im2col tiles; channel counts that are multiples of 8 keep Tensor Cores fed). Where a GPU run's `bench diffusion`
-  result disagrees, a measured conv ceiling replaces it.
+  at CONV_EFFICIENCY x that rate (cuDNN's implicit-GEMM kernels gather the im2col tiles in the K-loop; NVIDIA
+  "Convolutional Layers User's Guide"), plus cuDNN's NCHW<->NHWC layout copies around each (trace.py).
+  CONV_EFFICIENCY 0.7 is set by the SDXL UNet's GPU time on an H200: the planned GPU time of its six
+  GPU-heavy points (512x512 at batch 4 and 8, 1024x1024 at batch 1-8, CFG) against the device-busy time of
+  their profiles is -0.9% on average at 0.7 (-3.9% at the 0.8 assumed before; max |error| 2.9%); the SVD-XT
+  UNet (temporal Conv3d, other shapes) is the check (research/results/2026-12-02-h200/diffusion.md).
 - attention (SDPA flash / memory-efficient) at roofline.attention_efficiency(head_dim) x the GEMM rate (measured
   on the H200 for causal prefill, causal FLOPs counted; bidirectional attention's tiles are all full, so this is a
   floor on its rate);
@@ -15,12 +16,11 @@ Per op on the GPU (roofline.py): t = max(flops / F, bytes / B, kernels x t_min),
 - attention wider than WIDE_HEAD_DIM (the VAEs' single-head mid-block attention, head_dim 512): PyTorch's flash
   kernels stop at head_dim 256, so SDPA runs another kernel, taken at WIDE_HEAD_FP32_FRACTION of the device's
   fp32 rate whatever the dtype. Set by the SDXL VAE decode at 1024x1024 fp16 on an H200 (86.7 ms measured; the
-  rest of the decode plans 34.9 ms, leaving 51.8 ms for its 0.55 TFLOP of attention: 10.6 TFLOP/s, 0.21 of the
+  rest of the decode plans 37.3 ms, leaving 49.4 ms for its 0.55 TFLOP of attention: 11.1 TFLOP/s, 0.22 of the
   achievable fp32 49.9). Attributed by elimination, not by a kernel profile: the same decode in fp32 (inside the
-  full pipeline, SDXL's force_upcast) measured 122.1 ms against 87.5 planned with the attention at the fp32
-  rate, 34.6 ms short, again ~52 ms of attention; one dtype-blind op of that size, and only the attention changes
-  kernel at this head_dim. Check: that fp32 decode plans 121.5 ms with the constant
-  (research/results/2026-12-02-h200/diffusion.md).
+  full pipeline, SDXL's force_upcast) measured 122.1 ms, ~50 ms above what its other ops plan, again; one
+  dtype-blind op of that size, and only the attention changes kernel at this head_dim. Check: that fp32 decode
+  plans within 2.1% with the constant (research/results/2026-12-02-h200/diffusion.md).
 
 In fp32, convolutions run on TF32 Tensor Cores where the device has them: PyTorch's
 torch.backends.cudnn.allow_tf32 defaults to True (matmuls' allow_tf32 defaults to False, so Linear layers stay
@@ -52,9 +52,9 @@ from gpuscope.estimate.engines import EngineModel
 from gpuscope.estimate.ops import Op
 from gpuscope.estimate.roofline import OpTime, attention_efficiency, sm_count, time_ops
 
-CONV_EFFICIENCY = 0.8
+CONV_EFFICIENCY = 0.7
 WIDE_HEAD_DIM = 256  # the largest head_dim of PyTorch's flash-attention kernels
-WIDE_HEAD_FP32_FRACTION = 0.21  # a wider head's attention rate / achievable fp32 rate (module docstring)
+WIDE_HEAD_FP32_FRACTION = 0.22  # a wider head's attention rate / achievable fp32 rate (module docstring)
 STEP_KERNELS = 16  # the pipeline's own kernels per denoising step (see the module docstring)
 
 
