@@ -33,10 +33,11 @@ the host has launched them and the GPU has finished the op before, so a forward 
 and their sum; where the two are close, the GPU idles while the host launches a run of small kernels (the host
 never waits: no sync inside a forward). A small batch is host-bound: SDXL's UNet at 512x512, batch 1 with CFG,
 traces 2,139 kernels (cuDNN's layout copies included, trace.py), 37 ms of host time at 17.2 us each against
-14 ms of GPU work. Checks (research/results/2026-12-02-h200/diffusion.md): that GPU time against the H200
-profile's device-busy time of the same forwards, 14-263 ms planned against 16-268 ms measured (within 15% at
-all eight SDXL UNet points); on that machine's host, a gVisor VM whose launch costs ~45 us (an LLM decode
-forward's host time per kernel, measured apart), the host-bound steps.
+15 ms of GPU work. Checks (research/results/2026-12-02-h200/diffusion.md): the GPU time against the H200
+profile's device-busy time of the same forwards (within 12.3% at all eight SDXL UNet points, 16-268 ms); on
+that machine's host, a gVisor VM whose launch costs ~45 us (an LLM decode forward's host time per kernel,
+measured apart: research/results/2026-12-02-h200/h200-gvisor-host.toml), the host-bound steps (within 14% but
+one, -19%).
 
 Per denoising step the pipeline adds its own kernels: the CFG batch cat and the guidance combine (chunk, sub, mul,
 add), the scheduler's step (EulerDiscrete / FlowMatchEuler: sigma lookups, a multiply-add, dtype casts):
