@@ -173,3 +173,17 @@ def test_eager_generate_at_batch_4_16_is_host_bound_and_its_device_time_is_plann
     per_kernel = [cases[("hf-eager", b)]["tpot_s"] / cases[("hf-eager", b)]["profile"]["kernels_per_step"]
                   for b in (1, 16)]
     assert 40e-6 < per_kernel[0] < 48e-6 and per_kernel[1] > 1.4 * per_kernel[0]
+
+
+def test_the_repeat_kv_rate_holds_in_an_earlier_independent_profile():
+    """research/results/2026-11-29-h200-c/doctor_gsgraph_8b.json: gs-graph Llama-3.1-8B, batch 1, a 2,112-slot cache
+    (prompt 2048 + 64), 63 replays profiled (64 copies each): the same strided copy at the constant's rate within
+    10%, on another day and cache length."""
+    path = HERE.parent / "2026-11-29-h200-c" / "doctor_gsgraph_8b.json"
+    prof = json.loads(path.read_text())["profile"]
+    m = load_model("llama-3.1-8b")
+    k = next(o for o in prof["top_ops"] if "elementwise_kernel<128, 4" in o["name"] and "direct_copy" in o["name"])
+    assert k["count"] == 63 * 2 * m.num_layers
+    kv = 1 * m.num_kv_heads * (2048 + 64) * m.head_dim * 2
+    rate = kv * (1 + m.num_heads // m.num_kv_heads) / (k["self_s"] / k["count"])
+    assert rate == pytest.approx(infer_mod.REPEAT_KV_BW_FRACTION * H200.achievable_bw_gbs() * 1e9, rel=0.1)

@@ -132,7 +132,8 @@ def _checked(m: ModelSpec, hw, batch, prompt, gen, dtype, kv_dtype, engine, num_
 # kernel table of gs-graph Llama-3.1-8B decode over a 2,056-slot StaticCache (research/results/2026-12-02-h200/call4,
 # decode_batch.json; 64 copies a pass, 10 passes in the profile: 3 eager warm-ups + 7 replays): batch 16, 303 us a
 # copy for 67.4 MB read + 269.5 MB written = 1.11 TB/s, 27% of the H200's 4,128 GB/s achievable copy rate; batch 1,
-# the independent check: 19.9 us for 21.1 MB = 1.06 TB/s (the rate does not depend on the batch). Decode only: the
+# a check: 19.9 us for 21.1 MB = 1.06 TB/s (the rate does not depend on the batch); research/results/2026-11-29-h200-c
+# (doctor_gsgraph_8b.json, batch 1, 2,112 slots), the independent one: 1.06 TB/s. Decode only: the
 # same run's batch-16 TTFTs (StaticCache 954 ms, DynamicCache 935) leave no room for it in the masked prefill.
 REPEAT_KV_BW_FRACTION = 1.11e12 / 4128e9
 
