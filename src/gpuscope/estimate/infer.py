@@ -233,6 +233,12 @@ def _assumptions(m: ModelSpec, hw, engine: str, t: _Timing, cdt: str, tp: int, w
         + (" (a MoE decode step reads only the experts its tokens are routed to)" if m.is_moe else
            " (all read once per decode step)"),
     ]
+    copy_s = sum(o.gpu_s for o in t.dec_times if o.name.startswith("repeat_kv"))
+    if copy_s:
+        out.append(f"decode: transformers' repeat_kv copies K and V out to all {m.num_heads} query heads (GQA under "
+                   f"a mask), {copy_s * 1e3:.2f} ms a step"
+                   + (f" at the strided copy's {REPEAT_KV_BW_FRACTION * t.bw / tp / 1e3:.2f} TB/s"
+                      if not t.eng.fused else "") + " (bench --attn gs-gqa: GQA folded into SDPA, no copy)")
     if ctx_end > m.max_position_embeddings:
         out.append(f"context {ctx_end} exceeds the model's max_position_embeddings ({m.max_position_embeddings})")
     if m.mla and not m.mla_latent_cache:
