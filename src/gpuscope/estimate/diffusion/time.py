@@ -7,7 +7,7 @@ Per op on the GPU (roofline.py): t = max(flops / F, bytes / B, kernels x t_min),
   "Convolutional Layers User's Guide"), plus cuDNN's NCHW<->NHWC layout copies around each (trace.py).
   CONV_EFFICIENCY 0.7 is set by the SDXL UNet's GPU time on an H200: the planned GPU time of its six
   GPU-heavy points (512x512 at batch 4 and 8, 1024x1024 at batch 1-8, CFG) against the device-busy time of
-  their profiles is -0.9% on average at 0.7 (-3.9% at the 0.8 assumed before; max |error| 2.9%); the SVD-XT
+  their profiles is -0.9% on average at 0.7, max |error| 2.9% (-3.4%, max 5.3%, at the 0.8 assumed before); the SVD-XT
   UNet (temporal Conv3d, other shapes) is the check (research/results/2026-12-02-h200/diffusion.md).
 - attention (SDPA flash / memory-efficient) at roofline.attention_efficiency(head_dim) x the GEMM rate (measured
   on the H200 for causal prefill, causal FLOPs counted; bidirectional attention's tiles are all full, so this is a
