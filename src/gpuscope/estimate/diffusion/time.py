@@ -20,7 +20,8 @@ Per op on the GPU (roofline.py): t = max(flops / F, bytes / B, kernels x t_min),
   achievable fp32 49.9). Attributed by elimination, not by a kernel profile: the same decode in fp32 (inside the
   full pipeline, SDXL's force_upcast) measured 122.1 ms, ~50 ms above what its other ops plan, again; one
   dtype-blind op of that size, and only the attention changes kernel at this head_dim. Check: that fp32 decode
-  plans within 2.1% with the constant (research/results/2026-12-02-h200/diffusion.md).
+  plans within 2.1% with the constant (research/results/2026-12-02-h200/diffusion.md). Measured on NVIDIA only;
+  other vendors' SDPA kernels are assumed to fall back the same way.
 
 In fp32, convolutions run on TF32 Tensor Cores where the device has them: PyTorch's
 torch.backends.cudnn.allow_tf32 defaults to True (matmuls' allow_tf32 defaults to False, so Linear layers stay

@@ -29,8 +29,8 @@ Conventions (FLOPs, bytes, memory):
   the copies, 2.42 GB with them (the peak moves to the 256-channel 1024x1024 upsampler convolution). Checks: the
   fp32 decode inside the full pipeline goes from -16% to -3%, the SDXL UNet and SVD peaks stay within 2.1%, and
   the kernel count of SDXL's UNet at 512x512, denoiser batch 2, goes from 2,037 to 2,139 (51 convolutions)
-  against the 2,270 the H200's profile counted. A CPU forward has no such copies (``nchw_copies`` False: the
-  profiler tests).
+  against the 2,270 the H200's profile counted. Other vendors' libraries (MIOpen, oneDNN) are assumed to reorder
+  the same way; not measured. A CPU forward has no such copies (``nchw_copies`` False: the profiler tests).
 """
 
 from __future__ import annotations
