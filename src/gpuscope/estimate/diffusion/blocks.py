@@ -169,9 +169,12 @@ def downsample(t: Trace, name: str, n: int, pix_in: int, ch: int, cout: int | No
 
 
 def upsample(t: Trace, name: str, n: int, pix_in: int, ch: int) -> None:
-    """Upsample2D(use_conv): nearest 2x interpolation, then a 3x3 convolution."""
+    """Upsample2D(use_conv): nearest 2x interpolation, then a 3x3 convolution. The input stays alive through the
+    convolution: the calling up block's ``hidden_states = upsampler(hidden_states)`` rebinds it only on return."""
     t.ew(f"{name}.interpolate", n * pix_in * 4 * ch, rw=1.25)
+    t.hold(n * pix_in * ch)
     t.conv(f"{name}.conv", n, ch, ch, pix_in * 4, pix_in * 4)
+    t.release(n * pix_in * ch)
 
 
 def vae_attention(t: Trace, name: str, n: int, pix: int, ch: int) -> None:

@@ -26,8 +26,9 @@ Conventions (FLOPs, bytes, memory):
   its input and its output once more (an op ``<conv>.layout``: 2 kernels, 2 x (input + output) bytes). No
   constant: the term is the tensors' own size. Found by the SDXL VAE decode at 1024x1024 fp16 on an H200
   (research/results/2026-12-02-h200/diffusion.md): 2.59 GB allocated above its weights, 1.61 GB planned without
-  the copies, 2.42 GB with them (the peak moves to the 256-channel 1024x1024 upsampler convolution). Checks: the
-  fp32 decode inside the full pipeline goes from -16% to -3%, the SDXL UNet and SVD peaks stay within 2.1%, and
+  the copies, 2.55 GB with them (the peak moves to the 256-channel 1024x1024 upsampler convolution, its input
+  still referenced by the up block: blocks.upsample). Checks: the fp32 decode inside the full pipeline goes from
+  -16% to -1%, the SDXL UNet and SVD peaks stay within 2.1%, and
   the kernel count of SDXL's UNet at 512x512, denoiser batch 2, goes from 2,037 to 2,139 (51 convolutions)
   against the 2,270 the H200's profile counted. Other vendors' libraries (MIOpen, oneDNN) are assumed to reorder
   the same way; not measured. A CPU forward has no such copies (``nchw_copies`` False: the profiler tests).
