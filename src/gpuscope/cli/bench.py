@@ -188,7 +188,7 @@ def infer(
         model, inline = options.case_model(model)
         extra.update(inline)
     case = infer_case(model, batch, **given, repeats=repeats, **ckpt, **extra)
-    bench_cpu.ready(case, device, note)
+    bench_cpu.ready(case, device, note, gpu)
     _run_one(case, db, resume, as_json, gpu, timeout_s, "bench infer", html)
 
 
@@ -229,7 +229,7 @@ def train(
     extra = {k: v for k, v in keys.items() if v is not None}  # only when set: ids of earlier cases stay the same
     case = train_case(model, micro_batch, given["seq"], given["precision"], recompute, steps=steps, warmup=warmup,
                       **inline, **extra)
-    bench_cpu.ready(case, device, note)
+    bench_cpu.ready(case, device, note, gpu)
     _run_one(case, db, resume, as_json, gpu, timeout_s, "bench train", html)
 
 

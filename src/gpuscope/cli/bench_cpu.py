@@ -96,9 +96,10 @@ def planned_bytes(case: dict) -> float | None:
         return None
 
 
-def ready(case: dict, device: str | None, note: str | None) -> None:
-    """Before a CPU case runs: refused (one sentence) where its parameters alone pass the memory free here; then
-    the CPU defaults' line (``say``)."""
+def ready(case: dict, device: str | None, note: str | None, gpu: str | None = None) -> None:
+    """Before a case runs, the last checks, then the CPU defaults' line (``say``), so a bad input stays one
+    sentence: ``gpu`` a known GPU (options.known_gpu), and on a CPU a planned peak within the memory free here."""
+    options.known_gpu(gpu)
     # accelerate's device_map spreads (or offloads) the weights itself: not a floor in this host's memory
     free = host_free_bytes() if on_cpu(device) and not case.get("device_map") else None
     need = planned_bytes(case) if free else None

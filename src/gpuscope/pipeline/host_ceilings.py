@@ -100,6 +100,7 @@ def ensure(s, cases: list[dict], gpu: str | None, results: list[dict] | None = N
     now (or taken from ``results``, the run's own micro set) and kept; said on the session once either way
     (``s.host_ceilings``: the source line). A home that cannot be written is said, and the estimates say why
     they are missing."""
+    from gpuscope.errors import UserError
     from gpuscope.pipeline.micro import open_device
 
     if gpu or s.host_ceilings or not _on_cpu(cases):
@@ -114,6 +115,11 @@ def ensure(s, cases: list[dict], gpu: str | None, results: list[dict] | None = N
             save("cpu", f"`{s.command}` (run {s.run_id})", results)
         except OSError as exc:
             s.warn(f"this host's ceilings cannot be kept ({exc}); the CPU runs are shown without an estimate")
+            return
+        except UserError as exc:  # the run's micro set measured no matmul rate or copy (filtered, failed)
+            s.note(f"no host ceilings from this run ({exc}); kept ones, if any, are used")
+            found = lookup(socket.gethostname(), name)
+            s.host_ceilings = found[1] if found else None
             return
         found = lookup(socket.gethostname(), name)
     if found is not None:
