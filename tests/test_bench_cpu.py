@@ -870,7 +870,7 @@ def test_a_burst_holds_a_quarter_second_of_work_at_most(monkeypatch):
     rows = [{"m": 64, "n": 64, "k": 64, "tflops": 1.0, "time_s": 0.1},
             {"m": 32, "n": 32, "k": 32, "tflops": 0.5, "time_s": 0.001}]
     out = micro._achievable(Device("cpu"), "fp32", rows, dict(micro.BURST, idle_s=0.0), 2, micro._mm("fp32", None),
-                            micro._generator(Device("cpu"), 0), None, None)
+                            micro._operands, micro._generator(Device("cpu"), 0), None, None)
     assert seen == [5, 40]  # 0.25 s / 0.1 s -> 3, raised to 5; 0.25 s / 1 ms -> 250, capped at 40
     assert [a["iterations"] for a in out] == [15, 120]
 
