@@ -77,19 +77,19 @@ def test_every_datacenter_card_with_a_price_or_rate_has_one_purchase_figure_with
             assert "USD/h x 26,280 h (3 years of on-demand rental" in entry.purchase.source
     h100 = price_for(load_hardware("h100"), prices).purchase
     assert h100.value == 27500 and not is_cloud_equivalent(h100)
-    a100 = price_for(load_hardware("a100-80gb"), prices).purchase
-    assert is_cloud_equivalent(a100) and a100.value == pytest.approx(5.12 * 26280)
+    a100 = price_for(load_hardware("a100-40gb"), prices).purchase  # a cloud rate only (AWS p4d)
+    assert is_cloud_equivalent(a100) and a100.value == pytest.approx(4.10 * 26280)
 
 
 def test_the_hardware_table_and_compare_read_the_same_purchase_figure():
     from gpuscope.report.hardware_table import catalog_table, detail_table
 
     buf = io.StringIO()
-    Console(file=buf, width=400).print(catalog_table([load_hardware("h100"), load_hardware("a100-80gb")]))
+    Console(file=buf, width=400).print(catalog_table([load_hardware("h100"), load_hardware("a100-40gb")]))
     table = buf.getvalue()
-    assert "27,500" in table and "134,554~" in table  # the list/street figure, and a marked cloud-rate equivalent
+    assert "27,500" in table and "107,748~" in table  # the list/street figure, and a marked cloud-rate equivalent
     buf = io.StringIO()
-    Console(file=buf, width=400).print(detail_table(load_hardware("a100-80gb")))
+    Console(file=buf, width=400).print(detail_table(load_hardware("a100-40gb")))
     assert "cloud-rate equivalent" in buf.getvalue()
 
 
@@ -101,8 +101,8 @@ def test_advise_budget_prices_a_rental_only_card_at_its_stated_cloud_equivalent(
     main(["advise", "infer", "--model", "llama-3.2-1b", "--budget", "200000", "--json"])
     doc = json.loads(capsys.readouterr().out)
     by = {r["hardware"]: r for r in doc["ranked"] + doc["ruled_out"]}
-    (budget,) = [s for s in by["nvidia_a100_80gb_sxm"]["decision_path"] if s["check"] == "budget"]
-    assert budget["ok"] and "$134,554 (a cloud-rate equivalent: 3 years of its on-demand rate)" in budget["detail"]
+    (budget,) = [s for s in by["nvidia_a100_40gb_pcie"]["decision_path"] if s["check"] == "budget"]
+    assert budget["ok"] and "$107,748 (a cloud-rate equivalent: 3 years of its on-demand rate)" in budget["detail"]
     (h100,) = [s for s in by["nvidia_h100_sxm"]["decision_path"] if s["check"] == "budget"]
     assert "$27,500 vs" in h100["detail"]  # the figure compare and the hardware table show
     unknown = [r for r in doc["ruled_out"] if any("no purchase price or cloud rate" in s["detail"]
