@@ -17,7 +17,7 @@ from gpuscope.estimate.train import estimate_train
 from gpuscope.report.estimate_view import render
 from gpuscope.specs.hardware import list_hardware, load_hardware
 from gpuscope.specs.models import load_model
-from gpuscope.specs.prices import CLOUD_EQUIVALENT_HOURS, is_cloud_equivalent, load_prices, price_for
+from gpuscope.specs.prices import cloud_equivalent_hours, is_cloud_equivalent, load_prices, price_for
 
 
 def _text(est) -> str:
@@ -73,12 +73,14 @@ def test_every_datacenter_card_with_a_price_or_rate_has_one_purchase_figure_with
             continue
         assert entry.purchase.value > 0 and entry.purchase.source
         if is_cloud_equivalent(entry.purchase):
-            assert entry.purchase.value == pytest.approx(entry.cloud.value * CLOUD_EQUIVALENT_HOURS)
-            assert "USD/h x 26,280 h (3 years of on-demand rental" in entry.purchase.source
+            assert entry.purchase.value == pytest.approx(entry.cloud.value * cloud_equivalent_hours()[0])
+            assert "the median purchase / on-demand-rate ratio of" in entry.purchase.source
     h100 = price_for(load_hardware("h100"), prices).purchase
     assert h100.value == 27500 and not is_cloud_equivalent(h100)
     a100 = price_for(load_hardware("a100-40gb"), prices).purchase  # a cloud rate only (AWS p4d)
-    assert is_cloud_equivalent(a100) and a100.value == pytest.approx(4.10 * 26280)
+    assert is_cloud_equivalent(a100) and a100.value == pytest.approx(4.10 * cloud_equivalent_hours()[0])
+    # the ratio of the cards priced both ways (H100 27,500 / 12.29; A100 80GB 11,500 / 5.12): about 2,240 hours
+    assert cloud_equivalent_hours()[0] == pytest.approx((27500 / 12.29 + 11500 / 5.12) / 2)
 
 
 def test_the_hardware_table_and_compare_read_the_same_purchase_figure():
@@ -87,7 +89,7 @@ def test_the_hardware_table_and_compare_read_the_same_purchase_figure():
     buf = io.StringIO()
     Console(file=buf, width=400).print(catalog_table([load_hardware("h100"), load_hardware("a100-40gb")]))
     table = buf.getvalue()
-    assert "27,500" in table and "107,748~" in table  # the list/street figure, and a marked cloud-rate equivalent
+    assert "27,500" in table and "9,192~" in table  # the list/street figure, and a marked cloud-rate equivalent
     buf = io.StringIO()
     Console(file=buf, width=400).print(detail_table(load_hardware("a100-40gb")))
     assert "cloud-rate equivalent" in buf.getvalue()
@@ -102,7 +104,7 @@ def test_advise_budget_prices_a_rental_only_card_at_its_stated_cloud_equivalent(
     doc = json.loads(capsys.readouterr().out)
     by = {r["hardware"]: r for r in doc["ranked"] + doc["ruled_out"]}
     (budget,) = [s for s in by["nvidia_a100_40gb_pcie"]["decision_path"] if s["check"] == "budget"]
-    assert budget["ok"] and "$107,748 (a cloud-rate equivalent: 3 years of its on-demand rate)" in budget["detail"]
+    assert budget["ok"] and "$9,192 (a cloud-rate equivalent: its on-demand rate x the rent-to-buy ratio of the cards priced both ways)" in budget["detail"]
     (h100,) = [s for s in by["nvidia_h100_sxm"]["decision_path"] if s["check"] == "budget"]
     assert "$27,500 vs" in h100["detail"]  # the figure compare and the hardware table show
     unknown = [r for r in doc["ruled_out"] if any("no purchase price or cloud rate" in s["detail"]

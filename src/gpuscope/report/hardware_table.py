@@ -70,7 +70,7 @@ def catalog_table(specs: list[HardwareSpec]) -> Table:
         caption=f"{UNCONFIRMED_MARK} = unconfirmed, a planning estimate (`gpuscope hardware show NAME` says why). "
         "GiB = memory_gb x 2**30. Bandwidths in GB/s (decimal); interconnect is per GPU, bidirectional. Price: the "
         "purchase figure compare and advise use (`hardware show NAME` gives its source); ~ = a cloud-rate "
-        "equivalent (3 years of the on-demand rate; no purchase price published).",
+        "equivalent (the on-demand rate x the rent-to-buy ratio of the cards priced both ways; no purchase price published).",
         caption_justify="left",
     )
     table.add_column("name", no_wrap=True, style="bold")

@@ -11,8 +11,10 @@ The packaged table is ``specs/data/prices.toml`` (a snapshot; nothing is fetched
 
 A user entry replaces the packaged figures it names and keeps the others. A hardware spec's own
 ``launch_price_usd`` (a user hardware TOML) is the next fallback for the purchase price; where a card has neither
-but a cloud rate, its purchase figure is the cloud-rate equivalent: the hourly rate x CLOUD_EQUIVALENT_HOURS (three
-years of on-demand rental, the cost model's default horizon), its source saying so. So `advise --budget`,
+but a cloud rate, its purchase figure is the cloud-rate equivalent: the hourly rate x the rent-to-buy ratio of
+the packaged cards priced both ways (purchase / on-demand rate, their median: cloud_equivalent_hours), its source
+saying so. (Three years of rental would not do: on-demand rates carry the provider's power, hosting and margin and
+run about 10x a card's price over three years, so a rental-only card would look ten times dearer than a bought one.) So `advise --budget`,
 `compare` and the hardware table read one number per card, and a card sold only as a rental is not ruled out for
 lack of a list price.
 Pure Python: no torch here.
@@ -33,8 +35,6 @@ else:  # pragma: no cover
 from gpuscope.errors import UserError
 
 PRICES_PATH = Path(__file__).parent / "data" / "prices.toml"
-CLOUD_EQUIVALENT_YEARS = 3  # estimate/cost.DEFAULT_YEARS' horizon
-CLOUD_EQUIVALENT_HOURS = CLOUD_EQUIVALENT_YEARS * 8760
 _FIELDS = {"purchase_usd", "purchase_source", "purchase_date", "cloud_usd_per_hour", "cloud_source", "cloud_date",
            "source", "date", "notes"}
 
@@ -126,11 +126,26 @@ def load_prices(path: str | Path | None = None) -> dict[str, PriceEntry]:
     return table
 
 
+@lru_cache(maxsize=1)
+def cloud_equivalent_hours() -> tuple[float, tuple[str, ...]]:
+    """The rent-to-buy ratio (hours of on-demand rental that cost one card) of the packaged cards that carry both a
+    sourced purchase price and a cloud rate: their median, and the cards it came from."""
+    both = {k: e.purchase.value / e.cloud.value for k, e in _packaged().items()
+            if e.purchase is not None and e.cloud is not None and e.cloud.value > 0}
+    if not both:  # pragma: no cover - the packaged table has such cards
+        raise UserError("the price table has no card with both a purchase price and a cloud rate.")
+    ratios = sorted(both.values())
+    mid = len(ratios) // 2
+    median = ratios[mid] if len(ratios) % 2 else (ratios[mid - 1] + ratios[mid]) / 2
+    return median, tuple(sorted(both))
+
+
 def cloud_equivalent(cloud: Price) -> Price:
-    """A purchase figure from a cloud rate: rate x CLOUD_EQUIVALENT_HOURS, its source saying how."""
-    return Price(cloud.value * CLOUD_EQUIVALENT_HOURS,
-                 f"cloud-rate equivalent, no purchase price published: {cloud.value:g} USD/h x "
-                 f"{CLOUD_EQUIVALENT_HOURS:,} h ({CLOUD_EQUIVALENT_YEARS} years of on-demand rental; {cloud.source})",
+    """A purchase figure from a cloud rate: rate x cloud_equivalent_hours(), its source saying how."""
+    hours, cards = cloud_equivalent_hours()
+    return Price(cloud.value * hours,
+                 f"cloud-rate equivalent, no purchase price published: {cloud.value:g} USD/h x {hours:,.0f} h (the "
+                 f"median purchase / on-demand-rate ratio of {', '.join(cards)}; {cloud.source})",
                  cloud.date)
 
 
