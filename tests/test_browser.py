@@ -13,13 +13,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
+from cli_inproc import run_cli
 
 RESULTS = Path(__file__).resolve().parents[1] / "research" / "results"
 RECORDS = [RESULTS / "2026-12-01-h200" / "measurements.jsonl", RESULTS / "2026-11-29-h200-x2" / "dist_train.jsonl",
@@ -66,21 +66,7 @@ def browser(tmp_path_factory):
     d.quit()
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    """`gpuscope ARGS` in this process (the same code as the command line, without an interpreter start)."""
-    import contextlib
-    import io
-
-    from gpuscope.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    code = 0
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            main(list(args))
-        except SystemExit as e:
-            code = e.code
-    return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
+_cli = run_cli  # tests/cli_inproc.py
 
 
 def _wait(d, predicate, what: str):

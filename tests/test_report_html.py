@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_inproc import run_cli
 
 go = pytest.importorskip("plotly.graph_objects")
 
@@ -26,21 +27,7 @@ H200 = [RESULTS / "2026-12-01-h200" / "measurements.jsonl", RESULTS / "2026-12-0
 X2 = [RESULTS / "2026-11-29-h200-x2" / "dist_train.jsonl", RESULTS / "2026-11-29-h200-x2" / "collectives.jsonl"]
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    """`gpuscope ARGS` in this process (the same code as the command line, without an interpreter start)."""
-    import contextlib
-    import io
-
-    from gpuscope.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    code = 0
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            main(list(args))
-        except SystemExit as e:
-            code = e.code
-    return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
+_cli = run_cli  # tests/cli_inproc.py
 
 
 def _json(*args: str) -> dict:

@@ -12,6 +12,7 @@ import urllib.error
 import urllib.request
 
 import pytest
+from cli_inproc import run_cli
 
 pytest.importorskip("plotly")
 
@@ -20,21 +21,7 @@ from gpuscope.ui.forms import BY_ID, FORMS, to_argv  # noqa: E402
 from gpuscope.ui.server import make_server  # noqa: E402
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    """`gpuscope ARGS` in this process (the same code as the command line, without an interpreter start)."""
-    import contextlib
-    import io
-
-    from gpuscope.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    code = 0
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            main(list(args))
-        except SystemExit as e:
-            code = e.code
-    return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
+_cli = run_cli  # tests/cli_inproc.py
 
 
 def test_form_to_argv():
