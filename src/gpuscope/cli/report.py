@@ -13,7 +13,8 @@ from gpuscope.cli import options as o
 RECORDS_HELP = ("Results files (JSON lines of measurement records, e.g. research/results/<folder>/measurements.jsonl)"
                 " to draw instead of a database; repeat for several.")
 GPU_HELP = "Plan every stored workload on this hardware (default: the catalog entry of the device that ran it)."
-KIND_HELP = "Only measurements of this kind: micro | infer | train | train-dist | collective | compression | host."
+KIND_HELP = ("Only measurements of this kind: micro | infer | train | train-dist | collective | compression | host | serve | "
+             "diffusion.")
 
 
 def register(app: typer.Typer) -> None:

@@ -12,7 +12,8 @@ from gpuscope.cli import options
 
 results = typer.Typer(name="results", help="Stored measurements: list, show one, export CSV or JSON, compare with "
                       "the planner.", no_args_is_help=True)
-KIND_HELP = "micro | infer | train | train-dist | collective | compression | host (a calibration's host fits)."
+KIND_HELP = ("micro | infer | train | train-dist | collective | compression | host (a calibration's host fits) | serve | "
+             "diffusion.")
 COMPARE_SCHEMA = "gpuscope.results-compare/1"
 
 
