@@ -21,8 +21,10 @@ import datetime as _dt
 import io
 import json
 import os
+import random
 import socket
 import sqlite3
+import time
 import uuid
 from pathlib import Path
 
@@ -86,6 +88,27 @@ REQUIRED_TABLES = ("runs", "measurements")
 
 def _tables(conn: sqlite3.Connection) -> set[str]:
     return {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+
+
+LOCKED_WAIT_S = 30.0  # as long as sqlite3.connect's busy timeout
+
+
+def _while_locked(step):
+    """Run ``step`` again while SQLite answers "database is locked" without waiting (up to LOCKED_WAIT_S). On a
+    fresh file opened by several processes at once, SQLite returns SQLITE_BUSY at once, bypassing the busy timeout,
+    where waiting could deadlock: a reader upgrading to the write lock (BEGIN IMMEDIATE) while another holds it, or
+    the switch to WAL, which needs every other connection gone. Both steps are safe to repeat: the migration reads
+    the version again under the lock, and setting WAL twice is a no-op."""
+    deadline = time.monotonic() + LOCKED_WAIT_S
+    pause = 0.005
+    while True:
+        try:
+            return step()
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(pause * (1 + random.random()))  # jitter: the processes that collided do not retry in step
+            pause = min(pause * 2, 0.2)
 
 
 def _migrate(conn: sqlite3.Connection) -> None:
@@ -161,8 +184,8 @@ class Store:
             raise UserError(f"results database '{p}' cannot be opened ({exc}).") from None
         conn.row_factory = sqlite3.Row
         try:
-            cls._check_and_migrate(conn, p, exists)
-            conn.execute("PRAGMA journal_mode=WAL")
+            _while_locked(lambda: cls._check_and_migrate(conn, p, exists))
+            _while_locked(lambda: conn.execute("PRAGMA journal_mode=WAL"))
             conn.execute("PRAGMA synchronous=NORMAL")
         except UserError:
             conn.close()
