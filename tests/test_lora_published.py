@@ -17,11 +17,10 @@ Assumptions where torchtune differs from what the planner models (HF transformer
   (8B, 21M adapter parameters: weights and AdamW states) to +0.5 GiB (3B, 97M).
 - torch.compile of the whole model: the planner's activations are eager's (with checkpointing only each layer's
   input and one layer's working set are held, which compile changes little).
-- the 3B rows also offload the checkpointed activations to the CPU, which the planner does not model: it keeps
-  them on the GPU (28 layers x 2 x 4096 x 3072 x 2 bytes = 1.3 GiB more than torchtune holds). Those rows are
-  NOT reproduced and not tested: the planner gives 10.8 GiB (LoRA, +27%) and 6.9 GiB (QLoRA, +50%); less the
-  offloaded 1.3 GiB, +11% and +22%. The rest of the gap is likely the compiled loss's chunk transients and
-  compile's fused recompute, which the planner does not know.
+- the 3B rows also offload the checkpointed activations to the CPU; this file plans every row the HF + peft way
+  (activations on the GPU, fp32 adapters), so it checks the 8B rows only. The 3B rows are reproduced with
+  torchtune's own setup (activation offloading, bf16 adapters, chunked loss: the planner's offload_activations)
+  in research/tests/test_lora_published_rows.py (LoRA +6.0%, QLoRA +12.3%).
 - torchtune's QLoRA is torchao's NF4 (64-weight blocks, 8-bit scales in blocks of 256): the same 4.127 bits a
   weight as bitsandbytes' double-quantized NF4.
 """
