@@ -89,6 +89,19 @@ def test_plan_html_is_one_file_and_leaves_the_json_unchanged(tmp_path):
     assert len(text) > 3_000_000  # plotly.js inlined (its ~4.8 MB bundle)
 
 
+def test_plan_serve_html_draws_the_serving_views_and_leaves_the_json_unchanged(tmp_path):
+    args = ("plan", "serve", "--model", "llama-3.1-8b", "--gpu", "h200", "--requests", "32", "--prompt", "256",
+            "--gen", "32", "--curve", "--json")
+    plain = _cli(*args)
+    out = tmp_path / "serve.html"
+    with_html = _cli(*args, "--html", str(out))
+    assert with_html.returncode == 0, with_html.stderr
+    assert with_html.stdout == plain.stdout
+    text = out.read_text()
+    # the serving sections (report/html/views.serve_sections): throughput and latency, the curve, the memory
+    assert 'id="serve-curve"' in text and 'id="serve-memory"' in text and text.count('class="gs-chart"') == 2
+
+
 def test_report_rows_are_results_compare_rows(store_db):
     with Store.open(store_db) as st:
         rows = st.all()

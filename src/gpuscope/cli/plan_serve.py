@@ -6,6 +6,7 @@ from __future__ import annotations
 import typer
 
 from gpuscope.cli import options as o
+from gpuscope.report.html.option import html_option, write_html
 
 DTYPES = "bf16|fp16|fp8|int8|int4-awq|int4-gptq|nf4|q8_0|q4_0|q4_k_m|q5_k_m|q3_k_m|q6_k"
 ENGINE_HELP = ("transformers (transformers 5.x continuous batching, generate_batch; the engine `bench serve --model` "
@@ -46,6 +47,7 @@ def serve(
     curve: bool = typer.Option(False, "--curve", help="Also a throughput-latency curve over Poisson rates."),
     calibrated: bool = o.calibrated(),
     as_json: bool = o.json_out(help="Print JSON (schema gpuscope.estimate/1, kind serve)."),
+    html: str = html_option(),
 ) -> None:
     """Serving: KV-cache capacity, throughput, TTFT/TPOT/ITL/E2E percentiles, goodput and cost under
     continuous batching (offline, Poisson --rate, or --concurrency clients)."""
@@ -62,6 +64,7 @@ def serve(
         from gpuscope.report.serve_view import render
 
         render(est, o.console())
+    write_html(est.to_json(), kw["html"])
 
 
 def _request(kw: dict):
@@ -77,5 +80,5 @@ def _request(kw: dict):
         raise UserError(f"--mem-fraction must be at most 1, got {kw['mem_fraction']}.")
     if kw["rate"] is not None and kw["concurrency"] is not None:
         raise UserError("--rate and --concurrency are exclusive: give one (or neither, for offline).")
-    fields = {k: v for k, v in kw.items() if k not in ("model", "gpu", "calibrated", "as_json")}
+    fields = {k: v for k, v in kw.items() if k not in ("model", "gpu", "calibrated", "as_json", "html")}
     return ServeRequest(o.load_model_spec(kw["model"]), **fields)
