@@ -20,7 +20,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from gpuscope.errors import UserError, nearest
-from gpuscope.specs.numbers import loads
+from gpuscope.specs.numbers import read_json_object
 
 PRESET_DIR = Path(__file__).parent / "data" / "diffusion"
 
@@ -106,16 +106,6 @@ def _role_of(name: str) -> str | None:
     return None
 
 
-def _read_json(path: Path, what: str) -> dict:
-    try:
-        data = loads(path.read_text(), f"--model: '{path}'")
-    except UnicodeDecodeError as exc:
-        raise UserError(f"--model: '{path}' is not valid JSON ({exc.__class__.__name__}).") from None
-    if not isinstance(data, dict):
-        raise UserError(f"--model: {what} '{path}' must hold a JSON object, not {type(data).__name__}.")
-    return data
-
-
 def _entry(name: str, value, path: Path) -> tuple[str, str]:
     if (not isinstance(value, (list, tuple)) or len(value) != 2 or not all(isinstance(v, str) for v in value)):
         raise UserError(f"--model: '{path}' entry '{name}' must be [library, class], not {value!r:.60}.")
@@ -128,7 +118,7 @@ def read_folder(folder: Path, name: str | None = None, source: str | None = None
     index_path = folder / "model_index.json"
     if not index_path.is_file():
         raise UserError(f"--model: '{folder}' has no model_index.json (a diffusers pipeline folder holds one).")
-    index = _read_json(index_path, "model_index.json")
+    index = read_json_object(index_path, "model_index.json")
     pipeline_class = index.get("_class_name")
     if not isinstance(pipeline_class, str):
         raise UserError(f"--model: '{index_path}' has no \"_class_name\" naming the pipeline.")
@@ -148,7 +138,7 @@ def read_folder(folder: Path, name: str | None = None, source: str | None = None
         if not cfg_path.is_file():
             missing.append(key)
             continue
-        components[key] = ComponentSpec(key, role, library, cls, _read_json(cfg_path, "config"))
+        components[key] = ComponentSpec(key, role, library, cls, read_json_object(cfg_path, "config"))
     return PipelineSpec(name or folder.name, source or str(folder), pipeline_class, components, tuple(missing),
                         meta or {})
 
@@ -158,7 +148,7 @@ def _preset_index() -> dict[str, Path]:
     index: dict[str, Path] = {}
     for d in sorted(p for p in PRESET_DIR.iterdir() if (p / "model_index.json").is_file()):
         index[d.name.lower()] = d
-        meta = _read_json(d / "model_index.json", "model_index.json").get("_gpuscope", {})
+        meta = read_json_object(d / "model_index.json", "model_index.json").get("_gpuscope", {})
         for alias in meta.get("aliases", []):
             index[alias.lower()] = d
     return index
@@ -183,5 +173,5 @@ def load_pipeline(arg: str) -> PipelineSpec:
     if folder is None:
         raise UserError(f"--model: unknown diffusion preset '{arg}'.{nearest(arg, preset_names())} "
                         f"(presets: {', '.join(preset_names())}).")
-    meta = _read_json(folder / "model_index.json", "model_index.json").get("_gpuscope", {})
+    meta = read_json_object(folder / "model_index.json", "model_index.json").get("_gpuscope", {})
     return read_folder(folder, name=folder.name, source=f"preset:{folder.name}", meta=meta)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from gpuscope.errors import UserError
 from gpuscope.specs.model import MLASpec, ModelSpec, MoESpec
-from gpuscope.specs.numbers import MAX_LAYERS, count, loads
+from gpuscope.specs.numbers import MAX_LAYERS, count, read_json_object
 
 SUPPORTED_FAMILIES = (
     "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "gemma", "gemma2", "phi3",
@@ -34,13 +34,7 @@ def load_config_file(path: Path) -> dict:
         path = path / "config.json"
     if not path.is_file():
         raise UserError(f"--model: no config.json at '{path}'.")
-    try:
-        cfg = loads(path.read_text(), f"--model: '{path}'")
-    except UnicodeDecodeError as exc:
-        raise UserError(f"--model: '{path}' is not valid JSON ({exc.__class__.__name__}: {exc}).") from None
-    if not isinstance(cfg, dict):
-        raise UserError(f"--model: '{path}' must hold a JSON object, not {type(cfg).__name__}.")
-    return cfg
+    return read_json_object(path)
 
 
 def _get(cfg: dict, *names, default=None, required: bool = True):

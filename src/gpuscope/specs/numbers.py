@@ -81,3 +81,17 @@ def _finite(data, where: str) -> None:
             stack.extend((f"{path}.{k}", v) for k, v in x.items())
         elif isinstance(x, list):
             stack.extend((f"{path}[{i}]", v) for i, v in enumerate(x))
+
+
+def read_json_object(path, what: str = "") -> dict:
+    """A --model JSON file (a config.json, a model_index.json) read with ``loads``: one sentence when it is not
+    UTF-8 JSON or does not hold an object. ``what`` names the file in the sentence."""
+    try:
+        data = loads(path.read_text(), f"--model: '{path}'")
+    except UnicodeDecodeError as exc:
+        raise UserError(f"--model: '{path}' is not valid JSON ({exc.__class__.__name__}: {exc}).") from None
+    if not isinstance(data, dict):
+        named = f"{what} " if what else ""
+        raise UserError(f"--model: {named}'{path}' must hold a JSON object, not {type(data).__name__}.")
+    return data
+

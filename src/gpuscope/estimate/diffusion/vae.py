@@ -56,21 +56,28 @@ def autoencoder_kl(t: Trace, cfg, n: int, h: int, w: int) -> None:
     t.hold(n * pix * rch[0])  # Decoder.forward's `sample` references each block's input until it returns
     _mid(t, "decoder.mid_block", n, pix, rch[0], cfg.get("mid_block_add_attention", True), input_held=True)
     t.release(n * pix * rch[0])
+    pix = _up_blocks(t, n, pix, rch, layers, b.resnet2d)
+    t.norm("decoder.conv_norm_out", n * pix * ch[0], ch[0])
+    t.ew("decoder.conv_act", n * pix * ch[0])
+    t.conv("decoder.conv_out", n, ch[0], cfg.get("out_channels", 3), pix, pix)
+
+
+def _up_blocks(t: Trace, n: int, pix: int, rch, layers: int, resnet) -> int:
+    """The decoder's up blocks (``layers + 1`` resnets each, an upsampler but in the last): each block's input is
+    held by the decoder's `sample` until the block returns. ``resnet`` is the block kind (2-D, or spatio-temporal
+    for the temporal decoder). Returns the pixels per image after the last block."""
     prev = rch[0]
     for i, c in enumerate(rch):
-        t.hold(n * pix * prev)
         held = n * pix * prev
+        t.hold(held)
         for j in range(layers + 1):
-            b.resnet2d(t, f"decoder.up_blocks.{i}.resnets.{j}", n, pix, prev if j == 0 else c, c, None,
-                       input_held=j == 0)
+            resnet(t, f"decoder.up_blocks.{i}.resnets.{j}", n, pix, prev if j == 0 else c, c, None, input_held=j == 0)
         if i < len(rch) - 1:
             b.upsample(t, f"decoder.up_blocks.{i}.upsamplers.0", n, pix, c)
             pix *= 4
         t.release(held)
         prev = c
-    t.norm("decoder.conv_norm_out", n * pix * ch[0], ch[0])
-    t.ew("decoder.conv_act", n * pix * ch[0])
-    t.conv("decoder.conv_out", n, ch[0], cfg.get("out_channels", 3), pix, pix)
+    return pix
 
 
 def autoencoder_temporal(t: Trace, cfg, n: int, h: int, w: int) -> None:
@@ -86,18 +93,7 @@ def autoencoder_temporal(t: Trace, cfg, n: int, h: int, w: int) -> None:
         b.vae_attention(t, f"decoder.mid_block.attentions.{j - 1}", n, pix, rch[0])
         b.spatio_temporal_resnet(t, f"decoder.mid_block.resnets.{j}", n, pix, rch[0], rch[0], None)
     t.release(n * pix * rch[0])
-    prev = rch[0]
-    for i, c in enumerate(rch):
-        held = n * pix * prev
-        t.hold(held)
-        for j in range(layers + 1):
-            b.spatio_temporal_resnet(t, f"decoder.up_blocks.{i}.resnets.{j}", n, pix, prev if j == 0 else c, c, None,
-                                     input_held=j == 0)
-        if i < len(rch) - 1:
-            b.upsample(t, f"decoder.up_blocks.{i}.upsamplers.0", n, pix, c)
-            pix *= 4
-        t.release(held)
-        prev = c
+    pix = _up_blocks(t, n, pix, rch, layers, b.spatio_temporal_resnet)
     out = cfg.get("out_channels", 3)
     t.norm("decoder.conv_norm_out", n * pix * ch[0], ch[0])
     t.ew("decoder.conv_act", n * pix * ch[0])
