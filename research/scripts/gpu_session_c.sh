@@ -7,6 +7,8 @@
 #   master    research/scripts/gpu_train_master.sh (100 s)  7B bf16-master training, tune plan's pick
 #   qlora     research/scripts/gpu_qlora.sh        (120 s)  Llama-3.1-8B QLoRA vs plan train --qlora
 #   decode    research/scripts/gpu_decode_batch.py  (90 s)  generate / graph-unfused decode profiles by batch
+#   NAME      research/scripts/gpu_NAME.sh or .py      any other group: its budget in BUDGET below (a .py writes
+#             $OUT/gpu_NAME/run.out; each script's header says what it measures)
 # usage (a clean copy of the tree, e.g. `git archive HEAD src research/scripts | tar -x -C .gpucheck`, wheels of
 # diffusers, importlib_metadata and bitsandbytes in ../.whl):
 #   cd .gpucheck && bash research/scripts/gpu_session_c.sh diffusion serve
@@ -23,7 +25,8 @@ fi
   PYTHONPATH=src python3 -c "import torch, transformers, peft; print(torch.__version__, transformers.__version__, peft.__version__)"
   PYTHONPATH=src python3 -c "import diffusers, bitsandbytes; print('diffusers', diffusers.__version__, 'bnb', bitsandbytes.__version__)"
 } > "$OUT/versions.txt" 2>&1
-declare -A BUDGET=([serve]=270 [diffusion]=290 [micro]=120 [master]=100 [qlora]=120 [decode]=90 [servecb]=170)
+declare -A BUDGET=([serve]=270 [diffusion]=290 [micro]=120 [master]=100 [qlora]=120 [decode]=90 [servecb]=170
+                  [serve2]=230 [serve3]=150 [diffusion2]=160 [qlora2]=140 [moe_generate]=170)
 for g in "$@"; do
   left=$(( LIMIT - ($(date +%s) - T0) ))
   if (( ${BUDGET[$g]:-9999} > left )); then log "$g skipped: budget ${BUDGET[$g]:-?} s > $left s left"; continue; fi
@@ -36,7 +39,10 @@ for g in "$@"; do
     qlora) bash research/scripts/gpu_qlora.sh ;;
     decode) PYTHONPATH=src timeout 95 python3 research/scripts/gpu_decode_batch.py > "$OUT/decode_batch.out" 2>&1 ;;
     servecb) PYTHONPATH=src timeout 170 python3 research/scripts/gpu_serve_cb.py --out "$OUT/serve_cb.json" --budget 140 > "$OUT/serve_cb.out" 2>&1 ;;
-    *) log "unknown group $g" ;;
+    *) if [[ -f research/scripts/gpu_$g.sh ]]; then timeout $(( ${BUDGET[$g]} + 15 )) bash research/scripts/gpu_$g.sh
+       elif [[ -f research/scripts/gpu_$g.py ]]; then mkdir -p "$OUT/gpu_$g"
+         PYTHONPATH=src timeout $(( ${BUDGET[$g]} + 15 )) python3 research/scripts/gpu_$g.py > "$OUT/gpu_$g/run.out" 2>&1
+       else log "unknown group $g"; fi ;;
   esac
   log "$g rc=$? $(( $(date +%s) - t )) s"
 done
