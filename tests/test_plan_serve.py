@@ -140,6 +140,15 @@ def test_concurrency_keeps_at_most_c_in_flight():
     assert all(s.finish_s is not None for s in res.seqs)
 
 
+def test_closed_loop_ttft_counts_from_each_send():
+    """vLLM's --max-concurrency starts a request's clock when its client sends it, on the finish that freed its
+    slot, not at t = 0: with 1 client, every TTFT is one request's prefill, and request k is sent at k-1's finish."""
+    res = sim(make_requests(6, 20, 10), concurrency=1).run()
+    ttft = [s.first_s - s.req.arrival_s for s in res.seqs]
+    assert ttft == pytest.approx([ttft[0]] * 6)
+    assert [s.req.arrival_s for s in res.seqs[1:]] == pytest.approx([s.finish_s for s in res.seqs[:-1]])
+
+
 # ---- the estimate ----------------------------------------------------------------------------------------------
 
 H200 = load_hardware("h200")

@@ -80,7 +80,9 @@ class Simulator:
     def _admit_arrivals(self) -> None:
         if self.concurrency:
             while self.release_at and self.release_at[0][0] <= self.t:
-                self.waiting.append(heapq.heappop(self.release_at)[1])
+                sent, i = heapq.heappop(self.release_at)
+                self.seqs[i].req.arrival_s = sent  # a closed-loop client's clock starts when it sends (vLLM)
+                self.waiting.append(i)
             return
         while self.pending and self.seqs[self.pending[0]].req.arrival_s <= self.t:
             self.waiting.append(self.pending.popleft())

@@ -43,7 +43,8 @@ def lengths(mean: int, n: int, dist: str, spread: float, rng: random.Random, fla
 def make_requests(n: int, prompt: int, gen: int, *, rate: float | None = None, seed: int = 0,
                   prompt_dist: str = "fixed", prompt_spread: float = 0.0, gen_dist: str = "fixed",
                   gen_spread: float = 0.0, prefix_hit: float = 0.0, block_size: int = 16) -> list[Request]:
-    """The workload's requests in arrival order (arrival 0 for offline and closed-loop runs)."""
+    """The workload's requests in arrival order (arrival 0 offline; closed loop: 0 here, the send time set by the
+    scheduler as a slot frees)."""
     if not 0 <= prefix_hit < 1:
         raise UserError(f"--prefix-hit must be in [0, 1), got {prefix_hit}.")
     rng = random.Random(seed)
