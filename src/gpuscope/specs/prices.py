@@ -16,7 +16,9 @@ the packaged cards priced both ways (purchase / on-demand rate, their median: cl
 saying so. (Three years of rental would not do: on-demand rates carry the provider's power, hosting and margin and
 run about 10x a card's price over three years, so a rental-only card would look ten times dearer than a bought one.) So `advise --budget`,
 `compare` and the hardware table read one number per card, and a card sold only as a rental is not ruled out for
-lack of a list price.
+lack of a list price. A packaged purchase figure whose source starts with "proxy" is a sibling card's sourced
+figure standing in where none for the card itself was found (same die; the differences named in the source):
+is_proxy tells it apart, as is_cloud_equivalent does a rental-derived one.
 Pure Python: no torch here.
 """
 
@@ -164,3 +166,8 @@ def price_for(hw, prices: dict[str, PriceEntry] | None = None) -> PriceEntry:
 
 def is_cloud_equivalent(price: Price | None) -> bool:
     return price is not None and price.source.startswith("cloud-rate equivalent")
+
+
+def is_proxy(price: Price | None) -> bool:
+    """Whether a purchase figure is a sibling card's, standing in for a card with no price of its own."""
+    return price is not None and price.source.startswith("proxy")
