@@ -147,7 +147,9 @@ def _walk(row: Row, hw, stack: str, kind: str, c: Constraints, metric: str) -> l
             path.append(Step("budget", False, "no purchase price or cloud rate known (add one with --prices)"))
         else:  # a card with a cloud rate only is priced at its cloud-rate equivalent (specs/prices.price_for)
             src = str(((getattr(row, "prices", None) or {}).get("purchase_usd") or {}).get("source", ""))
-            eq = " (a cloud-rate equivalent: its on-demand rate x the rent-to-buy ratio of the cards priced both ways)" if src.startswith("cloud-rate") else ""
+            eq = (" (a cloud-rate equivalent: its on-demand rate x the rent-to-buy ratio of the cards priced both ways)"
+                  if src.startswith("cloud-rate") else
+                  " (a proxy: a sibling card's price, none of its own known)" if src.startswith("proxy") else "")
             path.append(Step("budget", price <= c.budget_usd,
                              f"{n} card(s) cost {_fmt_usd(price)}{eq} vs budget {_fmt_usd(c.budget_usd)}"))
     if c.max_power_w is not None:
