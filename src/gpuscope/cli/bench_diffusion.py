@@ -26,8 +26,11 @@ HELP = {
            "guidance-distilled: no CFG).",
     "attn": "sdpa (diffusers' default: scaled_dot_product_attention) | math (diffusers' AttnProcessor: the score "
             "matrix materialised; UNets only).",
-    "profile": "Denoiser on CUDA: one more step under torch.profiler for the device's busy time (the step if launches "
-               "cost nothing: the doctor's launch-bound evidence).",
+    "profile": "One more call under torch.profiler: the device's busy time (the step if launches cost nothing: the "
+               "doctor's launch-bound evidence), the top kernels by device time, the top host operators (denoiser, "
+               "vae-decode, each text encoder).",
+    "offload": "none | model (diffusers' enable_model_cpu_offload: one component on the GPU at a time) | sequential "
+               "(enable_sequential_cpu_offload: each layer's weights copied in as it runs).",
     "weights": "Load the folder's own weights (from_pretrained, local files only) instead of random ones.",
     "timeout": "Seconds each point may take (the first includes building the modules).",
 }
@@ -126,6 +129,7 @@ def diffusion(
     vae_slicing: bool = typer.Option(False, "--vae-slicing", help="Decode one image at a time."),
     vae_tiling: bool = typer.Option(False, "--vae-tiling", help="Decode in overlapping tiles (diffusers')."),
     attn: str = typer.Option("sdpa", "--attn", help=HELP["attn"]),
+    offload: str = typer.Option("none", "--offload", help=HELP["offload"]),
     repeats: int = typer.Option(5, "--repeats", help="Timed calls per point (median)."),
     warmup: int = typer.Option(2, "--warmup", help="Untimed calls first."),
     min_time: float = typer.Option(0.0, "--min-time", help="Repeat each timed phase until this many seconds."),
@@ -145,7 +149,8 @@ def diffusion(
               "component": component, "repeats": repeats, "warmup": warmup}
     common = {k: v for k, v in common.items() if v is not None}
     extra = {"vae_slicing": vae_slicing, "vae_tiling": vae_tiling,
-             "attn": attn if attn != "sdpa" else None, "min_time_s": min_time or None, "profile": profile,
+             "attn": attn if attn != "sdpa" else None, "offload": offload if offload != "none" else None,
+             "min_time_s": min_time or None, "profile": profile,
              "weights": weights, "device": device}
     common.update({k: v for k, v in extra.items() if v})
     cases = points(common, batch, height, width, frames)

@@ -34,7 +34,7 @@ def request(case: "DiffusionCase"):
     return DiffusionRequest(model=case.model, batch=case.batch, height=case.height, width=case.width,
                             frames=case.frames, steps=case.steps, cfg=case.cfg, dtype=str(case.dtype),
                             component=case.component, attention=case.attn, vae_tiling=case.vae_tiling,
-                            vae_slicing=case.vae_slicing)
+                            vae_slicing=case.vae_slicing, offload=case.offload)
 
 
 def check_weights(spec, component: str) -> None:
@@ -70,6 +70,7 @@ class DiffusionCase(Case):
     vae_slicing: bool = False
     vae_tiling: bool = False
     attn: str = "sdpa"
+    offload: str = "none"  # diffusers' enable_model_cpu_offload / enable_sequential_cpu_offload (measure/diffusion)
     repeats: int = 5
     warmup: int = 2
     min_time_s: float = 0.0
@@ -78,13 +79,13 @@ class DiffusionCase(Case):
     device: str | None = None
 
     def __post_init__(self):
-        from gpuscope.estimate.diffusion.request import ATTENTIONS, COMPONENTS, resolve
+        from gpuscope.estimate.diffusion.request import ATTENTIONS, COMPONENTS, OFFLOADS, resolve
 
         self.positive("batch", "repeats")
         self.non_negative("warmup")
         check_min_time(self.min_time_s)
         self.axis("dtype", InferDtype)
-        for name, allowed in (("component", COMPONENTS), ("attn", ATTENTIONS)):
+        for name, allowed in (("component", COMPONENTS), ("attn", ATTENTIONS), ("offload", OFFLOADS)):
             if getattr(self, name) not in allowed:
                 raise UserError(f"--{name} '{getattr(self, name)}' is not one of {', '.join(allowed)}.")
         spec = pipeline_spec(self.model)
@@ -105,7 +106,8 @@ class DiffusionCase(Case):
         steps = f"-s{self.steps}" if self.component == "pipeline" else ""
         opts = "".join(s for s, on in (("-nocfg", not self.cfg), ("-slice", self.vae_slicing),
                                        ("-tile", self.vae_tiling), ("-math", self.attn == "math"),
-                                       ("-weights", self.weights)) if on)
+                                       ("-weights", self.weights),
+                                       (f"-offload-{self.offload}", self.offload != "none")) if on)
         label = Path(self.model).name if "/" in self.model else self.model
         size = f"{self.height}x{self.width}{f}"
         return f"diffusion/{label}/{self.component}-b{self.batch}-{size}{steps}-{self.dtype}{opts}"
@@ -117,7 +119,7 @@ class DiffusionCase(Case):
     @property
     def build_key(self) -> tuple:
         """Points with the same build key share one process and one build of the modules."""
-        return (self.model, self.component, str(self.dtype), self.attn, self.weights, self.device)
+        return (self.model, self.component, str(self.dtype), self.attn, self.offload, self.weights, self.device)
 
 
 CASE = DiffusionCase

@@ -11,6 +11,7 @@ import torch
 
 from gpuscope.measure.device.device import Device
 from gpuscope.measure.diffusion import build as b
+from gpuscope.measure.diffusion import offload
 from gpuscope.measure.diffusion.inputs import Denoiser
 from gpuscope.measure.models.hf_model import DTYPES
 
@@ -42,6 +43,7 @@ class Loaded:
     vae_cfg: dict = field(default_factory=dict)
     encoders: dict = field(default_factory=dict)
     info: dict = field(default_factory=dict)
+    hooks: list = field(default_factory=list)  # model offload's hooks (measure/diffusion/offload.py)
 
 
 def vae_upcast(case: dict, mods: "Loaded") -> bool:
@@ -83,7 +85,9 @@ def load(case: dict, folder: Path, dev: Device) -> Loaded:
     if "vae" in need:
         mods.vae = b.build(folder, "vae", dev.torch_device, dt, w)
         _add(mods, "vae", mods.vae)
+    mods.hooks = offload.apply(mods, case.get("offload", "none"), dev.torch_device)
     dev.synchronize()
+    dev.empty_cache()
     mods.info["mem_after_load_bytes"] = dev.allocated()
     return mods
 

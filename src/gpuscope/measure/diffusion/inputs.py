@@ -34,6 +34,16 @@ def vae_factors(vae_cfg: dict) -> tuple[int, int]:
     return spatial, int(vae_cfg.get("temporal_compression_ratio") or 1)
 
 
+def device_of(model) -> torch.device:
+    """Where ``model`` runs: its parameters' device, or under CPU offload its accelerate hook's execution device
+    (as DiffusionPipeline._execution_device reads it)."""
+    for m in model.modules():
+        dev = getattr(getattr(m, "_hf_hook", None), "execution_device", None)
+        if dev is not None:
+            return torch.device(dev)
+    return model.device
+
+
 class Denoiser:
     """A denoiser with its fixed conditioning at batch ``n`` (random embeddings), the scheduler's latent shape at
     batch ``b``, and one forward from latents at batch ``n``."""
@@ -46,7 +56,7 @@ class Denoiser:
         self.h, self.w = height // self.f, width // self.f
         self.frames = frames
         self.batch, self.n = batch, n
-        self.dev, self.dtype = model.device, model.dtype
+        self.dev, self.dtype = device_of(model), model.dtype
         self.gen = gen
         self.cond = self._conditioning()
 
@@ -153,7 +163,7 @@ def vae_latents(vae, batch: int, height: int, width: int, frames: int | None, ge
     """The latents the VAE decodes at the end of a pipeline (batch B), in the VAE's layout."""
     f, ft = vae_factors(dict(vae.config))
     c, h, w = vae.config.latent_channels, height // f, width // f
-    dev, dt = vae.device, vae.dtype
+    dev, dt = device_of(vae), vae.dtype
     if type(vae).__name__ == "AutoencoderKLTemporalDecoder":
         return torch.randn(batch * int(frames), c, h, w, generator=gen, device=dev, dtype=dt)
     if ft > 1:
@@ -183,7 +193,7 @@ def unpack_flux(latents: torch.Tensor, h: int, w: int) -> torch.Tensor:
 def encoder_inputs(model, t5_tokens: int, batch: int, gen: torch.Generator) -> dict:
     """A text (or image) encoder's inputs: random token ids of the length the pipeline pads to (CLIP its 77
     positions, T5 the pipeline's max_sequence_length ``t5_tokens``), or one 224 x 224 image for an image encoder."""
-    cfg, dev = model.config, model.device
+    cfg, dev = model.config, device_of(model)
     name = type(model).__name__
     if "Vision" in name:
         s = cfg.image_size

@@ -2,7 +2,8 @@
 then N denoising steps through the folder's scheduler (diffusers' own class, default config where the folder has no
 scheduler_config.json), then the VAE decode. Each step: the latents doubled for CFG, the scheduler's input scaling,
 the denoiser, the guidance combine, ``scheduler.step``: what StableDiffusionXLPipeline.__call__ and its siblings do
-per step. Not run: tokenizers (random token ids instead), safety checkers, image post-processing to PIL.
+per step. Under CPU offload (``offload``, measure/diffusion/offload.py) each phase's time includes the moves its
+hooks make (model offload: the module before it out, its own in; the VAE phase also every module out at the end). Not run: tokenizers (random token ids instead), safety checkers, image post-processing to PIL.
 
 Phases are timed separately (device events, a synchronize between them) and summed into ``total_s``; each phase's
 peak is read after its own ``reset_peak_memory_stats``.
@@ -18,6 +19,7 @@ import torch
 
 from gpuscope.measure.device.device import Device, repeats
 from gpuscope.measure.device.nvml import PhaseEnergy
+from gpuscope.measure.diffusion import offload
 from gpuscope.measure.diffusion.build import module_class
 from gpuscope.measure.diffusion.components import denoiser_for, encode_all, set_vae_modes, vae_upcast
 from gpuscope.measure.diffusion.inputs import decode, encoder_inputs, unpack_flux
@@ -73,6 +75,13 @@ def denoise(den, sched, steps: int) -> torch.Tensor:
     return latents
 
 
+def finish(mods, out):
+    """The call's end: under model offload every module back on the CPU (maybe_free_model_hooks, inside the
+    pipeline's __call__: timed with the decode)."""
+    offload.free(mods.hooks)
+    return out
+
+
 def _phase(dev: Device, fn, times: list, peaks: list):
     dev.reset_peak()
     with dev.timer() as t:
@@ -94,8 +103,8 @@ def measure_pipeline(case: dict, dev: Device, mods, t: dict, gen) -> dict:
     def once():
         _phase(dev, lambda: encode_all(mods, inputs, t), times["text"], peaks["text"])
         lat = _phase(dev, lambda: denoise(den, sched, t["steps"]), times["denoise"], peaks["denoise"])
-        _phase(dev, lambda: decode_as_pipeline(mods.vae, vae_input(den, lat, upcast), t["frames"], chunk, upcast),
-               times["vae"], peaks["vae"])
+        _phase(dev, lambda: finish(mods, decode_as_pipeline(mods.vae, vae_input(den, lat, upcast), t["frames"],
+                                                            chunk, upcast)), times["vae"], peaks["vae"])
 
     for _ in range(t["warmup"]):
         once()
@@ -108,7 +117,7 @@ def measure_pipeline(case: dict, dev: Device, mods, t: dict, gen) -> dict:
             for _ in repeats(t["repeats"], t["min_time_s"]):
                 once()
         wall = time.perf_counter() - t0
-    return {**_result(t, times, peaks, energy, wall, modes), **hp.summary()}
+    return {**_result(t, times, peaks, energy, wall, modes), **hp.summary(), **offload.link_probe(mods, dev)}
 
 
 def _result(t: dict, times: dict, peaks: dict, energy, wall: float, modes: dict) -> dict:

@@ -19,11 +19,11 @@ from pathlib import Path
 import torch
 
 from gpuscope.measure.device.device import Device, is_oom, oom_result, pick_device, release
-from gpuscope.measure.diffusion.components import (Loaded, denoiser_for, encoder_passes, load, set_vae_modes,
-                                                   settings, vae_upcast)
+from gpuscope.measure.diffusion.components import (Loaded, denoiser_for, encode_all, encoder_passes, load,
+                                                   set_vae_modes, settings, vae_upcast)
 from gpuscope.measure.diffusion.inputs import decode, encoder_inputs, vae_latents
 from gpuscope.measure.diffusion.loop import measure_pipeline
-from gpuscope.measure.diffusion.timing import device_busy, timed
+from gpuscope.measure.diffusion.timing import profiled, timed
 
 METRIC_FORMULAS = {
     "denoiser_step_s": "median over repeats of one denoiser forward at denoiser_batch (B, 2B with CFG), "
@@ -35,6 +35,9 @@ METRIC_FORMULAS = {
                      "twice where the pipeline encodes the negative prompt too (encoder_passes)",
     "total_s": "pipeline: text_encode_s + steps x (denoiser at denoiser_batch, CFG combine, scheduler.step) + "
                "vae_decode_s, timed as one call (median over repeats)",
+    "text_encode_together_s": "median of all encoders called one after another with no synchronize between them, "
+                              "as the pipeline's encode_prompt runs them",
+    "kernel_table": "--profile: one more call under torch.profiler, kernels grouped by name, top 25 by device time",
     "peak_bytes": "torch.cuda.max_memory_allocated after reset_peak_memory_stats, over the timed repeats",
     "j_per_image": "NVML energy over the timed repeats / (repeats x batch) (pipeline; per clip for video)",
 }
@@ -50,8 +53,7 @@ def measure_denoiser(case: dict, dev: Device, mods: Loaded, t: dict, gen) -> dic
            "j_per_step": r["energy_j"] / r["n"] if r["energy_j"] else None,
            **{k: v for k, v in r.items() if k.startswith("host_probe")}}
     if case.get("profile"):
-        with torch.inference_mode():
-            out.update(device_busy(dev, lambda: den(x)) or {"device_busy_s": None})
+        out.update(profiled(dev, lambda: den(x)))
     return out
 
 
@@ -60,21 +62,34 @@ def measure_vae(case: dict, dev: Device, mods: Loaded, t: dict, gen) -> dict:
     z = vae_latents(mods.vae, t["batch"], t["height"], t["width"], t["frames"], gen)
     chunk = 1 if case.get("vae_slicing") else None
     r = timed(dev, lambda: decode(mods.vae, z, t["frames"], chunk), t["repeats"], t["warmup"], t["min_time_s"])
-    return {"vae_decode_s": r["s"], "vae_spread": r["spread"], "vae_repeats": r["n"], "peak_bytes": r["peak_bytes"],
-            "energy_j": r["energy_j"], "energy_source": r["energy_source"], "power_w": r["power_w"], **modes}
+    out = {"vae_decode_s": r["s"], "vae_enqueue_s": r["enqueue_s"], "vae_spread": r["spread"], "vae_repeats": r["n"],
+           "peak_bytes": r["peak_bytes"], "energy_j": r["energy_j"], "energy_source": r["energy_source"],
+           "power_w": r["power_w"], **modes}
+    if case.get("profile"):
+        out.update(profiled(dev, lambda: decode(mods.vae, z, t["frames"], chunk)))
+    return out
 
 
 def measure_text(case: dict, dev: Device, mods: Loaded, t: dict, gen) -> dict:
-    each, peak, passes = {}, 0, {}
+    each, issue, peak, passes, prof = {}, {}, 0, {}, {}
+    inputs = {name: encoder_inputs(enc, t["t5_tokens"], t["batch"], gen) for name, enc in mods.encoders.items()}
     for name, enc in mods.encoders.items():
-        inp, passes[name] = encoder_inputs(enc, t["t5_tokens"], t["batch"], gen), encoder_passes(name, t)
-        r = timed(dev, lambda: [enc(**inp) for _ in range(passes[name])], t["repeats"], t["warmup"],
-                  t["min_time_s"])
-        each[name] = r["s"]
+        passes[name] = encoder_passes(name, t)
+        call = lambda enc=enc, inp=inputs[name], k=passes[name]: [enc(**inp) for _ in range(k)]  # noqa: E731
+        r = timed(dev, call, t["repeats"], t["warmup"], t["min_time_s"])
+        each[name], issue[name] = r["s"], r["enqueue_s"]
         peak = max(peak, r["peak_bytes"] or 0)
-    return {"text_encode_s": sum(each.values()), "text_encode_each_s": each, "encoder_passes": passes,
-            "peak_bytes": peak if dev.type in ("cuda", "xpu") else None,
-            "text_inputs": "random token ids (no tokenizer read), padded to the pipeline's length"}
+        if case.get("profile"):
+            prof[name] = profiled(dev, call)
+    # all encoders as the pipeline's encode_prompt runs them: one after another, no synchronize between them
+    both = timed(dev, lambda: encode_all(mods, inputs, t), t["repeats"], t["warmup"], t["min_time_s"])
+    out = {"text_encode_s": sum(each.values()), "text_encode_each_s": each, "text_enqueue_each_s": issue,
+           "text_encode_together_s": both["s"], "text_enqueue_together_s": both["enqueue_s"],
+           "encoder_passes": passes, "peak_bytes": peak if dev.type in ("cuda", "xpu") else None,
+           "text_inputs": "random token ids (no tokenizer read), padded to the pipeline's length"}
+    if prof:
+        out["text_profile"] = prof
+    return out
 
 
 def measure_point(case: dict, dev: Device, mods: Loaded) -> dict:
