@@ -6,6 +6,7 @@ from __future__ import annotations
 import typer
 
 from gpuscope.cli import options as o
+from gpuscope.report.html.option import html_option, write_html
 
 MODEL_HELP = ("A local diffusers folder (model_index.json + component configs) or a preset: sd-1.5, sdxl, "
               "sd-3.5-medium, flux.1-schnell, svd-xt, cogvideox-5b.")
@@ -38,6 +39,7 @@ def diffusion(
     vae_slicing: bool = typer.Option(False, "--vae-slicing", help="Decode one image (or frame) at a time."),
     calibrated: bool = o.calibrated(),
     as_json: bool = o.json_out(help="Print JSON (schema gpuscope.estimate/1, kind diffusion)."),
+    html: str = html_option(),
 ) -> None:
     """Diffusion and video generation: VRAM per phase, seconds per step, decode and call, images/s, J/image,
     and the largest batch, resolution and frame count that fit."""
@@ -55,7 +57,8 @@ def diffusion(
         import json
 
         typer.echo(json.dumps(plan.to_json(), indent=2))
-        return
-    from gpuscope.report.diffusion_view import render_plan
+    else:
+        from gpuscope.report.diffusion_view import render_plan
 
-    render_plan(plan.to_json(), o.console())
+        render_plan(plan.to_json(), o.console())
+    write_html(plan.to_json(), html)

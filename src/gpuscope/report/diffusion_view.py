@@ -100,3 +100,97 @@ def compare_markdown(d: dict) -> str:
     lines += ["| " + " | ".join(row) + " |" for row in grid]
     lines += [""] + [f"- {n}" for n in d.get("notes", [])]
     return "\n".join(lines)
+
+
+# --- the HTML views of `plan diffusion --html` (report/html/views.sections_for picks them by kind) ---------------
+
+PHASE_TIMES = (("text_encode_s", "text encoders"), ("denoise_s", "denoiser steps"), ("vae_decode_s", "VAE decode"),
+               ("offload_transfer_s", "offload transfers"))
+
+
+def call_time_figure(d: dict) -> dict:
+    """One call stacked by phase (text encoders, the steps, the decode, offload transfers) and one denoiser step
+    beside it (its forward, and the pipeline's per-step overhead), in ms (plan JSON: time.*)."""
+    from gpuscope.report.html.figures import layout
+
+    t, i = d["time"], d["inputs"]
+    data = [{"type": "bar", "name": label, "x": ["one call"], "y": [t[k] * 1e3],
+             "hovertemplate": f"{label}: %{{y:,.1f}} ms<extra></extra>"} for k, label in PHASE_TIMES if t.get(k)]
+    if t.get("step_s"):
+        for k, label in (("step_s", "denoiser forward"), ("step_overhead_s", "per-step overhead")):
+            data.append({"type": "bar", "name": label, "x": ["one step"], "y": [t[k] * 1e3], "yaxis": "y2",
+                         "hovertemplate": f"{label}: %{{y:,.2f}} ms<extra></extra>"})
+    title = (f"Time of one {i['component']} call: {_s(t['total_s'])} ({i['steps']} steps, denoiser batch "
+             f"{i['denoiser_batch']})")
+    return {"data": data, "layout": layout(title, barmode="stack", yaxis={"title": {"text": "ms, one call"}},
+                                           yaxis2={"title": {"text": "ms, one step"}, "overlaying": "y",
+                                                   "side": "right"}, legend={"orientation": "h", "y": -0.12})}
+
+
+def component_time_figure(d: dict) -> dict | None:
+    """Each component's forward: the planner's GPU time, the host's time to launch it, and the forward as the two
+    overlap on one stream (plan JSON: components.*.gpu_s, host_s, forward_s), in ms."""
+    from gpuscope.report.html.figures import layout
+
+    comps = d.get("components") or {}
+    if not comps:
+        return None
+    names = list(comps)
+    data = [{"type": "bar", "name": label, "x": names, "y": [comps[n][k] * 1e3 for n in names],
+             "hovertemplate": f"{label} (%{{x}}): %{{y:,.2f}} ms<extra></extra>"}
+            for k, label in (("gpu_s", "GPU"), ("host_s", "host (launches)"), ("forward_s", "forward"))]
+    return {"data": data, "layout": layout("One forward per component: GPU, host and the forward (ms)",
+                                           barmode="group", yaxis={"title": {"text": "ms"}})}
+
+
+def ops_figures(d: dict) -> list[dict]:
+    """Per component, the planner's largest operations of one forward by GPU time (plan JSON: top_ops), in ms."""
+    from gpuscope.report.html.figures import layout
+
+    out = []
+    for name, ops in (d.get("top_ops") or {}).items():
+        if not ops:
+            continue
+        gpu = (d.get("components") or {}).get(name, {}).get("gpu_s")
+        data = [{"type": "bar", "orientation": "h", "name": name, "y": [o["op"] for o in ops],
+                 "x": [o["gpu_s"] * 1e3 for o in ops], "customdata": [o.get("kernels", 0) for o in ops],
+                 "hovertemplate": "%{y}: %{x:,.3f} ms, %{customdata} kernels<extra></extra>"}]
+        title = f"{name}: largest operations of one forward" + (f" (GPU {_s(gpu)})" if gpu else "")
+        out.append({"data": data, "layout": layout(title, height=max(300, 26 * len(ops) + 120), showlegend=False,
+                                                   margin={"l": 330, "r": 30, "t": 60, "b": 50},
+                                                   yaxis={"autorange": "reversed"},
+                                                   xaxis={"title": {"text": "ms (GPU)"}})})
+    return out
+
+
+def _limit_rows(d: dict) -> list[list]:
+    m = d["memory"]
+    rows = [["fits", "yes" if d["fits"] else "no"],
+            ["required / device", f"{_gib(m['required_bytes_per_gpu'])} / {_gib(m['device_total_bytes'])}"]]
+    labels = {"max_batch": "largest batch", "max_square_side": "largest square side (px)",
+              "max_frames": "most frames"}
+    rows += [[labels.get(k, k.replace("_", " ")), f"{v:,}"] for k, v in (d.get("limits") or {}).items()]
+    return rows
+
+
+def html_sections(d: dict) -> list:
+    """The sections of a diffusion plan's page: the plan's figures, memory per phase, time of a call and a step,
+    each component's forward and its largest operations, what fits."""
+    from gpuscope.report.html import figures as f
+    from gpuscope.report.html.page import Section, table
+
+    head = Section(f"Diffusion plan: {d['model']} on {d['hardware']}", id="diffusion",
+                   html=table(["figure", "value"], [list(r) for r in plan_lines(d)]))
+    mem = Section("Memory per phase", [f.memory_figure(d)], id="diffusion-memory",
+                  notes=["The peak allocated stacked by weights and each component's activations (runtime "
+                         "overheads hatched), and the allocator's peak in each phase of the call."])
+    time = Section("Step time breakdown", [call_time_figure(d), component_time_figure(d), *ops_figures(d)],
+                   id="diffusion-time",
+                   notes=["A forward is its ops walked on one stream: an op starts when its kernels are launched "
+                          "and the op before it has finished, so it lies between the GPU time and the sum of GPU "
+                          "and host time."])
+    lim = Section("Limits", id="diffusion-limits", html=table(["figure", "value"], _limit_rows(d), numeric=(1,)),
+                  notes=["The largest batch, square resolution and frame count whose peak plus runtime overheads "
+                         "fit the device (memory only), the rest of the call as planned."])
+    notes = Section("Assumptions", notes=list(d.get("assumptions", [])), id="assumptions")
+    return [head, mem, time, lim, notes]

@@ -117,6 +117,10 @@ def sections_for(doc: dict) -> list[Section]:
     schema = doc.get("schema", "")
     if schema.startswith("gpuscope.estimate") and doc.get("kind") == "serve":
         return serve_sections(doc)
+    if schema.startswith("gpuscope.estimate") and doc.get("kind") == "diffusion":
+        from gpuscope.report.diffusion_view import html_sections
+
+        return html_sections(doc)
     if schema.startswith("gpuscope.estimate"):
         return estimate_sections(doc)
     if schema.startswith("gpuscope.compare"):
