@@ -17,7 +17,6 @@ take (num_blocks, max_batch_tokens, max_memory_percent).
 from __future__ import annotations
 
 import inspect
-import math
 import statistics
 import time
 from collections import deque
@@ -27,9 +26,8 @@ import torch
 from gpuscope.measure.device.device import Device, release, run_as_result
 from gpuscope.measure.models.hf_model import DTYPES, build_model, case_config, model_bytes, silence_generation, vocab_size
 from gpuscope.measure.serve.metrics import RequestRecord, slo_of, summarize
-from gpuscope.measure.serve.schedule import Plan, plan_of
+from gpuscope.measure.serve.schedule import Plan, plan_of, workload_blocks
 
-BLOCK_TOKENS = 256  # the default KV block (page) size of ContinuousBatchingConfig in 5.17 and 5.24
 CB_KEYS = ("num_blocks", "max_batch_tokens", "max_memory_percent")
 POLL_S = 0.02  # the longest the collecting loop waits on the output queue (it wakes earlier for an arrival)
 
@@ -41,8 +39,7 @@ def cb_config(case: dict, plan: Plan, dev: Device):
 
     kw = {k: case[k] for k in CB_KEYS if case.get(k) is not None}
     if dev.type == "cpu" and "num_blocks" not in kw:
-        per_req = math.ceil((max(plan.prompt_lens) + max(plan.output_lens)) / BLOCK_TOKENS) + 1
-        kw["num_blocks"] = per_req * min(len(plan.prompt_lens), plan.concurrency or len(plan.prompt_lens))
+        kw["num_blocks"] = workload_blocks(plan)
     allowed = inspect.signature(ContinuousBatchingConfig).parameters
     return ContinuousBatchingConfig(**{k: v for k, v in kw.items() if k in allowed})
 

@@ -8,9 +8,10 @@ import tempfile
 
 from gpuscope.measure.serve.loadgen import probe, run_http
 from gpuscope.measure.serve.metrics import RequestRecord, slo_of, summarize
-from gpuscope.measure.serve.schedule import Plan, plan_of
+from gpuscope.measure.serve.schedule import Plan, plan_of, workload_blocks
 
-WARMUP_REQUESTS = 4  # untimed requests before a launched server's timed run (its first requests load and compile)
+WARMUP_REQUESTS = 4  # untimed requests before a launched server's timed run (its first requests load and compile);
+# the case's warmup_requests (--warmup-requests) overrides it
 
 
 def http_result(case: dict, plan: Plan, recs: list[RequestRecord], **fields) -> dict:
@@ -37,10 +38,16 @@ def run_endpoint(case: dict) -> dict:
 
 def run_launch(case: dict) -> dict:
     """Start `transformers serve` on the case's random-weight model, warm it, drive it, end it."""
+    from gpuscope.measure.device.device import Device, pick_device
     from gpuscope.measure.serve.launch import Server, free_port, save_random_model, transformers_command
 
     plan = plan_of(case)
     api = case.get("api", "completions")
+    dev = Device(pick_device(case.get("device")))  # the device the server is told to use, for the estimate
+    if dev.type == "cpu" and case.get("num_blocks") is None:
+        case = {**case, "num_blocks": workload_blocks(plan)}
+    warm_n = case.get("warmup_requests")
+    n_warm = min(WARMUP_REQUESTS if warm_n is None else int(warm_n), len(plan.prompt_lens))
     with tempfile.TemporaryDirectory(prefix="gpuscope-serve-") as d:
         save_random_model(case, d)
         port = free_port()
@@ -48,17 +55,14 @@ def run_launch(case: dict) -> dict:
         cmd = transformers_command(d, port, case.get("device"), case)
         with Server(cmd, base, log_dir=d) as srv:
             ready = srv.wait_ready(float(case.get("ready_timeout_s", 600)))
-            warm = Plan(plan.prompt_lens[:WARMUP_REQUESTS], plan.output_lens[:WARMUP_REQUESTS],
-                        (0.0,) * min(WARMUP_REQUESTS, len(plan.prompt_lens)))
-            run_http(base, api, d, warm, "transformers", float(case.get("request_timeout_s", 600)))
+            if n_warm:
+                warm = Plan(plan.prompt_lens[:n_warm], plan.output_lens[:n_warm], (0.0,) * n_warm)
+                run_http(base, api, d, warm, "transformers", float(case.get("request_timeout_s", 600)))
             recs = run_http(base, api, d, plan, "transformers", float(case.get("request_timeout_s", 600)),
                             int(case.get("seed", 0)))
             tail = srv.log_tail(800)
         code = srv.stop()
     server = {"command": ["transformers", "serve", "<random-weight model>", *cmd[5:]], "ready_s": ready,
               "exit_code": code, "log_tail": tail}
-    from gpuscope.measure.device.device import Device, pick_device
-
-    dev = Device(pick_device(case.get("device")))  # the device the server was told to use, for the estimate
     return http_result(case, plan, recs, launch="transformers", server=server, api=api, exact="transformers",
                        device=dev.name, device_name=dev.device_name())

@@ -76,3 +76,13 @@ def plan_of(case: dict) -> Plan:
                      case.get("concurrency"), float(case.get("burstiness", 1.0)), int(case.get("seed", 0)),
                      case.get("prompt_dist", "fixed"), float(case.get("prompt_spread", 0.0)),
                      case.get("gen_dist", "fixed"), float(case.get("gen_spread", 0.0)))
+
+
+BLOCK_TOKENS = 256  # the default KV block (page) size of transformers' ContinuousBatchingConfig (5.17, 5.24)
+
+
+def workload_blocks(plan: Plan, block_tokens: int = BLOCK_TOKENS) -> int:
+    """KV blocks for the plan's longest request times the requests in flight at most (a CPU engine's cache sized to
+    the workload: the engine's own sizing to a fraction of the host's memory takes tens of seconds to allocate)."""
+    per_req = -(-(max(plan.prompt_lens) + max(plan.output_lens)) // block_tokens) + 1
+    return per_req * min(len(plan.prompt_lens), plan.concurrency or len(plan.prompt_lens))
