@@ -17,10 +17,21 @@
    - "GB" is 10^9 bytes of device memory the run needs: the planner's peak plus CUDA's context and the allocator's
      slack (estimate/runtime.py). Read as GiB of that requirement, the rows come out +16% (80 GB) to +87% (12 GB);
    - padded sequences count in full (the padding is attended to as tokens).
-   Reproduced: 8 GB out of memory (the planner's fixed part alone is 8.8 GB), and 24 to 80 GB within 20%
-   (+13%, +9%, +9%, +8%). NOT reproduced: 12 GB +46% and 16 GB +21%: 932 tokens are 2.3 GB above the line's
-   9.70 GB fixed part and the planner's is 8.8 GB; that 0.9 GB (what HF held besides the model, adapters and
-   states: not known) moves the small cards' rows most. Kept below as known misses.
+   Reproduced: 8 GB out of memory (the planner's fixed part alone is 8.8 GB), and 40 to 80 GB within 20%
+   (+19.0%, +18.3%, +17.1%). NOT reproduced: 12 GB +60%, 16 GB +32%, 24 GB +23%. The planner's line is
+   8.81 GB + 2.136 MB a token (peak + CUDA context + slack), the column's 9.70 GB + 2.471 MB: HF held 0.9 GB and
+   0.33 MB a token (16%) more than the transformers 5 / peft 0.21 / bitsandbytes 0.50 stack the planner is held to
+   on the H200 (its checkpointed forward peaks within 1%, research/results/2026-12-02-h200-b/qlora.md). Looked
+   for and not found in the code (so not modelled): the head already counts the most any transformers 4.44-4.47
+   loss path holds at once (bf16 logits, their fp32 upcast, the shifted copy, log_softmax's output:
+   2 + 4 + 4 + 4 = 14 V bytes a token, 1.80 MB); peft's prepare_model_for_kbit_training (fp32 embeddings and
+   lm_head, an fp32 residual stream, autocast's saved bf16 copy of lm_head) would add 3.2 GB fixed and 0.26 MB a
+   token, which leaves no room for 932 tokens on 12 GB; bitsandbytes' quant state is in NF4_BYTES_PER_WEIGHT;
+   FlashAttention-2's unpadding copies are per layer (tens of KB a token, one layer at a time). An allocator's
+   reserve read instead of its allocations, or a fragmented cache, would account for the rest; the table does not
+   say what it measured. Kept below as known misses. (Before the checkpointed
+   forward's fix the planner's line was 2.327 MB a token and 24-80 GB read +8% to +13%: one layer's saved set
+   counted at the head, 0.19 MB a token, hid part of this gap.)
 2. torchtune's README, "Optimization flags" (pytorch/torchtune, commit bd2a0fc7): Llama 3.2 3B, batch size 2, max
    sequence length 4096, packed, bf16, A100, torch.compile, chunked cross-entropy, activation checkpointing and
    activation offloading, LoRA and QLoRA without optimizer-in-backward or 8-bit AdamW: "Peak Memory Active" LoRA
@@ -47,7 +58,7 @@ from gpuscope.specs.models import load_model
 
 GIB = 2**30
 UNSLOTH_HF_FA2 = {8: None, 12: 932, 16: 2551, 24: 5789, 40: 12264, 48: 15502, 80: 28454}  # GB -> tokens
-UNSLOTH_KNOWN_MISS = {12: (0.3, 0.6), 16: (0.2, 0.3)}  # GB -> the error's range today
+UNSLOTH_KNOWN_MISS = {12: (0.5, 0.7), 16: (0.25, 0.4), 24: (0.2, 0.27)}  # GB -> the error's range today
 TT_TARGETS = "q_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
 
 
@@ -112,4 +123,7 @@ def test_activation_offloading_saves_all_but_two_layer_inputs():
     on = estimate_lora_train(m, load_hardware("a100"), shape, offload_activations=True, **kw)
     off = estimate_lora_train(m, load_hardware("a100"), shape, **kw)
     layer_input = 2 * 4096 * m.hidden_size * 2
-    assert off.peak_bytes_per_gpu - on.peak_bytes_per_gpu == pytest.approx((m.num_layers - 2) * layer_input)
+    saved = (m.num_layers - 2) * layer_input
+    assert off.phases_bytes["forward"] - on.phases_bytes["forward"] == pytest.approx(saved)
+    # the backward's peak moves to a later layer as the adapters' gradients fill in: at most the same saving
+    assert 0 < off.peak_bytes_per_gpu - on.peak_bytes_per_gpu <= saved * (1 + 1e-9)
