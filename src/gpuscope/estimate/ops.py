@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from gpuscope.estimate import moe as moemod
 from gpuscope.specs.model import ModelSpec
 
 
@@ -222,13 +223,20 @@ def _moe_ops(m: ModelSpec, tokens: int, act_b: float, w_b: float, stream_b: floa
     width = e.expert_intermediate_size
     n_mats = 3 if m.gated_mlp else 2
     flops = 2.0 * routed_tokens * h * width * n_mats
+    shape_rows = routed_tokens
+    if not batched:  # grouped_mm computes each expert's rows in whole row units (estimate/moe.py)
+        up_n = (n_mats - 1) * width
+        rows_up = moemod.padded_rows(tokens, e.experts_per_token, e.num_experts, up_n)
+        rows_down = moemod.padded_rows(tokens, e.experts_per_token, e.num_experts, h)
+        flops = 2.0 * h * width * ((n_mats - 1) * rows_up + rows_down)
+        shape_rows = max(routed_tokens, int(round(rows_up)))
     expert_w = (3 * routed_tokens if batched else hit) * n_mats * h * width * w_b
     bytes_ = expert_w + routed_tokens * (2 * h + (n_mats + 2) * width) * act_b
     # transformers 5 runs the routed experts as grouped GEMMs over expert-sorted tokens (its fused 3-D expert
     # weights): a fixed dozen kernels per layer (sort/count, gather, grouped gate_up, act, grouped down, scatter),
     # not a Python loop over experts.
     # Wave quantization over all groups at once: the grouped GEMM tiles every expert's rows in one launch.
-    ops.append(Op("experts", "matmul", flops, bytes_, 12, count, (routed_tokens, width, h)))
+    ops.append(Op("experts", "matmul", flops, bytes_, 12, count, (shape_rows, width, h)))
     if e.shared_intermediate_size:
         ops += _mlp_ops(m, tokens, e.shared_intermediate_size, act_b, w_b, stream_b, count, cast, "shared_expert")
     return ops
