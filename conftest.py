@@ -19,11 +19,16 @@ if "torch" in sys.modules:  # imported before this file (a plugin): set it there
     sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 # A gpuscope home of the session's own (unless the caller set one): a bench run on the CPU keeps this host's
-# measured ceilings there (pipeline/host_ceilings.py), never in the user's ~/.local/share/gpuscope.
-if "GPUSCOPE_HOME" not in os.environ:
+# measured ceilings there (pipeline/host_ceilings.py), never in the user's ~/.local/share/gpuscope. Each xdist
+# worker makes its own (the workers inherit the controller's environment): two workers never write one home, and
+# each sees what one serial session would.
+_MADE = "GPUSCOPE_TEST_HOME_MADE"  # the home this file made, so that a worker tells it from one the caller set
+if "GPUSCOPE_HOME" not in os.environ or (os.environ.get("PYTEST_XDIST_WORKER")
+                                         and os.environ.get(_MADE) == os.environ["GPUSCOPE_HOME"]):
     import atexit
     import shutil
     import tempfile
 
-    os.environ["GPUSCOPE_HOME"] = tempfile.mkdtemp(prefix="gpuscope-test-home-")
+    os.environ["GPUSCOPE_HOME"] = os.environ[_MADE] = tempfile.mkdtemp(prefix="gpuscope-test-home-")
     atexit.register(shutil.rmtree, os.environ["GPUSCOPE_HOME"], True)
+

@@ -93,10 +93,8 @@ def test_results_options(db, args, needles):
 def test_measuring_commands_check_first(tmp_path, args, needles):
     pytest.importorskip("torch")
     db = tmp_path / "r.sqlite"
-    t0 = time.perf_counter()
     _one_sentence(run(*args, "--db", str(db), db=db), *needles)
-    assert time.perf_counter() - t0 < 30  # said at once, not after minutes of measuring
-    assert not db.exists()  # nothing measured, nothing stored
+    assert not db.exists()  # said before measuring: nothing measured, nothing stored
 
 
 @pytest.mark.parametrize("cmd", ["infer", "train"])

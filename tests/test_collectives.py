@@ -72,24 +72,21 @@ def test_stored_in_results_db_with_provenance(bench_run):
 
 
 def test_hung_collective_ends_with_clear_message_within_timeout(tmp_path):
-    t0 = time.perf_counter()
     with pytest.raises(DistributedRunError) as ei:
         run_torchrun("gpuscope.measure.collectives.worker",
                      ["--backend", "gloo", "--ops", "all_reduce", "--max-bytes", "16", "--timeout", "3",
-                      "--simulate-hang-rank", "1"], nproc=2, timeout_s=60)
-    wall = time.perf_counter() - t0
+                      "--simulate-hang-rank", "1"], nproc=2, timeout_s=120)
     msg = str(ei.value)
+    # ended by the 3 s collective timeout (this message), not by the 120 s wall clock ("... was killed")
     assert "collective all_reduce of 8 bytes did not finish within 3 s" in msg, msg
-    assert ei.value.records == []
-    assert wall < 60, wall  # ended by the 3 s collective timeout (the message above), before the 60 s wall clock
+    assert "was killed" not in msg and ei.value.records == []
 
 
 def test_wall_clock_timeout_kills_the_job():
-    t0 = time.perf_counter()
+    # killed at its 2 s wall clock (this message), not ended by the worker's own 60 s collective timeout
     with pytest.raises(DistributedRunError, match="did not finish within 2 s and was killed"):
         run_torchrun("gpuscope.measure.collectives.worker", ["--backend", "gloo", "--ops", "all_reduce", "--timeout", "60",
                                                       "--simulate-hang-rank", "1"], nproc=2, timeout_s=2)
-    assert time.perf_counter() - t0 < 60  # killed at its 2 s wall clock, before the worker's own 60 s timeout
 
 
 def test_torchrun_command_lines():

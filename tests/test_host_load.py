@@ -13,13 +13,15 @@ from gpuscope.measure.host.load import HostLoad
 
 def test_host_load_counts_this_process_and_the_cpus():
     with HostLoad() as h:
-        t0 = time.perf_counter()
-        while time.perf_counter() - t0 < 0.3:  # busy: this process's CPU time grows with the wall time
+        t0 = time.process_time()
+        # busy until this process has had 0.3 s of CPU (not 0.3 s of wall time: a loaded host gives it less)
+        while time.process_time() - t0 < 0.3:
             sum(range(1000))
     s = h.summary()
-    assert s["wall_s"] >= 0.3
+    assert s["wall_s"] > 0
     if s["process_cpu_s"] is not None:  # POSIX
-        assert 0.1 < s["process_cpu_s"] <= s["wall_s"] * 4 and s["involuntary_switches"] >= 0
+        assert s["process_cpu_s"] >= 0.29 and s["involuntary_switches"] >= 0  # rusage ticks: 0.3 s to within 10 ms
+        assert s["process_cpu_s"] <= s["wall_s"] * 4
     if host_load._proc_stat() is not None:  # Linux
         assert 0.0 <= s["steal_fraction"] <= 1.0 and 0.0 < s["busy_fraction"] <= 1.0
 

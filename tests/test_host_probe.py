@@ -243,21 +243,29 @@ def test_headline_says_when_the_host_moved_during_a_run():
     assert "moved" not in headline({k: v for k, v in infer.items() if not k.startswith("host_probe")})
 
 
-def test_timed_repeats_run_the_count_and_the_time_floor():
+def test_timed_repeats_run_the_count_and_the_time_floor(monkeypatch):
     """measure/device/device.repeats: at least n, and on until min_time_s has passed (at most cap); the smoke suite's
-    workloads carry the floor, and a run records how many repeats it took."""
-    import time
+    workloads carry the floor, and a run records how many repeats it took. The clock is the test's own: each repeat
+    takes 10 ms of it, so the count is exact however loaded the host (a real sleep lasts as long as the scheduler makes it)."""
+    from types import SimpleNamespace
 
+    import gpuscope.measure.device.device as device_mod
     from gpuscope.workloads.sets import SMOKE_MIN_TIME_S, smoke_cases
     from gpuscope.measure.device.device import repeats
 
     assert list(repeats(3)) == [0, 1, 2]
+    clock = [100.0]
+    monkeypatch.setattr(device_mod, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
     n = 0
-    t0 = time.perf_counter()
     for _ in repeats(2, min_time_s=0.05):
-        time.sleep(0.005)
+        clock[0] += 0.01
         n += 1
-    assert time.perf_counter() - t0 >= 0.05 and n >= 5
+    assert n == 5  # 2 for the count, then on until 50 ms had passed
+    n = 0
+    for _ in repeats(7, min_time_s=0.05):
+        clock[0] += 0.01
+        n += 1
+    assert n == 7  # the count, when the floor had passed before it
     assert len(list(repeats(1, min_time_s=60, cap=7))) == 7
     assert all(c["min_time_s"] == SMOKE_MIN_TIME_S for c in smoke_cases())
 
