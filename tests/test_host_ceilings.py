@@ -4,6 +4,7 @@ gpuscope home, reused by later runs and by `results compare`, and said as such (
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 import subprocess
@@ -30,8 +31,18 @@ def _cli(home, *args: str) -> subprocess.CompletedProcess:
                           env=env)
 
 
+FAKE_COSTS = {"op_s": 9e-6, "forward_s": 3e-4, "step_s": 5e-4, "setup_s": 2e-3, "gpt2_op_s": 3e-5,
+              "gpt2_forward_s": 4e-4, "gemm_rows": [1, 4, 16, 64, 256], "gemm_tflops": [0.01, 0.02, 0.05, 0.08, 0.1],
+              "elementwise_cache_gbs": 60.0, "elementwise_dram_gbs": 15.0, "first_touch_gbs": 2.5, "threads": 2}
+
+
 def test_kept_ceilings_are_found_for_this_host_only_and_say_when_and_by_what(tmp_path, monkeypatch):
+    from gpuscope.estimate.cpu import cpu_costs
+    from gpuscope.estimate.engines import engine_for
+    from gpuscope.measure.host import cpu_costs as measured
+
     monkeypatch.setenv("GPUSCOPE_HOME", str(tmp_path))
+    monkeypatch.setattr(measured, "cpu_costs", lambda: dict(FAKE_COSTS))  # what a host measured (seconds)
     name = "x86_64"
     assert host_ceilings.lookup(socket.gethostname(), name) is None
     path = host_ceilings.save("cpu", "`gpuscope bench infer` (run 7)", FAKE_MICRO)
@@ -42,6 +53,12 @@ def test_kept_ceilings_are_found_for_this_host_only_and_say_when_and_by_what(tmp
     hw, line = host_ceilings.lookup(socket.gethostname(), name)
     assert hw.peak("fp32") == pytest.approx(0.04) and hw.peak("bf16") == pytest.approx(0.09)
     assert not hw.supports("fp16")  # not measured (an OOM result): no rate made up for it
+    # the per-op costs kept beside the ceilings: the engine's cost per kernel and the planner's CPU model
+    eng = engine_for("eager", hw)
+    assert (eng.launch_s, eng.forward_s, eng.step_s, eng.setup_s) == (9e-6, 3e-4, 5e-4, 2e-3)
+    c = cpu_costs(hw)
+    assert c.tflops == (0.01, 0.02, 0.05, 0.08, 0.1) and (c.dram_gbs, c.first_touch_gbs) == (15.0, 2.5)
+    assert c.family_costs == (("gpt2", 3e-5, 4e-4),) and c.fp32_tflops == pytest.approx(0.04)
     assert line.startswith(f"this host's measured ceilings ({path}), measured 20") and \
         line.endswith("by `gpuscope bench infer` (run 7)")
     assert host_ceilings.lookup("some-other-host", name) is None  # another host's CPU: not planned on ours
@@ -107,6 +124,11 @@ def test_the_first_cpu_run_takes_the_cpu_defaults_measures_the_ceilings_and_keep
     assert any(x["metric"].endswith("_s") and x["error"] is not None for x in est["rows"]), est["rows"]
     (path,) = first_runs["files"]
     assert path.stat().st_mtime_ns == first_runs["stamp"]  # the second run read it, did not write it again
+    from gpuscope.estimate.cpu import cpu_costs
+    from gpuscope.specs.hardware import load_hardware
+
+    c = cpu_costs(load_hardware(str(path)))  # measured by that first run: the planner prices the CPU on them
+    assert c is not None and all(r > 0 and math.isfinite(r) for r in (*c.tflops, c.cache_gbs, c.dram_gbs))
 
 
 def test_a_later_run_reuses_them_and_says_so_under_its_table(first_runs):

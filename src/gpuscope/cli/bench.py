@@ -202,9 +202,9 @@ def train(
                                        f"({bench_cpu.help_for('precision')})."),
     recompute: str = options.recompute(among=MEASURED_RECOMPUTE),
     grad_accum: int = typer.Option(1, "--grad-accum", help="Micro-batches (forward + backward) per optimizer step."),
-    steps: int = typer.Option(6, "--steps", help="Timed optimizer steps (median)."),
+    steps: int = typer.Option(None, "--steps", help=f"Timed optimizer steps (median; {bench_cpu.help_for('steps')})."),
     min_time: float = typer.Option(0.0, "--min-time", help=HELP["min_time"]),
-    warmup: int = typer.Option(2, "--warmup", help="Untimed steps first."),
+    warmup: int = typer.Option(None, "--warmup", help=f"Untimed steps first ({bench_cpu.help_for('warmup')})."),
     gpu: str = bench_gpu(), timeout_s: float = timeout(),
     db: str = options.db(), resume: bool = options.resume(), as_json: bool = json_out(),
     device: str = options.device(),
@@ -221,14 +221,14 @@ def train(
 
     options.require_torch()
     device = options.device_exists(device)
-    given, note = bench_cpu.defaults("bench train", device, seq=seq, precision=precision)
+    given, note = bench_cpu.defaults("bench train", device, seq=seq, precision=precision, steps=steps, warmup=warmup)
     model, inline = options.case_model(model)
     keys = {"device": device, "grad_accum": grad_accum if grad_accum != 1 else None, "min_time_s": min_time or None,
             "lora_r": lora_r, "lora_alpha": lora_alpha, "lora_targets": lora_targets, "lora_dropout": lora_dropout,
             "qlora": qlora or None}
     extra = {k: v for k, v in keys.items() if v is not None}  # only when set: ids of earlier cases stay the same
-    case = train_case(model, micro_batch, given["seq"], given["precision"], recompute, steps=steps, warmup=warmup,
-                      **inline, **extra)
+    case = train_case(model, micro_batch, given["seq"], given["precision"], recompute, steps=given["steps"],
+                      warmup=given["warmup"], **inline, **extra)
     bench_cpu.ready(case, device, note, gpu)
     _run_one(case, db, resume, as_json, gpu, timeout_s, "bench train", html)
 

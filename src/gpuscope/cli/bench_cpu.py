@@ -11,6 +11,7 @@ take minutes on such a host. So a value not given takes the CPU's default; a val
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import typer
@@ -18,11 +19,18 @@ import typer
 from gpuscope.cli import options
 from gpuscope.errors import UserError
 
-ACCEL = {"dtype": "bf16", "precision": "amp-bf16", "prompt": 512, "gen": 128, "seq": 2048, "micro_dtype": None}
+ACCEL = {"dtype": "bf16", "precision": "amp-bf16", "prompt": 512, "gen": 128, "seq": 2048, "micro_dtype": None,
+         "steps": 6, "warmup": 2}
 # Llama-3.2-1B in fp32 on a 2-core host: a 64-token prefill is ~150 GFLOP (8-60 GFLOP/s there, by load) and a
 # decode step reads its 5 GB of weights; a case runs ~14 prefills and ~60 decode steps, so 32 + 8 tokens. A
-# training step of GPT-2 (124M) at 256 tokens took 14 s on the loaded host (9 steps a case): 128 tokens
-CPU = {"dtype": "fp32", "precision": "fp32", "prompt": 32, "gen": 8, "seq": 128, "micro_dtype": ["fp32"]}
+# training step of GPT-2 (124M) at 256 tokens took 14 s on the loaded host (9 steps a case): 128 tokens, and one
+# warm-up and three timed steps (a CPU keeps no allocator pool or kernel plans for a second warm-up to settle; at
+# 128 tokens a step read 1.3 s on an idle 2-core Xeon and 10 s on the loaded EPYC: 9 steps took 120 s there)
+CPU = {"dtype": "fp32", "precision": "fp32", "prompt": 32, "gen": 8, "seq": 128, "micro_dtype": ["fp32"],
+       "steps": 3, "warmup": 1}
+# each timed phase of a CPU case ends at this many seconds once two repeats ran (measure/runner/progress.py): a
+# loaded host's case stays within minutes, its repeat count recorded
+PHASE_BUDGET_S = 20.0
 # the inference case's bare decode-step forwards (measure/llm/infer.py, 20 by default): 4 on a CPU
 CPU_CASE_KEYS = {"infer": {"decode_iters": 4}}
 WHY = ("fp32 runs at full rate on every CPU, bf16/fp16 only where it has the units for them (fp16 matmuls ran "
@@ -107,4 +115,8 @@ def ready(case: dict, device: str | None, note: str | None, gpu: str | None = No
         raise UserError(f"{case.get('model')} on this CPU needs about {need / 1e9:.1f} GB (the planner's peak), more "
                         f"than {FREE_FRACTION:.0%} of the {free / 1e9:.1f} GB of memory free here (it would swap or be "
                         "killed); use smaller sizes, a smaller model, or an accelerator.")
+    if on_cpu(device):  # the case's process inherits it (measure/runner/suite.child_env copies this environment)
+        from gpuscope.measure.runner.progress import BUDGET_ENV
+
+        os.environ.setdefault(BUDGET_ENV, f"{PHASE_BUDGET_S:g}")
     say(note)

@@ -54,6 +54,9 @@ class EngineModel:
     # lazy_initialization, per layer), in units of the eager prefill's host cost per kernel: fixed and per layer
     cache_init_units: float = 0.0
     cache_init_layer_units: float = 0.0
+    # the device is the host's CPU (estimate/cpu.CpuCosts, from the hardware entry's [measured.cpu]): every op runs
+    # after its dispatch on the host, nothing overlaps; None on an accelerator
+    cpu: object = None
 
     def cache_init_s(self, prefill_launch_s: float, layers: int) -> float:
         """Host seconds the StaticCache's creation adds to a TTFT (0 for the other engines)."""
@@ -234,4 +237,9 @@ def engine_for(name: str, hw) -> EngineModel:
                                             ("prefill_launch_s", "host_prefill_launch_s")) if m.get(k) is not None}
     over |= {f: float(m[k]) for f, k in (("step_s", "host_step_s"), ("setup_s", "host_setup_s"))
              if m.get(k) is not None}
+    from gpuscope.estimate.cpu import cpu_costs
+
+    cpu = cpu_costs(hw)
+    if cpu is not None:  # a CPU entry (this host's ceilings): its ops in series with their dispatch (estimate/cpu.py)
+        over["cpu"] = cpu
     return replace(eng, **over) if over else eng

@@ -15,6 +15,7 @@ from gpuscope.errors import UserError
 from gpuscope.estimate import ops as opsmod
 from gpuscope.estimate.comm import collective_time
 from gpuscope.estimate.dtypes import check_dtype, compute_dtype, nbytes, quantized_weight_bytes_per_param
+from gpuscope.estimate.cpu import for_model as cpu_for_model
 from gpuscope.estimate.engines import STATIC_CACHE_ENGINES, EngineModel, engine_for
 from gpuscope.estimate.infer_memory import max_fit, phase_memory
 from gpuscope.estimate.params import count_params
@@ -171,7 +172,7 @@ class _Timing:
 def _timing(m: ModelSpec, hw, batch, prompt, gen, dtype, kv_dtype, engine, tp, act_b, gqa_fold, fuse_proj,
             moe_batched) -> _Timing:
     """Prefill (TTFT) and the decode step at the mean context (see the module docstring and roofline.py)."""
-    eng = engine_for(engine, hw)
+    eng = cpu_for_model(engine_for(engine, hw), m)  # a CPU's cost per kernel for this family (estimate/cpu.py)
     graph = engine in STATIC_CACHE_ENGINES
     w_b = (quantized_weight_bytes_per_param(dtype, m.hidden_size) if dtype in ("int8", "int4") else nbytes(dtype))
     kv_b = nbytes(kv_dtype)
@@ -185,7 +186,7 @@ def _timing(m: ModelSpec, hw, batch, prompt, gen, dtype, kv_dtype, engine, tp, a
                                  hf_cache_cat=not graph, head_w_b=act_b, static_len=static_len, gqa_fold=gqa_fold,
                                  fuse_proj=fuse_proj)
     # transformers compiles only the decode step (static cache); the prefill forward runs eagerly in both engines.
-    pre_eng = engine_for("eager", hw).for_prefill()
+    pre_eng = cpu_for_model(engine_for("eager", hw), m).for_prefill()
     pre_wall, pre_gpu, pre_host, pre_times = forward_time(pre_ops, tflops, bw, pre_eng, sms, False, m.head_dim)
     mid_past = prompt + (gen - 1) / 2.0
     dec_ops = opsmod.forward_ops(m, batch, 1, int(round(mid_past)), act_b, w_b, act_b, head_tokens=batch,
@@ -282,6 +283,11 @@ def _engine_lines(engine: str, t: _Timing, hw) -> tuple[str, str]:
                     f"replay gaps counted in its {eng.kernel_min_s * 1e6:.1f} us floor per small kernel")),
                 f"decode: GPU {dec_gpu * 1e3:.2f} ms" + (
                     f" + {eng.step_s * 1e3:.2f} ms per step" if eng.step_s else " per step (GPU-bound)"))
+    if eng.cpu is not None:  # the CPU runs its own ops: compute and dispatch in series (estimate/cpu.py)
+        return ((f"engine {engine} on the CPU: {eng.launch_s * 1e6:.1f} us per kernel, {eng.step_s * 1e3:.1f} "
+                 f"ms/token outside the model{host_src}"),
+                (f"decode on the CPU: compute {dec_gpu * 1e3:.2f} ms + dispatch {(t.dec_host + serial) * 1e3:.2f} ms "
+                 "per step, in series"))
     bound = "host (launch)" if t.dec_host + host_step > dec_gpu + eng.gpu_step_s else "GPU"
     return ((f"engine {engine}: host {eng.launch_s * 1e6:.1f} us/kernel, {eng.step_s * 1e3:.1f} ms/token "
              f"outside the model{host_src}"),

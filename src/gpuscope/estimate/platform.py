@@ -17,6 +17,11 @@ What each figure rests on:
   each kernel. Assumed: an H200 host's per-kernel costs for eager mode (lazy mode batches them, so it is an upper
   bound there), the context's size.
 - TPU (Google, XLA): every step is an XLA-compiled graph; assumed: the host and context figures.
+- CPU (a host's own ceilings, pipeline/host_ceilings.py): no graphs and no device context; every op runs on the
+  host after its dispatch (estimate/cpu.py). Measured on the host: the GEMM rate by rows, the elementwise and
+  first-touch bandwidths, the cost per kernel and per forward, generate's per-token and per-call work. Assumed:
+  training's autograd and optimizer costs per kernel as an H200 host's ratios to its launch cost
+  (engines.TrainHost), unless `hardware calibrate --host` measured them on this CPU.
 Pure Python: no torch here.
 """
 
@@ -58,6 +63,17 @@ OTHER = Platform("the device's runtime", "device graphs", "runtime context", Fal
                  f"assumed: {_FROM_H200} (this device's vendor was not measured)")
 
 
+CPU = Platform("CPU (eager PyTorch)", "no graphs (eager)", "process memory", True,
+               "CPU: each op's compute at this host's measured GEMM rate by rows and elementwise bandwidth, in series "
+               "with its dispatch (measured per kernel on tiny models); training's autograd and optimizer host costs "
+               "per kernel: an H200 host's ratios to that cost, unless `hardware calibrate --host` measured them here")
+
+
 def platform_for(hw) -> Platform:
-    """The platform of a HardwareSpec (its ``vendor``); a device of another vendor gets OTHER (all assumed)."""
+    """The platform of a HardwareSpec (its ``vendor``; a CPU entry by its measured per-op costs, estimate/cpu.py); a
+    device of another vendor gets OTHER (all assumed)."""
+    from gpuscope.estimate.cpu import cpu_costs
+
+    if cpu_costs(hw) is not None:
+        return CPU
     return PLATFORMS.get(str(getattr(hw, "vendor", "") or ""), OTHER)

@@ -78,6 +78,13 @@ def time_ops(ops: list[Op], tflops: float, bw_gbs: float, engine: EngineModel, s
              head_dim: int = 128) -> list[OpTime]:
     out = []
     for o in ops:
+        if engine.cpu is not None:  # the device is the CPU: estimate/cpu.py's model
+            from gpuscope.estimate.cpu import op_seconds
+
+            t, bound = op_seconds(o, tflops, engine.cpu)
+            out.append(OpTime(o.name, o.kind, o.count, t * o.count, bound, o.flops * o.count, o.bytes * o.count,
+                              o.kernels * o.count))
+            continue
         if o.kind == "matmul":
             f_rate = tflops * 1e12 * wave_efficiency(o.matmul_shape, sms)
         elif o.kind == "attention":
@@ -105,4 +112,6 @@ def forward_time(ops: list[Op], tflops: float, bw_gbs: float, engine: EngineMode
     gpu = sum(t.gpu_s for t in times)
     kernels = sum(t.kernels for t in times)
     host = 0.0 if graph else kernels * engine.launch_s + engine.forward_s
+    if engine.cpu is not None:  # a CPU runs each op after dispatching it: in series (estimate/cpu.py)
+        return gpu + host, gpu, host, times
     return max(gpu, host), gpu, host, times

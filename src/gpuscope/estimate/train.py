@@ -25,6 +25,8 @@ from dataclasses import dataclass, replace
 from gpuscope.errors import UserError
 from gpuscope.estimate import ops as opsmod
 from gpuscope.estimate.comm import collective_time
+from gpuscope.estimate.cpu import for_model as cpu_for_model
+from gpuscope.estimate.cpu import step_s as cpu_step_s
 from gpuscope.estimate.engines import TrainHost, engine_for, train_host_for
 from gpuscope.estimate.memory_train import ddp_bucket_bytes, fsdp_train_memory, precision_bytes, train_memory
 from gpuscope.estimate.params import count_params
@@ -277,7 +279,7 @@ def _step_time(m, hw, pc, micro_batch, seq, precision, optimizer, recompute, gra
     stream_b = 4.0 if ((amp and not fsdp) or precision == "fp32") else 2.0
     tflops = hw.achievable_tflops(cdt)
     bw = hw.achievable_bw_gbs()
-    train_engine = engine_for("eager", hw)
+    train_engine = cpu_for_model(engine_for("eager", hw), m)  # a CPU's cost per kernel for this family
     sms = sm_count(hw)
     fwd_ops = train_forward_ops(m, micro_batch, seq, act_b, stream_b)
     _, f_gpu, _, f_times = forward_time(fwd_ops, tflops, bw, train_engine, sms, False, m.head_dim)
@@ -292,7 +294,8 @@ def _step_time(m, hw, pc, micro_batch, seq, precision, optimizer, recompute, gra
     micro_gpu = f_gpu + b_gpu + r_gpu
     host = train_host_s(fwd_ops, m, train_engine.launch_s, full, train_host_for(hw))
     host_micro = host["forward"] + host["backward"] + host["recompute"]
-    micro_s = max(micro_gpu, host_micro)
+    cpu = train_engine.cpu  # the device is the CPU: compute and host time in series (estimate/cpu.py)
+    micro_s = micro_gpu + host_micro if cpu is not None else max(micro_gpu, host_micro)
     # Per optimizer step: autocast re-casts weights every forward (read fp32, write 16 bit) and casts 16-bit weight
     # grads back (read 2, write 4); the optimizer's passes over what it updates: _optimizer_bytes.
     opt_bytes = _optimizer_bytes(P, optimizer, precision, fused)
@@ -302,6 +305,10 @@ def _step_time(m, hw, pc, micro_batch, seq, precision, optimizer, recompute, gra
     master_launch_s = (2 * (m.num_layers * (9 if m.gated_mlp else 12) + 4) * train_engine.launch_s
                        if precision == Precision.BF16_MASTER.value else 0.0)
     opt_s = max(opt_bytes / (bw * 1e9), host["optimizer"] + master_launch_s) + foreach_launch_s
+    if cpu is not None:  # torch's AdamW on a CPU: no fused kernel, its single-tensor loop (estimate/cpu.py)
+        loop_s, fresh_s = cpu_step_s(m, _optimizer_bytes(P, optimizer, precision, False), w_b, micro_batch * seq, cpu,
+                                     train_engine.launch_s)
+        opt_s, micro_s = loop_s + host["optimizer"] + master_launch_s, micro_s + fresh_s
     offload_s = 0.0
     if offload != "none":
         link = host_link_gbs(hw) * 1e9
@@ -315,8 +322,9 @@ def _step_time(m, hw, pc, micro_batch, seq, precision, optimizer, recompute, gra
         cast_bytes = 0.0
         opt_s /= shard
     step_s = grad_accum * (micro_s + cast_bytes / (bw * 1e9)) + opt_s + offload_s
-    return _StepTime(step_s, micro_s, micro_gpu, host_micro, max(f_gpu, host["forward"]),
-                     max(b_gpu + r_gpu, host["backward"] + host["recompute"]), b_gpu, r_gpu, opt_s, offload_s,
+    both = (lambda a, b: a + b) if cpu is not None else max  # a CPU's phase: its compute and host time in series
+    return _StepTime(step_s, micro_s, micro_gpu, host_micro, both(f_gpu, host["forward"]),
+                     both(b_gpu + r_gpu, host["backward"] + host["recompute"]), b_gpu, r_gpu, opt_s, offload_s,
                      f_times, b_times, train_engine.launch_s, tflops, bw)
 
 

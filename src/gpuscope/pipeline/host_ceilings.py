@@ -68,9 +68,28 @@ def missing_why(device_name: str | None) -> str:
             "--gpu NAME")
 
 
+# [measured] keys of the CPU's per-op costs (measure/host/cpu_costs.py) that the engine model reads as it reads a GPU
+# host's (estimate/engines.engine_for); the rest of them go under [measured.cpu] (estimate/cpu.py)
+HOST_KEYS = {"op_s": "host_launch_s", "forward_s": "host_forward_s", "step_s": "host_step_s",
+             "setup_s": "host_setup_s"}
+CPU_KEYS = ("gpt2_op_s", "gpt2_forward_s", "gemm_rows", "gemm_tflops", "gemm_calls", "gemm_weight",
+            "elementwise_cache_gbs", "elementwise_dram_gbs", "first_touch_gbs", "tiny_layers", "tiny_decode_forward_s",
+            "gpt2_tiny_decode_forward_s", "rounds", "threads", "measure_s")
+
+
+def cpu_table(costs: dict) -> str:
+    """The ``[measured.cpu]`` table of measure/host/cpu_costs.cpu_costs' results (numbers and lists of them)."""
+    def val(v) -> str:
+        return "[" + ", ".join(val(x) for x in v) + "]" if isinstance(v, list) else repr(v)
+
+    return "\n[measured.cpu]\n" + "".join(f"{k} = {val(costs[k])}\n" for k in CPU_KEYS if k in costs)
+
+
 def save(device: str | None, by: str, results: list[dict] | None = None) -> Path:
     """Write this host's CPU ceilings from ``results`` (micro results of a run), or measured now (the quick
-    matmul set in CPU_DTYPES and the memory copy); the file's path."""
+    matmul set in CPU_DTYPES and the memory copy), with its per-op costs measured now (measure/host/cpu_costs.py);
+    the file's path."""
+    from gpuscope.measure.host.cpu_costs import cpu_costs
     from gpuscope.measure.micro.bench import Runner, ceilings, micro_configs
     from gpuscope.measure.micro.calibrate import calibration_toml
     from gpuscope.pipeline.micro import open_device
@@ -79,8 +98,10 @@ def save(device: str | None, by: str, results: list[dict] | None = None) -> Path
     if results is None:
         runner = Runner(dev)
         results = [runner.run(c) for c in micro_configs(dev, "quick", list(CPU_DTYPES), ("matmul", "memory"))]
-    text = calibration_toml(dev.device_name(), dev.type, ceilings(results), None,
-                            f"Measured by {by} for the estimates beside this host's CPU runs.")
+    costs = cpu_costs()
+    measured = ceilings(results) | {key: costs[k] for k, key in HOST_KEYS.items()}
+    text = calibration_toml(dev.device_name(), dev.type, measured, None,
+                            f"Measured by {by} for the estimates beside this host's CPU runs.") + cpu_table(costs)
     path = path_for(socket.gethostname(), dev.device_name())
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
@@ -101,16 +122,20 @@ def ensure(s, cases: list[dict], gpu: str | None, results: list[dict] | None = N
     (``s.host_ceilings``: the source line). A home that cannot be written is said, and the estimates say why
     they are missing."""
     from gpuscope.errors import UserError
+    from gpuscope.estimate.cpu import cpu_costs
     from gpuscope.pipeline.micro import open_device
 
     if gpu or s.host_ceilings or not _on_cpu(cases):
         return
     name = open_device("cpu").device_name()
     found = lookup(socket.gethostname(), name) if results is None else None
+    if found is not None and cpu_costs(found[0]) is None:  # kept before the per-op costs were: measured again
+        found = None
     if found is None:
         if results is None:
-            s.note("measuring this host's ceilings once (matmul fp32 and bf16, copy bandwidth; seconds): the "
-                   "catalog holds accelerators only, and the estimates beside CPU runs are planned on them")
+            s.note("measuring this host's ceilings once (matmul fp32 and bf16, copy bandwidth, the cost of an op and "
+                   "of small GEMMs; seconds): the catalog holds accelerators only, and the estimates beside CPU runs "
+                   "are planned on them")
         try:
             save("cpu", f"`{s.command}` (run {s.run_id})", results)
         except OSError as exc:

@@ -25,7 +25,14 @@ from __future__ import annotations
 import statistics
 
 
-def host_costs(device: str | None = None, real_width: bool | None = None, passes: int = 3) -> dict:
+# On a CPU the fits' tiny models run ~5x slower than beside a GPU (the host runs their kernels too) and the passes
+# share its cores with nothing else to wait on: two passes of fewer rounds (CPU_PASSES, CPU_FAMILY_ITERS) and fewer
+# training steps (CPU_TRAIN_STEPS) keep `hardware calibrate --quick --host` on a 2-core host within a minute or two
+# loaded; the passes' spread is still reported beside the costs (pipeline/calibration.py), which is their noise.
+CPU_PASSES, CPU_FAMILY_ITERS, CPU_TRAIN_STEPS = 2, 18, 6
+
+
+def host_costs(device: str | None = None, real_width: bool | None = None, passes: int | None = None) -> dict:
     """This machine's eager host costs for the planner's engine model (estimate/engines.EngineModel), measured on
     tiny Llama models whose GPU work is negligible (measure/host/overhead.py): the host time of one decoder layer
     divided by the kernels the planner counts in it gives host_launch_s; the per-forward intercept less its
@@ -36,7 +43,8 @@ def host_costs(device: str | None = None, real_width: bool | None = None, passes
     estimate.engines.REAL_SIZE_LAUNCH_FACTOR (as the catalog's). ``real_width`` forces the real-width fit on or
     off (default: on unless the device is the CPU).
 
-    The host's speed moves on a shared VM (module docstring), so the fits run ``passes`` times. In a pass the host
+    The host's speed moves on a shared VM (module docstring), so the fits run ``passes`` times (3; CPU_PASSES on a
+    CPU). In a pass the host
     probe runs after every round and takes that round to a host whose probe reads PROBE_UNIT_S (host/probe.RoundProbe;
     a pass without it is taken by its own median probe instead), and each cost is the median over the valid passes of
     that cost at the
@@ -52,6 +60,7 @@ def host_costs(device: str | None = None, real_width: bool | None = None, passes
 
     dev = Device(pick_device(device))
     use_real = dev.type != "cpu" if real_width is None else real_width
+    passes = passes if passes is not None else (CPU_PASSES if dev.type == "cpu" else 3)
     runs = [_host_pass(dev, use_real) for _ in range(max(1, passes))]
     ok = [r for r in runs if not r.get("host_invalid")]
     if not ok:
@@ -112,7 +121,8 @@ def _host_pass(dev, use_real: bool) -> dict:
         return probe()
 
     with HostLoad() as load:
-        r = measure_family("llama", dev, layers=(2, 4, 8), iters=30, chunk=6, probe=probes)
+        r = measure_family("llama", dev, layers=(2, 4, 8), iters=CPU_FAMILY_ITERS if dev.type == "cpu" else 30,
+                           chunk=6, probe=probes)
         real = _real_width_launch(dev, probes) if use_real else None
     release()
     r = dict(r, host_load=load.summary(), host_probe_s=probe.median(), host_probe_rounds_s=probe.samples,
@@ -195,7 +205,7 @@ def _recompute_split(none: dict, full: dict) -> tuple[float, float]:
     return ckpt, refwd
 
 
-def train_host_costs(launch_s: float, device: str | None = None, steps: int = 10,
+def train_host_costs(launch_s: float, device: str | None = None, steps: int | None = None,
                      train_probe_s: float | None = None) -> dict:
     """This machine's eager training host costs (estimate/engines.TrainHost), in units of ``launch_s`` (the decode
     calibration's tiny-model launch cost, host_costs' host_detail.launch_tiny_s; the planner multiplies them by
@@ -212,6 +222,7 @@ def train_host_costs(launch_s: float, device: str | None = None, steps: int = 10
     from gpuscope.measure.host.probe import RoundProbe, release
 
     dev = Device(pick_device(device))
+    steps = steps if steps is not None else (CPU_TRAIN_STEPS if dev.type == "cpu" else 10)
     train_probe = RoundProbe(dev, "train", to=TRAIN_PROBE_UNIT_S)  # returns the factor to the training unit
     none = measure_train_family("llama", dev, precision="amp-bf16", recompute="none", steps=steps,
                                 probe=train_probe)
