@@ -14,10 +14,13 @@
 # Each step bounded by timeout (the bench's own --timeout a few seconds inside it, so a stalled point is stored as a
 # timeout); results (one SQLite database, each step's --json, its command line) bundled into $OUT/gpu_diffusion2.tgz
 # after every step.
-# usage (repo root, on the GPU machine, diffusers installed): bash research/scripts/gpu_diffusion2.sh
+# usage (repo root, on the GPU machine, diffusers installed): bash research/scripts/gpu_diffusion2.sh [STEP ...]
+#        (STEP: offload_model offload_sequential svd vae text; default all)
 #        on a CPU, to check the script: OUT=/tmp/o bash research/scripts/gpu_diffusion2.sh --tiny   (tiny folders)
 # Budget: 160 s in all (38 + 40 + 32 + 25 + 25 s), imports and model builds included (call1's steps took 20-26 s
-# before their first point).
+# before their first point). That first run (2026-12-02-h200-b/call1) stopped model offload at 34 s and the VAE
+# profile at 21 s; their rerun, `bash research/scripts/gpu_diffusion2.sh offload_model vae`, gives them 70 + 40 s
+# (model offload: one warm-up and one timed call, each moving 7.1 GB in from pageable memory and out again).
 set -u
 : "${OUT:?set OUT to the results folder}"
 W=/tmp/gs_diffusion2; rm -rf "$W"; mkdir -p "$W" "$OUT/gpu_diffusion2"
@@ -25,8 +28,11 @@ export PYTHONPATH=src GPUSCOPE_DB=$W/gpu_diffusion2.sqlite GPUSCOPE_HOME=$W/home
 BUNDLE=gpu_diffusion2/gpu_diffusion2.tgz
 source "$(dirname "$0")/session_lib.sh"
 SDXL=sdxl; SVD=svd-xt; S=1024; SVD_H=576; SVD_W=1024; FRAMES=14; DEV=(--dtype fp16)
-LIMITS=(38 40 32 25 25)
-if [[ "${1:-}" == "--tiny" ]]; then  # the script's own check: tiny random folders on the CPU, fp32, tiny sizes
+LIMITS=(38 40 32 25 25); TINY=0; [[ "${1:-}" == "--tiny" ]] && { TINY=1; shift; }
+GROUPS_WANTED="${*:-offload_model offload_sequential svd vae text}"
+if [[ $# -gt 0 ]]; then LIMITS=(70 40 32 40 25); fi  # a rerun of some steps: the limits call1 showed they need
+MODEL_REPEATS=2; [[ $# -gt 0 ]] && MODEL_REPEATS=1
+if [[ $TINY == 1 ]]; then  # the script's own check: tiny random folders on the CPU, fp32, tiny sizes
   python3 tests/diffusion_tiny.py "$W/tiny" > /dev/null
   SDXL=$W/tiny/tiny-sdxl; SVD=$W/tiny/tiny-svd; S=32; SVD_H=16; SVD_W=32; FRAMES=4
   DEV=(--dtype fp32 --device cpu); LIMITS=(90 90 90 60 60)
@@ -43,13 +49,13 @@ RUN=(python3 -m gpuscope bench diffusion --gpu h200 --json --db "$GPUSCOPE_DB" "
 run() { local name=$1 limit=$2; shift 2
   echo "timeout $limit ${RUN[*]} $* --timeout $((limit - 4))" > "$W/$name.cmd"
   step "$name" "$limit" "${RUN[@]}" "$@" --timeout $((limit - 4)); }
-run sdxl_offload_model "${LIMITS[0]}" --model "$SDXL" --component pipeline --batch 1 --height "$S" --width "$S" \
-  --steps 4 --cfg --offload model --repeats 2 --warmup 1
-run sdxl_offload_sequential "${LIMITS[1]}" --model "$SDXL" --component pipeline --batch 1 --height "$S" \
+want offload_model && run sdxl_offload_model "${LIMITS[0]}" --model "$SDXL" --component pipeline --batch 1 --height "$S" --width "$S" \
+  --steps 4 --cfg --offload model --repeats "$MODEL_REPEATS" --warmup 1
+want offload_sequential && run sdxl_offload_sequential "${LIMITS[1]}" --model "$SDXL" --component pipeline --batch 1 --height "$S" \
   --width "$S" --steps 2 --cfg --offload sequential --repeats 1 --warmup 1
-run svd_unet14_profile "${LIMITS[2]}" --model "$SVD" --component denoiser --batch 1 --height "$SVD_H" \
+want svd && run svd_unet14_profile "${LIMITS[2]}" --model "$SVD" --component denoiser --batch 1 --height "$SVD_H" \
   --width "$SVD_W" --frames "$FRAMES" --cfg --repeats 2 --warmup 1 --profile
-run sdxl_vae_profile "${LIMITS[3]}" --model "$SDXL" --component vae-decode --batch 1 --height "$S" --width "$S" \
+want vae && run sdxl_vae_profile "${LIMITS[3]}" --model "$SDXL" --component vae-decode --batch 1 --height "$S" --width "$S" \
   --repeats 3 --warmup 1 --profile
-run sdxl_text_profile "${LIMITS[4]}" --model "$SDXL" --component text-encoders --batch 1 --repeats 5 --warmup 2 \
+want text && run sdxl_text_profile "${LIMITS[4]}" --model "$SDXL" --component text-encoders --batch 1 --repeats 5 --warmup 2 \
   --profile
