@@ -46,3 +46,6 @@ for g in "$@"; do
   esac
   log "$g rc=$? $(( $(date +%s) - t )) s"
 done
+# The device returns at most 8 files a call: everything under $OUT goes back as one archive (all.tgz) beside session.txt.
+( cd "$OUT" && tar -czf /tmp/gs_all.tgz --exclude=session.txt . && find . -mindepth 1 ! -name session.txt -delete \
+  && mv /tmp/gs_all.tgz all.tgz ) || log "packing \$OUT failed"
