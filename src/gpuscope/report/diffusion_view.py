@@ -104,18 +104,22 @@ def compare_markdown(d: dict) -> str:
 
 # --- the HTML views of `plan diffusion --html` (report/html/views.sections_for picks them by kind) ---------------
 
-PHASE_TIMES = (("text_encode_s", "text encoders"), ("denoise_s", "denoiser steps"), ("vae_decode_s", "VAE decode"),
-               ("offload_transfer_s", "offload transfers"))
+PHASE_TIMES = (("text_encode_s", "text encoders"), ("denoise_s", "denoiser steps"), ("vae_decode_s", "VAE decode"))
 
 
 def call_time_figure(d: dict) -> dict:
-    """One call stacked by phase (text encoders, the steps, the decode, offload transfers) and one denoiser step
-    beside it (its forward, and the pipeline's per-step overhead), in ms (plan JSON: time.*)."""
+    """One call stacked by phase (text encoders, the steps, the decode: each with its offload copies), the copies'
+    sum beside it, and one denoiser step (its forward, and the per-step overhead: the pipeline's kernels and
+    sequential offload's copies), in ms (plan JSON: time.*)."""
     from gpuscope.report.html.figures import layout
 
     t, i = d["time"], d["inputs"]
     data = [{"type": "bar", "name": label, "x": ["one call"], "y": [t[k] * 1e3],
              "hovertemplate": f"{label}: %{{y:,.1f}} ms<extra></extra>"} for k, label in PHASE_TIMES if t.get(k)]
+    if t.get("offload_transfer_s"):  # already inside the phases: drawn beside them, not stacked on them
+        data.append({"type": "bar", "name": "of which offload copies", "x": ["offload copies"],
+                     "y": [t["offload_transfer_s"] * 1e3], "hovertemplate": "offload copies (inside the phases): "
+                     "%{y:,.1f} ms<extra></extra>"})
     if t.get("step_s"):
         for k, label in (("step_s", "denoiser forward"), ("step_overhead_s", "per-step overhead")):
             data.append({"type": "bar", "name": label, "x": ["one step"], "y": [t[k] * 1e3], "yaxis": "y2",

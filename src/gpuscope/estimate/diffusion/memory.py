@@ -38,6 +38,8 @@ class ComponentCost:
     forward: dict = field(default_factory=dict)  # time.forward_seconds of one forward
     passes: int = 1  # forwards per pipeline call (denoiser: steps; text encoders: 2 with a negative prompt)
     inputs_bytes: float = 0.0  # tensors alive beside its activations (latents, embeddings)
+    run_bytes: float = 0.0  # weights of the layers a forward runs (sequential offload copies them in each forward)
+    run_tensors: int = 0  # their parameter tensors
 
 
 def phase_bytes(c: ComponentCost, resident_weights: float, offload: str) -> float:
@@ -64,13 +66,3 @@ def pipeline_phases(costs: list[ComponentCost], offload: str, vae_upcast_bytes: 
         before = 0.0 if c.role == "vae" else vae_upcast_bytes
         phases[key] = max(phases.get(key, 0.0), phase_bytes(c, resident - before, offload))
     return phases
-
-
-def transfer_bytes(costs: list[ComponentCost], offload: str) -> dict[str, float]:
-    """Bytes over the host link per pipeline call. model: each component copied in once and out once;
-    sequential: each component's weights copied in at every forward (the CPU copy stays: nothing comes back)."""
-    if offload == "none":
-        return {}
-    if offload == "model":
-        return {c.name: 2.0 * c.weight_bytes for c in costs}
-    return {c.name: c.weight_bytes * c.passes for c in costs}

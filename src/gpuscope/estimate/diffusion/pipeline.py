@@ -3,7 +3,8 @@
 A call: encode the prompt(s) once (each text encoder; twice where the negative prompt is encoded too), run the
 denoiser ``steps`` times at batch B (2B with classifier-free guidance: diffusers concatenates the unconditional and
 conditional latents into one batch), decode the latents with the VAE once.
-    total_s = text_encode_s + steps x (step_s + step_overhead_s) + vae_decode_s + offload transfers
+    total_s = text_encode_s + steps x (step_s + step_overhead_s) + vae_decode_s, each phase with its offload
+    copies (estimate/diffusion/offload.py; offload_transfer_s is their sum, already inside the phases)
     images/s = B / total_s (images);  s per clip = total_s / B (video)
 Energy per image: P x total_s / B with P = idle + (TDP - idle) x (GPU-busy time / total_s) (estimate/cost.power_w).
 """
@@ -15,14 +16,14 @@ import math
 from gpuscope.errors import UserError
 from gpuscope.estimate.cost import power_w
 from gpuscope.estimate.diffusion.components import Shapes, trace_component
-from gpuscope.estimate.diffusion.memory import ComponentCost, pipeline_phases, transfer_bytes
+from gpuscope.estimate.diffusion.memory import ComponentCost, pipeline_phases
+from gpuscope.estimate.diffusion.offload import moves as offload_moves
 from gpuscope.estimate.diffusion.request import DiffusionRequest, Resolved, resolve
 from gpuscope.estimate.diffusion.result import DiffusionPlan, limits_for
 from gpuscope.estimate.diffusion.text import t5_fp32_params
 from gpuscope.estimate.diffusion.time import STEP_KERNELS, forward_seconds, top_ops
 from gpuscope.estimate.engines import engine_for
 from gpuscope.estimate.runtime import runtime_overheads
-from gpuscope.estimate.train import host_link_gbs
 from gpuscope.specs.diffusion import ComponentSpec, PipelineSpec, load_pipeline
 
 BYTES = {"fp16": 2.0, "bf16": 2.0, "fp32": 4.0, "fp8": 1.0}
@@ -92,7 +93,7 @@ def _cost(comp: ComponentSpec, shapes: Shapes, dtype: str, req: DiffusionRequest
         fwd = {**fwd, "wall_s": fwd["wall_s"] * repeat, "gpu_s": fwd["gpu_s"] * repeat,
                "host_s": fwd["host_s"] * repeat, "kernels": fwd["kernels"] * repeat, "flops": fwd["flops"] * repeat}
     return ComponentCost(comp.name, comp.role, comp.class_name, t.params, weight_bytes, t.peak, t.peak_op,
-                         t.largest_weight * w_b, fwd, passes, inputs)
+                         t.largest_weight * w_b, fwd, passes, inputs, t.run_params * w_b, t.run_tensors)
 
 
 def component_costs(spec: PipelineSpec, r: Resolved, req: DiffusionRequest, hw, timed: bool = True
@@ -134,22 +135,21 @@ def component_costs(spec: PipelineSpec, r: Resolved, req: DiffusionRequest, hw, 
 
 
 def _times(costs: list[ComponentCost], r: Resolved, req: DiffusionRequest, hw) -> dict[str, float]:
-    link = host_link_gbs(hw) * 1e9
-    moved = transfer_bytes(costs, req.offload)
     den = [c for c in costs if c.role == "denoiser"]
     step = den[0].forward["wall_s"] if den else 0.0
     eng = engine_for("eager", hw)  # a calibrated TOML's host_launch_s / host_forward_s where it has them
     overhead = (STEP_KERNELS * eng.launch_s) if den else 0.0
-    seq_step = (den[0].weight_bytes / link) if (den and req.offload == "sequential") else 0.0
+    moved = offload_moves(costs, req.offload, hw, eng.launch_s)  # estimate/diffusion/offload.py, per phase
     text = sum(c.forward["wall_s"] * c.passes for c in costs if c.role in ("text_encoder", "image_encoder"))
-    vae = sum(c.forward["wall_s"] for c in costs if c.role == "vae")
-    transfers = sum(v for k, v in moved.items() if not den or k != den[0].name or req.offload == "model") / link
-    denoise = r.steps * (step + overhead + seq_step) if den else 0.0
-    total = text + denoise + vae + transfers
+    text += moved["text_encode"]
+    vae = sum(c.forward["wall_s"] for c in costs if c.role == "vae") + moved["vae_decode"]
+    denoise = (r.steps * (step + overhead + moved["per_step"]) + moved["denoise"]) if den else 0.0
+    total = text + denoise + vae
     busy = (sum(c.forward["gpu_s"] * c.passes for c in costs if c.role != "denoiser") +
             (r.steps * den[0].forward["gpu_s"] if den else 0.0))
-    return {"step_s": step, "step_overhead_s": overhead + seq_step, "denoise_s": denoise, "text_encode_s": text,
-            "vae_decode_s": vae, "offload_transfer_s": transfers + (r.steps * seq_step), "total_s": total,
+    transfers = moved["text_encode"] + moved["denoise"] + moved["vae_decode"] + r.steps * moved["per_step"]
+    return {"step_s": step, "step_overhead_s": overhead + moved["per_step"], "denoise_s": denoise,
+            "text_encode_s": text, "vae_decode_s": vae, "offload_transfer_s": transfers, "total_s": total,
             "gpu_busy_s": busy}
 
 

@@ -64,7 +64,11 @@ class DiffusionPlan:
         if any(c.class_name == "T5EncoderModel" for c in self.costs) and req.dtype == "fp16":
             out.append("T5's wo weights stay fp32 in fp16 (transformers' _keep_in_fp32_modules)")
         if req.offload != "none":
-            out.append("offload transfers at the host link's typical H2D rate (estimate/train.host_link_gbs)")
+            from gpuscope.estimate.diffusion.offload import pageable_gbs
+
+            out.append(f"offload copies from pageable host memory: {pageable_gbs(self.hw, 'h2d'):.1f} GB/s in, "
+                       f"{pageable_gbs(self.hw, 'd2h'):.1f} GB/s out (estimate/diffusion/offload.py), each in "
+                       "the phase that makes it")
         return out
 
     def to_json(self) -> dict:

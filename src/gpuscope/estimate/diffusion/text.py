@@ -41,7 +41,7 @@ def clip_text(t: Trace, cfg, n: int, projection: bool) -> None:
     """CLIPTextModel(WithProjection) over ``n`` prompts of max_position_embeddings tokens."""
     h, inter = cfg.get("hidden_size", 512), cfg.get("intermediate_size", 2048)
     tokens = cfg.get("max_position_embeddings", 77)
-    t.weights_only(cfg.get("vocab_size", 49408) * h + tokens * h)  # token and position embeddings
+    t.weights_only(cfg.get("vocab_size", 49408) * h + tokens * h, tensors=2)  # token and position embeddings
     t.ew("embeddings", n * tokens * h, rw=3, kernels=3)
     t.ew("causal_mask", n * tokens * tokens, kernels=4)
     _clip_layers(t, "text_model.encoder", n, tokens, h, inter, cfg.get("num_attention_heads", 8),
@@ -59,7 +59,7 @@ def clip_vision(t: Trace, cfg, n: int) -> None:
     tokens = (size // patch) ** 2 + 1
     t.conv("embeddings.patch_embedding", n, cfg.get("num_channels", 3), h, size * size, tokens - 1, k=patch,
            bias=False)
-    t.weights_only(h + tokens * h)  # class_embedding, position_embedding
+    t.weights_only(h + tokens * h, tensors=2)  # class_embedding, position_embedding
     t.ew("embeddings.cat_add", n * tokens * h, rw=3, kernels=3)
     t.norm("pre_layrnorm", n * tokens * h, h)
     _clip_layers(t, "vision_model.encoder", n, tokens, h, inter, cfg.get("num_attention_heads", 12),
@@ -75,7 +75,8 @@ def t5_encoder(t: Trace, cfg, n: int, tokens: int) -> None:
     inner = heads * dkv
     gated = "gated" in cfg.get("feed_forward_proj", "relu")
     rows = n * tokens
-    t.weights_only(cfg.get("vocab_size", 32128) * d + cfg.get("relative_attention_num_buckets", 32) * heads)
+    t.weights_only(cfg.get("vocab_size", 32128) * d + cfg.get("relative_attention_num_buckets", 32) * heads,
+                   tensors=2)
     t.ew("embed_tokens", rows * d)
     t.ew("position_bias", heads * tokens * tokens, kernels=12)  # bucketing + the embedding lookup, once
     impl, t.attn_impl = t.attn_impl, "math"

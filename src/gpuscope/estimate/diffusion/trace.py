@@ -53,6 +53,8 @@ class Trace:
     peak: float = 0.0
     peak_op: str = ""
     largest_weight: int = 0  # the largest leaf module's parameters (sequential offload streams one at a time)
+    run_params: int = 0  # parameters of the layers this forward runs (what sequential offload copies in)
+    run_tensors: int = 0  # their parameter tensors (a weight, a bias: sequential offload copies each on its own)
     heads_dims: list[int] = field(default_factory=list)
 
     # ---- bookkeeping ---------------------------------------------------------------------------------------
@@ -67,17 +69,21 @@ class Trace:
             self.peak = self.held + live_bytes
             self.peak_op = name
 
-    def _weights(self, n: int) -> None:
+    def _weights(self, n: int, tensors: int = 1, runs: bool = True) -> None:
         self.params += n
         self.largest_weight = max(self.largest_weight, n)
+        if runs:
+            self.run_params += n
+            self.run_tensors += tensors
 
-    def weights_only(self, n: int) -> None:
-        """Parameters no kernel of this forward reads as a GEMM (embedding tables, scalars, learned mixes)."""
-        self._weights(int(n))
+    def weights_only(self, n: int, tensors: int = 1, runs: bool = True) -> None:
+        """Parameters no kernel of this forward reads as a GEMM (embedding tables, scalars, learned mixes), in
+        ``tensors`` tensors; ``runs`` False: a part of the module this forward does not call (a VAE's encoder)."""
+        self._weights(int(n), tensors, runs)
 
     # ---- ops -----------------------------------------------------------------------------------------------
     def linear(self, name: str, rows: float, fin: int, fout: int, bias: bool = True) -> None:
-        self._weights(fin * fout + (fout if bias else 0))
+        self._weights(fin * fout + (fout if bias else 0), 2 if bias else 1)
         act = rows * (fin + fout) * self.act_b
         self.ops.append(Op(name, "matmul", 2.0 * rows * fin * fout, act + fin * fout * self.w_b, 1, 1,
                            (max(1, int(rows)), fout, fin)))
@@ -87,7 +93,7 @@ class Trace:
              kt: int = 1, bias: bool = True) -> None:
         """A 2-D (kt=1) or 3-D convolution: ``images`` frames/images of ``pix_in`` -> ``pix_out`` pixels each."""
         kvol = k * k * kt
-        self._weights(cin * cout * kvol + (cout if bias else 0))
+        self._weights(cin * cout * kvol + (cout if bias else 0), 2 if bias else 1)
         act = images * (pix_in * cin + pix_out * cout) * self.act_b
         self.ops.append(Op(name, "conv", 2.0 * images * pix_out * cout * cin * kvol, act + cin * cout * kvol * self.w_b,
                            2 if bias else 1, 1, (max(1, int(images * pix_out)), cout, cin * kvol)))
@@ -100,7 +106,7 @@ class Trace:
         """GroupNorm / LayerNorm (native kernels: read and write each element once); RMSNorm: pass 1 parameter
         per channel and its eager kernel count."""
         if affine:
-            self._weights(params_per_channel * channels)
+            self._weights(params_per_channel * channels, params_per_channel)
         self.ew(name, elems, kernels=kernels)
 
     def ew(self, name: str, elems: float, rw: float = 2.0, kernels: int = 1, live: float | None = None) -> None:

@@ -45,9 +45,9 @@ def _mid(t: Trace, name: str, n: int, pix: int, c: int, attn: bool = True, input
 def autoencoder_kl(t: Trace, cfg, n: int, h: int, w: int) -> None:
     """AutoencoderKL.decode over ``n`` latents of h x w (post_quant_conv, Decoder); the encoder's parameters."""
     ch, layers, lat = _channels(cfg)
-    t.weights_only(_encoder_params(cfg))
+    t.weights_only(_encoder_params(cfg), runs=False)
     if cfg.get("use_quant_conv", True):
-        t.weights_only(2 * lat * 2 * lat + 2 * lat)
+        t.weights_only(2 * lat * 2 * lat + 2 * lat, runs=False)
     pix = h * w
     if cfg.get("use_post_quant_conv", True):
         t.conv("post_quant_conv", n, lat, lat, pix, pix, k=1)
@@ -83,7 +83,7 @@ def _up_blocks(t: Trace, n: int, pix: int, rch, layers: int, resnet) -> int:
 def autoencoder_temporal(t: Trace, cfg, n: int, h: int, w: int) -> None:
     """AutoencoderKLTemporalDecoder.decode over ``n`` = clips x frames latents (one chunk of decode_chunk_size)."""
     ch, layers, lat = _channels(cfg)
-    t.weights_only(_encoder_params(cfg) + 2 * lat * 2 * lat + 2 * lat)  # encoder + quant_conv
+    t.weights_only(_encoder_params(cfg) + 2 * lat * 2 * lat + 2 * lat, runs=False)  # encoder + quant_conv
     pix = h * w
     rch = ch[::-1]
     t.conv("decoder.conv_in", n, lat, rch[0], pix, pix)
@@ -156,9 +156,9 @@ def autoencoder_cogvideox(t: Trace, cfg, clips: int, latent_frames: int, h: int,
     conv's last frames. The traced ops are those of all frames (time); the activation peak is that of one frame
     batch (at most 3 latent frames) plus the decoded frames kept for the final cat."""
     ch, layers, lat = _channels(cfg)
-    t.weights_only(_cog_encoder_params(cfg))
+    t.weights_only(_cog_encoder_params(cfg), runs=False)
     if cfg.get("use_quant_conv", False):
-        t.weights_only(4 * lat * lat + 2 * lat)
+        t.weights_only(4 * lat * lat + 2 * lat, runs=False)
     _cog_decoder(t, cfg, clips, latent_frames, h, w)
     first = min(latent_frames, 2 + latent_frames % 2)
     if first < latent_frames:
