@@ -14,6 +14,8 @@
 #   -> $OUT/gpu_qlora2/gpu_qlora2.tgz (everything: bench stores, each step's command line, stdout and stderr,
 #      qlora2.jsonl exported from the store, the trace's tables) and $OUT/gpu_qlora2/steps.txt
 #   on a CPU, to check the script: OUT=/tmp/o bash research/scripts/gpu_qlora2.sh --tiny   (a tiny Llama, seq 64)
+# A follow-up for the LoRA steps alone (80 s): GS_QLORA2_ONLY="lora_8b_r64_attn_mb4_ckpt lora_8b_r16_mb4"
+#   GS_QLORA2_BUDGET=80 bash research/scripts/gpu_qlora2.sh
 # Budget: 140 s in all. Each step runs under `timeout` with min(its cap, what is left of the 140 s less 4 s for the
 # export); a step with under 12 s left is skipped and says so. Caps 42, 36, 30, 34, 34 s (the QLoRA mb1 runs of
 # research/results/2026-12-02-h200 took 25-34 s, most of it the model's build: 4 timed steps after 1 warm-up).
@@ -37,7 +39,9 @@ transformers.__version__, torch.__version__)" > "$W/versions.txt" 2>&1 \
   || { echo "bitsandbytes or peft is not importable: install their wheels first" | tee -a "$W/steps.txt"; \
        tar czf "$OUT/$BUNDLE" -C "$W" .; cp "$W/steps.txt" "$OUT/gpu_qlora2/"; exit 1; }
 # bstep NAME CAP CMD...: session_lib's step under min(CAP, the budget's rest less 4 s), its command line in NAME.cmd
+# GS_QLORA2_ONLY="NAME ...": run only those steps (a follow-up call for the ones a call left out)
 bstep() { local name=$1 cap=$2; shift 2; local left=$(( BUDGET - ($(date +%s) - T0) - 4 ))
+  [[ -n "${GS_QLORA2_ONLY:-}" && " $GS_QLORA2_ONLY " != *" $name "* ]] && return
   (( left < 12 )) && { echo "$name skipped: ${left} s left of ${BUDGET}" | tee -a "$W/steps.txt"; return; }
   local limit=$(( cap < left ? cap : left )); printf '%q ' timeout "$limit" "$@" > "$W/$name.cmd"; echo >> "$W/$name.cmd"
   step "$name" "$limit" "$@"; }
