@@ -1,6 +1,6 @@
 """QLoRA step time (estimate/lora_train.py): what bitsandbytes' MatMul4Bit does per frozen 4-bit Linear is priced
 once in the forward, again in the backward and again in a recompute (3 kernels and 2.77 bytes a weight each time),
-and its Python backward once a step. Planner only (no torch)."""
+and its Python's host time as traced per phase. Planner only (no torch)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ from gpuscope.estimate import lora_train
 from gpuscope.estimate.engines import engine_for
 from gpuscope.estimate.lora import lora_shape
 from gpuscope.estimate.lora_memory import NF4_BYTES_PER_WEIGHT, quantized_params
-from gpuscope.estimate.lora_train import (BNB_DEQUANT_BYTES_PER_WEIGHT, BNB_DEQUANT_KERNELS, estimate_lora_train,
-                                          quantized_linears)
+from gpuscope.estimate.lora_train import (BNB_DEQUANT_BYTES_PER_WEIGHT, BNB_DEQUANT_KERNELS, bnb_backward_linears,
+                                          estimate_lora_train, quantized_linears)
+from gpuscope.estimate.train import train_host_for
 from gpuscope.specs.hardware import load_hardware
 from gpuscope.specs.models import load_model
 
@@ -49,15 +50,29 @@ def test_no_dequantisation_without_qlora():
 
 
 @pytest.mark.parametrize("recompute", ["none", "full"])
-def test_the_python_backward_is_priced_once_a_step(monkeypatch, recompute):
-    """BNB_BACKWARD_UNITS x launch_s per quantized Linear, in the backward only: checkpointing does not repeat it."""
+def test_bitsandbytes_python_host_per_phase(monkeypatch, recompute):
+    """The traced host of gemm_4bit (forward, and the recompute that re-runs it) and of MatMul4Bit.backward, less
+    what TrainHost already prices for their 3 kernels in that phase; the backward for all but layer 0's q, k, v."""
     m, with_py = _plan(recompute=recompute)
-    per_step = lora_train.BNB_BACKWARD_UNITS * engine_for("eager", HW).launch_s * quantized_linears(m)
-    monkeypatch.setattr(lora_train, "BNB_BACKWARD_UNITS", 0.0)
+    th, launch = train_host_for(HW), engine_for("eager", HW).launch_s
+    k = BNB_DEQUANT_KERNELS
+    want = {"forward": (lora_train.BNB_FORWARD_HOST_UNITS - k * th.fwd) * quantized_linears(m),
+            "recompute": (lora_train.BNB_FORWARD_HOST_UNITS - k * th.recompute) * quantized_linears(m)
+            if recompute == "full" else 0.0,
+            "backward": (lora_train.BNB_BACKWARD_HOST_UNITS - k * th.bwd) * (quantized_linears(m) - 3)}
+    assert lora_train._bnb_host_s(m, th, launch, recompute == "full") == pytest.approx(
+        {p: u * launch for p, u in want.items()})
+    monkeypatch.setattr(lora_train, "BNB_FORWARD_HOST_UNITS", 0.0)
+    monkeypatch.setattr(lora_train, "BNB_BACKWARD_HOST_UNITS", 0.0)
     _, without = _plan(recompute=recompute)
     host = with_py.time["host_s_per_micro_batch"] - without.time["host_s_per_micro_batch"]
-    assert host == pytest.approx(per_step)
-    assert with_py.time["forward_s"] == without.time["forward_s"]
+    assert host == pytest.approx(sum(want.values()) * launch)
+    assert with_py.time["forward_s"] > without.time["forward_s"]
+
+
+def test_the_first_layers_q_k_v_run_no_backward():
+    """Their input is the frozen embedding's output (CUDA trace: 4 MatMul4Bit backwards a step in a 1-layer model)."""
+    assert bnb_backward_linears(load_model("llama-3.1-8b")) == 224 - 3
 
 
 def test_recompute_dequantises_a_third_time(monkeypatch):

@@ -11,7 +11,6 @@ import pytest
 from validation_rows import check_row
 
 from gpuscope.estimate import lora_train
-from gpuscope.estimate.engines import engine_for
 from gpuscope.explain.compare import compare_record, read_records
 from gpuscope.specs.hardware import hardware_for_device
 
@@ -52,28 +51,23 @@ def test_planned_within_target(case):
         check_row(row, f"{case}:{metric}", {})
 
 
-def test_the_step_errors_qlora_md_reports():
-    """BNB_BACKWARD_UNITS is set by the run without checkpointing (within 1%); the checkpointed run, whose recompute
-    dequantises a third time, checks it (within 3%)."""
+def test_the_step_errors_after_the_traced_host():
+    """bitsandbytes' host priced from the CUDA trace of 2026-12-02-h200-b (qlora.md there), no longer fitted to the
+    run without checkpointing: that run reads -7.0%, the checkpointed one -1.6% (both were set or checked within 1%
+    by the fitted constant before)."""
     recs = _records(QLORA)
-    assert abs(_rows(recs[NO_CKPT])["step_s"].error) < 0.01
+    assert -0.09 < _rows(recs[NO_CKPT])["step_s"].error < -0.05
     assert abs(_rows(recs[CKPT])["step_s"].error) < 0.03
 
 
-def test_the_missing_host_is_once_a_step_not_once_a_forward(monkeypatch):
-    """Without MatMul4Bit's Python backward, both runs are short by the same host time a quantized Linear (in
-    launch_s): the cost is the backward's, which checkpointing does not repeat (its recompute re-runs the forward)."""
-    set_units = lora_train.BNB_BACKWARD_UNITS
-    monkeypatch.setattr(lora_train, "BNB_BACKWARD_UNITS", 0.0)
-    recs, units = _records(QLORA), []
+def test_without_bitsandbytes_python_both_runs_fall_short(monkeypatch):
+    """Without the traced host of gemm_4bit's and MatMul4Bit.backward's Python both host-bound runs are planned
+    more than 10% short: that host is what sets them apart from LoRA's."""
+    monkeypatch.setattr(lora_train, "BNB_FORWARD_HOST_UNITS", 0.0)
+    monkeypatch.setattr(lora_train, "BNB_BACKWARD_HOST_UNITS", 0.0)
+    recs = _records(QLORA)
     for case in (CKPT, NO_CKPT):
-        rec = recs[case]
-        launch_s = engine_for("eager", hardware_for_device(rec["result"]["device_name"])).launch_s
-        row = _rows(rec)["step_s"]
-        assert row.error < -0.10
-        units.append((row.measured - row.estimated) / (rec["result"]["quantized_linears"] * launch_s))
-    assert abs(units[0] / units[1] - 1) < 0.05
-    assert abs(units[1] / set_units - 1) < 0.01
+        assert _rows(recs[case])["step_s"].error < -0.10
 
 
 def test_qlora_is_slower_than_lora_at_the_same_shape_planned_and_measured():

@@ -12,8 +12,8 @@ Time, per micro-batch, at the roofline of roofline.py (each phase max(GPU, host)
   twice; attention 2.5x its forward (flash backward recomputes the scores); elementwise traffic 2x; each adapter
   GEMM twice (dX and dW), the scaling multiply's backward once, x's gradient cast back twice and summed with the
   base path's (18 bytes an element of T x d_in), 10 kernels a target; QLoRA dequantises every weight again
-  (bitsandbytes' MatMul4Bit saves the packed weight, not the dequantised one) and runs MatMul4Bit's backward in
-  Python (BNB_BACKWARD_UNITS of host a quantized Linear).
+  (bitsandbytes' MatMul4Bit saves the packed weight, not the dequantised one); bitsandbytes' Python, forward and
+  backward, is host time traced per Linear (BNB_FORWARD_HOST_UNITS, BNB_BACKWARD_HOST_UNITS).
 - recompute (gradient checkpointing): each decoder layer's forward again, adapters and dequantisation included.
 - optimizer step over the fp32 adapters only (AdamW reads p, g, m, v and writes p, m, v: 28 bytes a parameter),
   and under autocast the adapters' fp32 -> 16-bit casts each forward and 16-bit -> fp32 gradient casts (12 bytes).
@@ -131,14 +131,21 @@ def _qlora_dx_sums(shape: LoraShape, T: int, dt: LoraDtypes) -> list:
 #   fp32 constant 4/(64 x 256), the fp32 absmax written 4/64, the offset add's read and write 8/64, its read by the
 #   NF4 kernel 4/64, the bf16 weight written 2: BNB_DEQUANT_BYTES_PER_WEIGHT = 2.77 (bitsandbytes' GEMM then reads
 #   the 2 bf16 bytes as any bf16 base does: train_forward_ops).
-# - host of MatMul4Bit's Python backward beyond its kernels (the autograd engine's call into the Python Function,
-#   F.dequantize_4bit's and dequantize_blockwise's Python, two dispatches into Python op kernels, the ctypes launches'
-#   argument marshalling): BNB_BACKWARD_UNITS x launch_s a quantized Linear, set by the Llama-3.1-8B QLoRA r16 run
-#   without checkpointing on the H200 (research/results/2026-12-02-h200/qlora.md; the run with checkpointing checks
-#   it). In units of launch_s: a calibrated, faster or slower host scales it.
+# - host, traced on the H200 (research/results/2026-12-02-h200-b/qlora.md: one and three Llama-3.1-8B decoder layers
+#   at 2048 tokens, un-profiled medians, NF4 against bf16 frozen Linears; torch.profiler for the composition).
+#   Forward: gemm_4bit is a torch.library op with a Python kernel (_dequant_linear_fallback: the absmax and NF4
+#   dequant kernels launched through ctypes, the offset add, F.linear): 217.7 us a Linear above a bf16 frozen
+#   Linear's forward. Backward: MatMul4Bit.backward in Python (222 us a call timed in place, F.dequantize_4bit
+#   162 us of it: two more Python-kernel ops and the add, then torch.matmul): 169.0 us above a bf16 Linear's
+#   MmBackward. In launch_s of the catalog H200 (17.2 us): BNB_FORWARD_HOST_UNITS and BNB_BACKWARD_HOST_UNITS,
+#   each the whole of that cost, its 3 kernels included: each phase adds what its TrainHost rate (forward,
+#   recompute, backward) does not already price for those 3 kernels (_bnb_host_s). The recompute re-runs the
+#   forward's path. The backward runs where the Linear's input needs a gradient: not the first layer's q, k, v
+#   (they read the frozen embedding's output; bnb_backward_linears). A calibrated, faster or slower host scales it.
 BNB_DEQUANT_KERNELS = 3
 BNB_DEQUANT_BYTES_PER_WEIGHT = 0.5 + 1 / 64 + 4 / (64 * 256) + 4 / 64 + 8 / 64 + 4 / 64 + 2.0
-BNB_BACKWARD_UNITS = 17.1
+BNB_FORWARD_HOST_UNITS = 217.7 / 17.2  # 12.66 launch_s a quantized Linear
+BNB_BACKWARD_HOST_UNITS = 169.0 / 17.2  # 9.83
 
 
 def _dequant_op(m: ModelSpec) -> opsmod.Op:
@@ -154,6 +161,26 @@ def quantized_linears(m: ModelSpec) -> int:
     from gpuscope.estimate.lora import linear_sites
 
     return sum(s.count for s in linear_sites(m))
+
+
+def bnb_backward_linears(m: ModelSpec) -> int:
+    """Quantized Linears whose MatMul4Bit backward runs: all but the first layer's readers of its input (q, k, v),
+    whose input is the frozen embedding's output (no gradient asked of it)."""
+    from gpuscope.estimate.lora import linear_sites
+    from gpuscope.estimate.lora_memory import _READS_LAYER_INPUT
+
+    return quantized_linears(m) - sum(1 for s in linear_sites(m) if s.name in _READS_LAYER_INPUT)
+
+
+def _bnb_host_s(m: ModelSpec, th, launch_s: float, full: bool) -> dict[str, float]:
+    """bitsandbytes' host beyond what TrainHost prices for its 3 kernels, per phase (the block above)."""
+    k = BNB_DEQUANT_KERNELS
+    def extra(units, rate):
+        return max(0.0, units - k * rate) * launch_s
+    q = quantized_linears(m)
+    return {"forward": extra(BNB_FORWARD_HOST_UNITS, th.fwd) * q,
+            "recompute": extra(BNB_FORWARD_HOST_UNITS, th.recompute) * q if full else 0.0,
+            "backward": extra(BNB_BACKWARD_HOST_UNITS, th.bwd) * bnb_backward_linears(m)}
 
 
 def _backward_ops(fwd_ops, T: int, dt: LoraDtypes) -> list:
@@ -194,9 +221,11 @@ def lora_step_time(m, hw, shape: LoraShape, *, micro_batch, seq, precision, opti
     bwd_ops = _backward_ops(fwd_ops, T, dt) + (_qlora_dx_sums(shape, T, dt) if (qlora and dt.autocast) else [])
     _, b_gpu, _, b_times = forward_time(bwd_ops, tflops, bw, eng, sms, False, m.head_dim)
     r_gpu = sum(t.gpu_s for o, t in zip(fwd_ops, f_times) if opsmod.in_layers(o)) if full else 0.0
-    host = train_host_s(fwd_ops, m, eng.launch_s, full, train_host_for(hw))
+    th = train_host_for(hw)
+    host = train_host_s(fwd_ops, m, eng.launch_s, full, th)
     if qlora:
-        host["backward"] += BNB_BACKWARD_UNITS * eng.launch_s * quantized_linears(m)
+        for phase, extra_s in _bnb_host_s(m, th, eng.launch_s, full).items():
+            host[phase] += extra_s
     micro_gpu = f_gpu + b_gpu + r_gpu
     host_micro = host["forward"] + host["backward"] + host["recompute"]
     micro_s = max(micro_gpu, host_micro)
@@ -303,7 +332,7 @@ def _assumptions(precision, qlora, tflops, bw, cdt, recompute) -> list[str]:
     out = [_PRECISION_NOTE[precision],
            "QLoRA: decoder Linear weights NF4 with double quantization (4.127 bits a weight), embeddings, norms and "
            "lm_head in the compute dtype; each weight dequantised in the forward, again in the backward (and the recompute), "
-           "3 bitsandbytes kernels each time; MatMul4Bit's backward runs in Python" if qlora
+           "3 bitsandbytes kernels each time, launched from its Python (traced host time a Linear)" if qlora
            else "",
            "activations as Hugging Face transformers + peft save them in eager mode with SDPA attention; frozen "
            "layers save no inputs for weight gradients",
