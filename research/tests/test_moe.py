@@ -1,5 +1,6 @@
 """Mixture-of-experts on one H200: plain `generate` decodes experts with batched_mm (a gathered copy of each routed
-expert), the random-weight router's imbalance is what the prefill misses, and the doctor's moe_imbalance rule.
+expert), the prefill's grouped GEMMs pay whole 256-row units per expert (estimate/moe.py), and the doctor's
+moe_imbalance rule.
 
 Results: research/results/2026-11-29-h200-c and research/results/2026-11-29-h200-d (README.md in each).
 """

@@ -55,3 +55,33 @@ def measured_padded_rows(rows_per_expert: list[int], n: int) -> int:
     """The same for a measured assignment (rows per expert of one layer)."""
     unit = row_unit(sum(rows_per_expert), len(rows_per_expert), n)
     return sum(unit * math.ceil(r / unit) for r in rows_per_expert)
+
+
+# ---- the routed rows' elementwise kernels (dispatch) -----------------------------------------------------------
+# transformers 5.17's grouped_mm_experts_forward, per MoE layer over S = T x k routed rows (bytes a row at 16 bits):
+#   strided (TensorIterator's non-vectorised elementwise_kernel<128, 4>): masked_fill of the sentinel rows before
+#     gate_up (in place, 4h), after it (2w in, 2w out: 8w) and after down (4h), then SiLU on the gate half of
+#     gate_up's output (a strided view: 4w): 8h + 12w;
+#   plain (the elementwise rate, roofline.ELEMENTWISE_BW_FRACTION): the gather of the routed rows and the inverse
+#     permutation's (4h each), act x up (6w), x routing weight (4h), the sum over the k copies (2h in, 2h / k out):
+#     14h + 6w + 2h / k.
+# Set on the H200 kernel table of Mixtral-8x7B's b1 p1024 prefill (research/results/2026-11-29-h200-d,
+# doctor_mixtral_prefill.json; S = 2,048, h 4,096, w 14,336): the 96 masked fills moved 9.66 GB in 6.48 ms
+# (1.49 TB/s), the 32 SiLUs 3.76 GB in 2.66 ms (1.41 TB/s): 1.45 TB/s, 0.351 of the 4,128 GB/s copy rate
+# (STRIDED_SLOWDOWN: the elementwise rate over it). The 225 bf16 multiplies (4.43 ms, rotary and norms among them)
+# leave act x up and the weight multiply ~2.5 TB/s, the elementwise rate. Kernels: the forward ran 2,285, the
+# planner's layers without these 2,033: 7.9 a layer more than its 22 for the router and experts, so 28 here
+# beside the two grouped GEMMs (sort, gathers, histc, cumsum, the fills, the multiplies, the sum).
+STRIDED_ROW_BYTES = {"h": 8.0, "w": 12.0}
+PLAIN_ROW_BYTES = {"h": 14.0, "w": 6.0, "h_over_k": 2.0}
+DISPATCH_KERNELS = 28
+STRIDED_SLOWDOWN = 0.63 / (1.45e12 / 4128e9)
+
+
+def dispatch_bytes(tokens: int, k: int, h: int, w: int, act_b: float) -> tuple[float, float]:
+    """(plain, strided) bytes of one layer's dispatch kernels over tokens x k routed rows."""
+    s = tokens * k
+    plain = s * (PLAIN_ROW_BYTES["h"] * h + PLAIN_ROW_BYTES["w"] * w + PLAIN_ROW_BYTES["h_over_k"] * h / k) \
+        * act_b / 2.0
+    strided = s * (STRIDED_ROW_BYTES["h"] * h + STRIDED_ROW_BYTES["w"] * w) * act_b / 2.0
+    return plain, strided
