@@ -12,7 +12,9 @@ latents and the CFG-doubled model input alive), VAE decode. ``offload``:
 - model (enable_model_cpu_offload): one component on the GPU at a time (accelerate moves each in when it runs and
   the previous one out), so a phase holds only its own component's weights;
 - sequential (enable_sequential_cpu_offload): every leaf module's weights are copied in just before it runs and
-  dropped after, so a phase holds its activations plus the largest leaf module's weights.
+  dropped after, so a phase holds the peak of its activations plus the running layer's weights (trace.seq_peak):
+  SDXL's UNet at 1024x1024, batch 2, peaks at a 1x1 conv_shortcut (0.4 MB of weights), not with its largest
+  layer (59 MB) in; a VAE's encoder never runs in a decode (research/results/2026-12-02-h200-b/diffusion.md).
 Plus cuBLAS's workspace (estimate/runtime.CUBLAS_WORKSPACE_BYTES), which comes from the caching allocator.
 """
 
@@ -34,7 +36,7 @@ class ComponentCost:
     weight_bytes: float
     activation_peak_bytes: float
     peak_op: str
-    largest_leaf_bytes: float
+    seq_peak_bytes: float  # sequential offload: activations + the running layer's weights at their joint peak
     forward: dict = field(default_factory=dict)  # time.forward_seconds of one forward
     passes: int = 1  # forwards per pipeline call (denoiser: steps; text encoders: 2 with a negative prompt)
     inputs_bytes: float = 0.0  # tensors alive beside its activations (latents, embeddings)
@@ -43,14 +45,12 @@ class ComponentCost:
 
 
 def phase_bytes(c: ComponentCost, resident_weights: float, offload: str) -> float:
-    """The allocator's peak while ``c`` runs: resident weights (offload none), its own weights (model), or the
-    largest leaf module's (sequential), plus its activations and inputs, plus the cuBLAS workspace."""
-    if offload == "none":
-        w = resident_weights
-    elif offload == "model":
-        w = c.weight_bytes
-    else:
-        w = c.largest_leaf_bytes
+    """The allocator's peak while ``c`` runs: resident weights (offload none) or its own (model) plus its activation
+    peak, or (sequential) the peak of its activations plus the weights of the layer running then (trace.py); its
+    inputs and the cuBLAS workspace on top."""
+    if offload == "sequential":
+        return c.seq_peak_bytes + c.inputs_bytes + CUBLAS_WORKSPACE_BYTES
+    w = resident_weights if offload == "none" else c.weight_bytes
     return w + c.activation_peak_bytes + c.inputs_bytes + CUBLAS_WORKSPACE_BYTES
 
 

@@ -52,7 +52,8 @@ class Trace:
     held: float = 0.0
     peak: float = 0.0
     peak_op: str = ""
-    largest_weight: int = 0  # the largest leaf module's parameters (sequential offload streams one at a time)
+    seq_peak: float = 0.0  # sequential offload: the peak of held + live + the running layer's own weights (bytes)
+    _op_w: int = 0  # parameters of the layer being added (until its live tensors are counted)
     run_params: int = 0  # parameters of the layers this forward runs (what sequential offload copies in)
     run_tensors: int = 0  # their parameter tensors (a weight, a bias: sequential offload copies each on its own)
     heads_dims: list[int] = field(default_factory=list)
@@ -68,13 +69,16 @@ class Trace:
         if self.held + live_bytes > self.peak:
             self.peak = self.held + live_bytes
             self.peak_op = name
+        # under sequential offload only the running layer's weights are on the device, beside its tensors
+        self.seq_peak = max(self.seq_peak, self.held + live_bytes + self._op_w * self.w_b)
+        self._op_w = 0
 
     def _weights(self, n: int, tensors: int = 1, runs: bool = True) -> None:
         self.params += n
-        self.largest_weight = max(self.largest_weight, n)
         if runs:
             self.run_params += n
             self.run_tensors += tensors
+            self._op_w += n
 
     def weights_only(self, n: int, tensors: int = 1, runs: bool = True) -> None:
         """Parameters no kernel of this forward reads as a GEMM (embedding tables, scalars, learned mixes), in

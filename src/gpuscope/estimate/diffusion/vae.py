@@ -165,7 +165,8 @@ def autoencoder_cogvideox(t: Trace, cfg, clips: int, latent_frames: int, h: int,
         peak = Trace(act_b=t.act_b, w_b=t.w_b, attn_impl=t.attn_impl)
         _cog_decoder(peak, cfg, clips, first, h, w)
         out_frames = 1 + (latent_frames - 1) * int(cfg.get("temporal_compression_ratio", 4))
-        t.peak = peak.peak + clips * out_frames * h * w * 64 * cfg.get("out_channels", 3) * t.act_b
+        kept = clips * out_frames * h * w * 64 * cfg.get("out_channels", 3) * t.act_b
+        t.peak, t.seq_peak = peak.peak + kept, peak.seq_peak + kept
         t.peak_op = peak.peak_op
 
 
