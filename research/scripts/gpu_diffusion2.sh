@@ -19,8 +19,8 @@
 #        on a CPU, to check the script: OUT=/tmp/o bash research/scripts/gpu_diffusion2.sh --tiny   (tiny folders)
 # Budget: 160 s in all (38 + 40 + 32 + 25 + 25 s), imports and model builds included (call1's steps took 20-26 s
 # before their first point). That first run (2026-12-02-h200-b/call1) stopped model offload at 34 s and the VAE
-# profile at 21 s; their rerun, `bash research/scripts/gpu_diffusion2.sh offload_model vae`, gives them 70 + 40 s
-# (model offload: one warm-up and one timed call, each moving 7.1 GB in from pageable memory and out again).
+# profile at 21 s; their rerun, `bash research/scripts/gpu_diffusion2.sh offload_model vae`, gives them 50 + 30 s
+# (model offload: 2 steps, one warm-up and one timed call, each moving 7.1 GB in from pageable memory and out).
 set -u
 : "${OUT:?set OUT to the results folder}"
 W=/tmp/gs_diffusion2; rm -rf "$W"; mkdir -p "$W" "$OUT/gpu_diffusion2"
@@ -30,8 +30,8 @@ source "$(dirname "$0")/session_lib.sh"
 SDXL=sdxl; SVD=svd-xt; S=1024; SVD_H=576; SVD_W=1024; FRAMES=14; DEV=(--dtype fp16)
 LIMITS=(38 40 32 25 25); TINY=0; [[ "${1:-}" == "--tiny" ]] && { TINY=1; shift; }
 GROUPS_WANTED="${*:-offload_model offload_sequential svd vae text}"
-if [[ $# -gt 0 ]]; then LIMITS=(70 40 32 40 25); fi  # a rerun of some steps: the limits call1 showed they need
-MODEL_REPEATS=2; [[ $# -gt 0 ]] && MODEL_REPEATS=1
+MODEL_REPEATS=2; MODEL_STEPS=4
+if [[ $# -gt 0 ]]; then LIMITS=(50 40 32 30 25); MODEL_REPEATS=1; MODEL_STEPS=2; fi  # a rerun: what call1 showed
 if [[ $TINY == 1 ]]; then  # the script's own check: tiny random folders on the CPU, fp32, tiny sizes
   python3 tests/diffusion_tiny.py "$W/tiny" > /dev/null
   SDXL=$W/tiny/tiny-sdxl; SVD=$W/tiny/tiny-svd; S=32; SVD_H=16; SVD_W=32; FRAMES=4
@@ -50,7 +50,7 @@ run() { local name=$1 limit=$2; shift 2
   echo "timeout $limit ${RUN[*]} $* --timeout $((limit - 4))" > "$W/$name.cmd"
   step "$name" "$limit" "${RUN[@]}" "$@" --timeout $((limit - 4)); }
 want offload_model && run sdxl_offload_model "${LIMITS[0]}" --model "$SDXL" --component pipeline --batch 1 --height "$S" --width "$S" \
-  --steps 4 --cfg --offload model --repeats "$MODEL_REPEATS" --warmup 1
+  --steps "$MODEL_STEPS" --cfg --offload model --repeats "$MODEL_REPEATS" --warmup 1
 want offload_sequential && run sdxl_offload_sequential "${LIMITS[1]}" --model "$SDXL" --component pipeline --batch 1 --height "$S" \
   --width "$S" --steps 2 --cfg --offload sequential --repeats 1 --warmup 1
 want svd && run svd_unet14_profile "${LIMITS[2]}" --model "$SVD" --component denoiser --batch 1 --height "$SVD_H" \
