@@ -34,9 +34,10 @@ def plan_lines(d: dict) -> list[tuple[str, str]]:
         rows.append((f"{name}", f"{c['class']}: {c['params'] / 1e9:,.3f} B params, weights {_gib(c['weight_bytes'])}, "
                                f"activations {_gib(c['activation_peak_bytes'])} (at {c['activation_peak_at']}), "
                                f"{_s(c['forward_s'])} per forward ({c['bound']}-bound, {c['kernels']:,} kernels)"))
-    rows += [("step", f"{_s(t['step_s'])} per denoiser forward (+ {_s(t['step_overhead_s'])} pipeline)"),
+    per_step = "the pipeline's kernels" + (" and offload copies" if i["offload"] == "sequential" else "")
+    rows += [("step", f"{_s(t['step_s'])} per denoiser forward (+ {_s(t['step_overhead_s'])} a step: {per_step})"),
              ("text encode", _s(t["text_encode_s"])), ("VAE decode", _s(t["vae_decode_s"])),
-             ("total", _s(t["total_s"]) + (f" (offload transfers {_s(t['offload_transfer_s'])})"
+             ("total", _s(t["total_s"]) + (f" (of which offload copies {_s(t['offload_transfer_s'])})"
                                            if t["offload_transfer_s"] else ""))]
     th, e = d.get("throughput") or {}, d.get("energy") or {}
     if "images_per_s" in th:
