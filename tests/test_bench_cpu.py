@@ -112,6 +112,7 @@ def test_calibration_toml_for_a_catalog_device(tmp_path):
     assert hw.peak("bf16") == load_hardware("h200").peak("bf16")  # datasheet peaks kept: MFU stays honest
 
 
+@pytest.mark.slow
 def test_bench_all_quick_with_estimates_resume_and_export(tmp_path, calibrated, capsys):
     _, toml = calibrated
     db = str(tmp_path / "r.sqlite")
@@ -188,6 +189,7 @@ def test_bench_infer_from_a_config_path_prints_the_estimate(tmp_path, calibrated
         assert row["status"] == "ok" and row["result"]["generated_tokens"] == 32
 
 
+@pytest.mark.slow
 def test_bench_infer_loads_a_local_checkpoint_with_from_pretrained(tmp_path):
     """--weights: the checkpoint's own weights through from_pretrained (no download), on the device or spread by
     accelerate (--device-map auto, --max-memory caps): the article's CPU-offload inference path."""

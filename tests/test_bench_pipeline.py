@@ -20,6 +20,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "gpuscope", *args], capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.slow
 def test_results_compare_and_bench_report_the_same_errors(tmp_path):
     """A tiny train case benched through the CLI and a tiny infer case through the library (pipeline.bench.run_cases),
     both planned on the catalog's H200; `results compare --gpu h200` over the same database gives every row's error

@@ -36,6 +36,7 @@ def bench_run(tmp_path_factory):
     return json.loads(r.stdout), db, time.perf_counter() - t0
 
 
+@pytest.mark.slow
 def test_every_op_and_size_correct_with_nccl_tests_bandwidths(bench_run):
     doc, _, _ = bench_run
     ms = doc["measurements"]
@@ -57,6 +58,7 @@ def test_every_op_and_size_correct_with_nccl_tests_bandwidths(bench_run):
     assert (rs["count_in"], rs["count_out"]) == (16, 8)  # S = the full input
 
 
+@pytest.mark.slow
 def test_stored_in_results_db_with_provenance(bench_run):
     doc, db, _ = bench_run
     with Store.open(db) as st:
@@ -71,6 +73,7 @@ def test_stored_in_results_db_with_provenance(bench_run):
     assert {m["id"] for m in doc["measurements"]} == {row["id"] for row in rows}
 
 
+@pytest.mark.slow
 def test_hung_collective_ends_with_clear_message_within_timeout(tmp_path):
     with pytest.raises(DistributedRunError) as ei:
         run_torchrun("gpuscope.measure.collectives.worker",

@@ -8,6 +8,7 @@ import json
 import pytest
 
 torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.slow  # end to end: several processes each (pyproject.toml's markers)
 pytest.importorskip("transformers")
 if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
     pytest.skip("torch.distributed with gloo is needed", allow_module_level=True)

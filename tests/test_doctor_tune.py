@@ -116,6 +116,7 @@ SLOW_LOADER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_doctor_script_diagnoses_slow_dataloader(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(SLOW_LOADER)
@@ -139,6 +140,7 @@ def test_doctor_script_diagnoses_slow_dataloader(tmp_path):
     assert d["findings"][0]["evidence"]["dataloader_fraction"] >= 0.1
 
 
+@pytest.mark.slow
 def test_doctor_bare_run_measures_the_profiler_per_step(tmp_path):
     """--bare-run: the script runs once without the profiler (optimizer steps timed), then profiled; the profiler's
     cost is (profiled - bare median step) x steps, and the data-loader stall still leads."""

@@ -77,6 +77,7 @@ def _cli(*args: str) -> dict:
     return json.loads(r.stdout[r.stdout.index("{"):])
 
 
+@pytest.mark.slow
 def test_bench_and_doctor_run_what_they_were_asked(tmp_path):
     """bench infer records the fusion in its result and name; doctor infer profiles the same model (attention
     function and fusion), not a stock one."""

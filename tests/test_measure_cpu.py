@@ -174,6 +174,7 @@ def test_case_sets():
 
 
 # --- through the suite (one subprocess per case) --------------------------------------------------------------
+@pytest.mark.slow
 def test_suite_subprocess_and_resume(tmp_path):
     out = tmp_path / "r.jsonl"
     cases = [_infer_case(), _train_case(), {"kind": "bogus", "model": "x"}]

@@ -20,6 +20,7 @@ import pytest
 if not sys.platform.startswith("linux"):
     pytest.skip("the parent-death signal and /proc are Linux's", allow_module_level=True)
 torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.slow  # end to end: several processes each (pyproject.toml's markers)
 if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
     pytest.skip("torch.distributed with gloo is needed", allow_module_level=True)
 
