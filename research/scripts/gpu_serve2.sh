@@ -5,6 +5,7 @@
 #   n1024  1024 requests 128 in / 128 out, offline        (planned 97.9 s + ~15 s set-up; limit 200 s)
 #   rate6   200 requests 512 / 128, Poisson 6 req/s, seed 0 (planned 44.8 s; TTFT p99 0.33 s)
 #   rate8   160 requests 512 / 128, Poisson 8 req/s, seed 0 (planned 34.3 s; TTFT p50 0.17, p99 0.74 s: queueing)
+#   rate10  128 requests 512 / 128, Poisson 10 req/s, seed 0 (planned 27.6 s; TTFT p50 0.17, p99 0.71 s; gpu_serve4.sh)
 #   c64     128 requests 512 / 128, 64 in flight (closed loop; TTFT from each request's send; planned 25.6 s)
 # Set-up before the timed run is ~19 s on the H200 machine (1024 run: wall 117.7 s, served 98.6 s); the 200 x rate6
 # run timed out at its 65 s (call1 of 2026-12-02-h200-b), so the rate8/c64 runs are smaller with more margin.
@@ -43,6 +44,7 @@ serve() { local name=$1 cap=$2 need=$3 n=$4 p=$5 g=$6; shift 6
 want n1024 && serve serve_8b_n1024_p128_g128 200 150 1024 128 128
 want rate6 && serve serve_8b_n200_p512_g128_rate6 75 65 200 512 128 --rate 6 --seed 0
 want rate8 && serve serve_8b_n160_p512_g128_rate8 80 60 160 512 128 --rate 8 --seed 0
+want rate10 && serve serve_8b_n128_p512_g128_rate10 85 55 128 512 128 --rate 10 --seed 0
 want c64 && serve serve_8b_n128_p512_g128_c64 65 50 128 512 128 --concurrency $(( 64 / K ))
 python3 -m gpuscope results list --kind serve > "$W/results_list.txt" 2>&1
 tar czf "$OUT/$BUNDLE" -C "$W" .

@@ -1,17 +1,22 @@
 #!/usr/bin/env bash
-# Why transformers CB decode steps of 20-180 requests take 13-31% longer than plan serve says (the drains of the
-# 2026-12-02 runs; serve.md of 2026-12-02-h200-b): is the GPU busy for the whole step, or does it wait on the host?
-# Full Llama-3.1-8B (32 layers, random bf16, paged|sdpa as bench serve runs it), two offline workloads with the same
-# KV read at decode: 64 x 512/24 and 16 x 2048/24. Each step's phases are timed (research/scripts/gpu_serve_cb.py's
-# instrument: prepare, forward + sync, update); 8 decode steps in the middle run under torch.profiler (CUDA
-# kernels): their kernel time summed (GPU busy) against the steps' wall time, and the top kernels.
-# usage (GPU machine): bash research/scripts/gpu_serve4.sh -> $OUT/gpu_serve4/ (prof.json, run.out); budget 100 s
-# CPU proof: OUT=/tmp/o bash research/scripts/gpu_serve4.sh --tiny
+# call3 of 2026-12-02-h200-b (150 s in all, one archive $OUT/gpu_serve4/gpu_serve4.tgz: a call returns <= 8 files):
+# 1. why transformers CB decode steps of 20-180 requests take longer than plan serve says (the c64 waves of call2
+#    and the offline runs' drains; research/results/2026-12-02-h200-b/serve.md): is the GPU busy for the whole step,
+#    or does it wait on the host? Full Llama-3.1-8B (32 layers, random bf16, paged|sdpa as bench serve runs it), two
+#    offline workloads with the same KV read at decode, 64 x 512/24 and 16 x 2048/24: every step's phases timed
+#    (gpu_serve_cb.py's instrument: prepare, forward + sync, update), 8 decode steps in the middle under
+#    torch.profiler (CUDA activity only): their kernel time summed (GPU busy) against the steps' wall, top kernels.
+#    Limit 55 s.
+# 2. then gpu_serve2.sh's rate10 (Poisson 10 req/s, 128 x 512/128, bench serve in-process; planned 27.6 s + ~19 s
+#    set-up) in the time left (<= 85 s).
+# usage (GPU machine): bash research/scripts/gpu_serve4.sh     CPU proof: OUT=/tmp/o bash research/scripts/gpu_serve4.sh --tiny
 set -u
-mkdir -p "$OUT/gpu_serve4"
+T0=$(date +%s); BUDGET=150
+W=$(mktemp -d /tmp/gs_serve4.XXXXXX); mkdir -p "$W/prof" "$OUT/gpu_serve4"
 TINY=0; [ "${1:-}" = "--tiny" ] && TINY=1
-echo "timeout 100 python3 - (gpu_serve4.sh's probe) tiny=$TINY" > "$OUT/gpu_serve4/cmd.txt"
-TINY=$TINY PYTHONPATH=src:research/scripts timeout 100 python3 - > "$OUT/gpu_serve4/run.out" 2>&1 <<'EOF'
+pack() { tar czf "$OUT/gpu_serve4/gpu_serve4.tgz" -C "$W" . ; }
+echo "timeout 55 python3 - (gpu_serve4.sh's profile probe) tiny=$TINY" > "$W/prof/cmd.txt"
+TINY=$TINY PROF_OUT=$W/prof PYTHONPATH=src:research/scripts timeout 55 python3 - > "$W/prof/run.out" 2>&1 <<'EOF'
 import json, os, statistics, time
 import torch
 from gpu_serve_cb import build, instrument
@@ -21,7 +26,7 @@ from transformers.generation.continuous_batching.utils import WorkloadHints
 
 tiny = os.environ["TINY"] == "1"
 dev = "cpu" if tiny else "cuda"
-out = os.path.join(os.environ["OUT"], "gpu_serve4", "prof.json")
+out = os.path.join(os.environ["PROF_OUT"], "prof.json")
 model, cfg = build(dev, 32, tiny)
 res = {"versions": [torch.__version__, __import__("transformers").__version__], "layers": cfg.num_hidden_layers,
        "workloads": []}
@@ -88,4 +93,8 @@ def run(n, p, g, prof_from=8, prof_steps=8):
 for n, p, g in ([(16, 32, 20), (4, 128, 20)] if tiny else [(64, 512, 24), (16, 2048, 24)]):
     run(n, p, g)
 EOF
-echo "rc=$?" >> "$OUT/gpu_serve4/cmd.txt"
+echo "rc=$? $(( $(date +%s) - T0 )) s" >> "$W/prof/cmd.txt"; pack
+left=$(( BUDGET - ($(date +%s) - T0) - 5 ))
+GS_BUDGET=$(( left < 92 ? left : 92 )) GS_BUNDLE=serve2.tgz OUT=$W bash "$(dirname "$0")/gpu_serve2.sh" \
+  $([ $TINY = 1 ] && echo --tiny) rate10 > "$W/serve2.log" 2>&1
+pack
