@@ -26,7 +26,8 @@ fi
   PYTHONPATH=src python3 -c "import diffusers, bitsandbytes; print('diffusers', diffusers.__version__, 'bnb', bitsandbytes.__version__)"
 } > "$OUT/versions.txt" 2>&1
 declare -A BUDGET=([serve]=270 [diffusion]=290 [micro]=120 [master]=100 [qlora]=120 [decode]=90 [servecb]=170
-                  [serve2]=230 [serve3]=150 [diffusion2]=160 [qlora2]=140 [moe_generate]=170)
+                  [serve2]=230 [serve3]=150 [serve4]=150 [diffusion2]=${GS_BUDGET_diffusion2:-160}
+                  [qlora2]=${GS_QLORA2_BUDGET:-140} [moe_generate]=${GS_BUDGET_moe_generate:-170})
 for g in "$@"; do
   left=$(( LIMIT - ($(date +%s) - T0) ))
   if (( ${BUDGET[$g]:-9999} > left )); then log "$g skipped: budget ${BUDGET[$g]:-?} s > $left s left"; continue; fi
@@ -39,7 +40,8 @@ for g in "$@"; do
     qlora) bash research/scripts/gpu_qlora.sh ;;
     decode) PYTHONPATH=src timeout 95 python3 research/scripts/gpu_decode_batch.py > "$OUT/decode_batch.out" 2>&1 ;;
     servecb) PYTHONPATH=src timeout 170 python3 research/scripts/gpu_serve_cb.py --out "$OUT/serve_cb.json" --budget 140 > "$OUT/serve_cb.out" 2>&1 ;;
-    *) if [[ -f research/scripts/gpu_$g.sh ]]; then timeout $(( ${BUDGET[$g]} + 15 )) bash research/scripts/gpu_$g.sh
+    *) args_var="GS_ARGS_$g"  # a group's own arguments, e.g. GS_ARGS_diffusion2="offload_model vae"
+       if [[ -f research/scripts/gpu_$g.sh ]]; then timeout $(( ${BUDGET[$g]} + 15 )) bash research/scripts/gpu_$g.sh ${!args_var:-}
        elif [[ -f research/scripts/gpu_$g.py ]]; then mkdir -p "$OUT/gpu_$g"
          PYTHONPATH=src timeout $(( ${BUDGET[$g]} + 15 )) python3 research/scripts/gpu_$g.py > "$OUT/gpu_$g/run.out" 2>&1
        else log "unknown group $g"; fi ;;
