@@ -67,6 +67,10 @@ def run(n, p, g, prof_from=8, prof_steps=8):
     while got < n and (o := m.get_result(timeout=60)) is not None:
         got += o.is_finished()
     m.stop(block=True)
+    getattr(m, "destroy", lambda: None)()  # free its cache for the next workload (bench serve does the same)
+    del m, bp
+    if not tiny:
+        torch.cuda.empty_cache()
     win = rec[dec[prof_from - 1]:dec[prof_from + prof_steps - 1]]  # the profiled steps (prepare of the next excluded)
     wall = sum(r["prep_s"] + r["fwd_s"] + r.get("upd_s", 0) for r in win)
     try:  # a profiler that fails to read back leaves the step timings
