@@ -1,0 +1,1 @@
+timeout 25 python3 -m gpuscope bench diffusion --gpu h200 --json --db /tmp/gs_diffusion2/gpu_diffusion2.sqlite --dtype fp16 --model sdxl --component text-encoders --batch 1 --repeats 5 --warmup 2 --profile --timeout 21
