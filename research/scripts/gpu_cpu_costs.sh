@@ -28,20 +28,19 @@ if [ "$STAGE" = data ]; then
     run train_gpt2 200 python3 -m gpuscope bench train --model gpt2 --device cpu
 fi
 if [ "$STAGE" = check ]; then
-    for i in $(seq 1 "${REPEATS:-2}"); do
+    for i in $(seq 1 "${REPEATS:-2}"); do  # each repeat measures the host's ceilings afresh (the first run)
         rm -rf /tmp/gscpu/home
         run "infer_gpt2_$i" 150 python3 -m gpuscope bench infer --model gpt2 --device cpu
         run "train_gpt2_$i" 150 python3 -m gpuscope bench train --model gpt2 --device cpu
         run "infer_llama_$i" 150 python3 -m gpuscope bench infer --model research/scripts/llama_small_cpu.json --device cpu
         run "train_llama_$i" 150 python3 -m gpuscope bench train --model research/scripts/llama_small_cpu.json --device cpu
+        cp -r /tmp/gscpu/home "$O/home_$i"
     done
-    cp -r /tmp/gscpu/home "$O/home_last"
     if [ "${CPU_LOAD:-1}" = 1 ]; then  # one CPU-bound process on one of the two cores
         taskset -c "${CORES%%,*}" yes > /dev/null & YES=$!
         run load_infer_gpt2 150 python3 -m gpuscope bench infer --model gpt2 --device cpu
         run load_train_gpt2 150 python3 -m gpuscope bench train --model gpt2 --device cpu
         run load_calibrate 150 python3 -m gpuscope hardware calibrate --quick --host --out "$O/calibrated_load.toml"
-        run load_all_quick 150 python3 -m gpuscope bench all --quick --device cpu
         kill "$YES"
     fi
     run calibrate 150 python3 -m gpuscope hardware calibrate --quick --host --out "$O/calibrated.toml"

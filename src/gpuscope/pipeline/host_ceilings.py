@@ -3,7 +3,11 @@ accelerators only, so a CPU run is planned on this host's measured rates instead
 
 - What: the quick micro set's matmul rate per dtype (fp32 and bf16, the dtypes a CPU run takes) and its copy
   bandwidth (read + write bytes), written by measure/micro/calibrate.calibration_toml as a full hardware entry
-  whose peaks ARE the measured rates (efficiency 1.0). Seconds on a 2-core host.
+  whose peaks ARE the measured rates (efficiency 1.0), and what eager PyTorch costs per op here
+  (measure/host/cpu_costs.py: the cost per kernel and per forward as host_launch_s / host_forward_s, generate's as
+  host_step_s / host_setup_s, the GEMM rate by rows and the elementwise bandwidths under ``[measured.cpu]``), which
+  the planner's CPU model prices a CPU run with (estimate/cpu.py). 10-25 s on a 2-core host. A file kept before
+  the per-op costs were is measured again by the next run.
 - Where: the gpuscope home (specs/calibration.data_dir), ``calibrated/host-<hostname>-<cpu>.toml``: one file per
   host, since two hosts report the same CPU name (``x86_64``) with different rates. A CPU calibration saved by
   `gpuscope hardware calibrate --save` on this host (``calibrated/<cpu>.toml``) is used where there is no such file.
@@ -73,8 +77,8 @@ def missing_why(device_name: str | None) -> str:
 HOST_KEYS = {"op_s": "host_launch_s", "forward_s": "host_forward_s", "step_s": "host_step_s",
              "setup_s": "host_setup_s"}
 CPU_KEYS = ("gpt2_op_s", "gpt2_forward_s", "gemm_rows", "gemm_tflops", "gemm_calls", "gemm_weight",
-            "elementwise_cache_gbs", "elementwise_dram_gbs", "first_touch_gbs", "tiny_layers", "tiny_decode_forward_s",
-            "gpt2_tiny_decode_forward_s", "rounds", "threads", "measure_s")
+            "elementwise_cache_gbs", "elementwise_dram_gbs", "first_touch_gbs", "stream_bytes", "tiny_layers",
+            "tiny_decode_forward_s", "gpt2_tiny_decode_forward_s", "rounds", "threads", "measure_s")
 
 
 def cpu_table(costs: dict) -> str:

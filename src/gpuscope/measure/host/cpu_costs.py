@@ -11,12 +11,12 @@ overlaps. Measured here, in a few seconds on a 2-core host:
   ``setup_s``: generate's own work per token and per call on the Llamas (measure/host/overhead.measure_family's
   definitions).
 - ``gemm_rows`` / ``gemm_tflops``: the fp32 GEMM rate of F.linear (what nn.Linear runs) by rows M (tokens), at a
-  1024 x 4096 weight, rotating over weights larger together than the CPU's caches so each call streams its weight
-  from memory as a model's forward does. Small-M GEMMs run far below the large-GEMM peak (on a 2-core Xeon: 20
+  1024 x 4096 weight, rotating over weights larger together than the CPU's caches (``stream_bytes``) so each call
+  streams its weight from memory as a model's forward does. Small-M GEMMs run far below the large-GEMM peak (on a 2-core Xeon: 20
   GFLOP/s at M = 1, a weight stream at ~20 GB/s, 150 at M = 32, 225 at M = 128, against 264 for a 2048 cube:
   research/results/2026-12-02-cpu/README.md).
 - ``elementwise_cache_gbs`` / ``elementwise_dram_gbs``: an in-place multiply (read + write) over 1 MiB and over
-  128 MiB: activations of a short sequence stay in cache, optimizer passes over the weights do not.
+  ``stream_bytes``: activations of a short sequence stay in cache, optimizer passes over the weights do not.
   ``first_touch_gbs``: what a freshly allocated large tensor costs on its first write (``elementwise``).
 
 Each measurement stops at its time budget (``budget_s`` in all, split over the parts) and records how many repeats
@@ -33,8 +33,32 @@ import torch.nn.functional as F
 
 GEMM_ROWS = (1, 4, 16, 64, 256)
 GEMM_K, GEMM_N = 1024, 4096  # a 16 MiB fp32 weight: a decoder layer's MLP matrix of a ~1B model
-ROTATE_BYTES = 160 * 2**20  # the weights rotated over: above the L3 of the CPUs this ran on (32-36 MiB)
+# The weights the GEMMs rotate over, and the elementwise buffer "from memory": twice the last-level cache the
+# kernel reports (a VM's 2 cores may sit on a socket's whole L3: 300 MiB on the Xeon measured, where a 160 MiB
+# rotation read weights at 30.6 GB/s against the 18-22 a 0.5 GB GPT-2 decode streamed them at), at least
+# MIN_STREAM_BYTES, at most MAX_STREAM_BYTES.
+MIN_STREAM_BYTES, MAX_STREAM_BYTES = 160 * 2**20, 1024 * 2**20
 TINY_LAYERS = (1, 2, 4)
+
+
+def last_level_cache_bytes() -> int | None:
+    """The largest cache of cpu0 (Linux sysfs: ``.../cache/index*/size``, e.g. "32768K", "300M"), or None."""
+    from pathlib import Path
+
+    sizes = []
+    for d in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+        try:
+            text = (d / "size").read_text().strip().upper()
+            sizes.append(int(text[:-1]) * {"K": 2**10, "M": 2**20, "G": 2**30}[text[-1]])
+        except (OSError, ValueError, KeyError, IndexError):
+            continue
+    return max(sizes) if sizes else None
+
+
+def stream_bytes() -> int:
+    """Bytes that stream from memory, not from the caches (see MIN_STREAM_BYTES)."""
+    llc = last_level_cache_bytes() or 0
+    return int(min(MAX_STREAM_BYTES, max(MIN_STREAM_BYTES, 2 * llc)))
 
 
 def _median_within(fn, n_min: int, budget_s: float) -> tuple[float, int]:
@@ -54,8 +78,9 @@ def _median_within(fn, n_min: int, budget_s: float) -> tuple[float, int]:
 
 def gemm_curve(budget_s: float = 2.0) -> dict:
     """fp32 F.linear rate by rows (module docstring): {"gemm_rows", "gemm_tflops", "gemm_calls"}."""
-    count = max(2, ROTATE_BYTES // (GEMM_K * GEMM_N * 4))
-    ws = [torch.randn(GEMM_N, GEMM_K) for _ in range(count)]
+    count = max(2, stream_bytes() // (GEMM_K * GEMM_N * 4))
+    w0 = torch.randn(GEMM_N, GEMM_K)
+    ws = [w0.clone() for _ in range(count)]  # copies: made at memory speed, each its own memory
     rates, calls = [], []
     for m in GEMM_ROWS:
         x = torch.randn(m, GEMM_K)
@@ -77,8 +102,8 @@ def elementwise(budget_s: float = 1.0) -> dict:
     freed (mallopt(3): M_MMAP_THRESHOLD's dynamic ceiling), so each such tensor made again pays a page fault per
     4 KiB page on first write."""
     out = {}
-    for key, floats in (("elementwise_cache_gbs", 2**18), ("elementwise_dram_gbs", 2**25)):
-        x = torch.randn(floats)
+    for key, floats in (("elementwise_cache_gbs", 2**18), ("elementwise_dram_gbs", stream_bytes() // 4)):
+        x = torch.ones(floats)
         s, _ = _median_within(lambda: x.mul_(1.0), 5, budget_s / 3)
         out[key] = 8.0 * floats / s / 1e9
     floats = 2**25
@@ -86,6 +111,7 @@ def elementwise(budget_s: float = 1.0) -> dict:
     fill, _ = _median_within(lambda: x.fill_(1.0), 3, budget_s / 6)
     fresh, _ = _median_within(lambda: torch.empty(floats).fill_(1.0), 3, budget_s / 6)
     out["first_touch_gbs"] = 4.0 * floats / max(fresh - fill, 1e-9) / 1e9
+    out["stream_bytes"] = stream_bytes()
     return out
 
 
