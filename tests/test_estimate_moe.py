@@ -1,0 +1,68 @@
+"""estimate/moe.py: grouped_mm's row units and the expected padded rows under Binomial routing, the dispatch bytes,
+and how the MoE op list uses them (prefill: grouped_mm with padding and dispatch; generate's decode: batched_mm)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from gpuscope.estimate import moe
+from gpuscope.estimate.infer import estimate_infer
+from gpuscope.specs.hardware import load_hardware
+from gpuscope.specs.models import load_model
+
+
+def _binomial_units(tokens: int, p: float, unit: int) -> float:
+    """E[ceil(r / unit)] by summing the Binomial pmf exactly (log space)."""
+    total = 0.0
+    for r in range(tokens + 1):
+        logp = (math.lgamma(tokens + 1) - math.lgamma(r + 1) - math.lgamma(tokens - r + 1)
+                + (r * math.log(p) if r else 0.0) + ((tokens - r) * math.log1p(-p) if tokens - r else 0.0))
+        total += math.exp(logp) * math.ceil(r / unit)
+    return total
+
+
+def test_row_unit_follows_torch_grouped_mm_tile_choice():
+    assert moe.row_unit(2048, 8, 28672) == 256  # 256 rows a group: 128x256 tiles, 2x1 clusters
+    assert moe.row_unit(1024, 8, 28672) == 64  # 128 rows a group: the small kernel
+    assert moe.row_unit(4096, 8, 128) == 64  # a narrow output: the small kernel
+    assert moe.row_unit(16384, 60, 2816) == 256
+
+
+@pytest.mark.parametrize("tokens,k,experts,unit", [(1024, 2, 8, 256), (4096, 2, 8, 256), (768, 2, 8, 256),
+                                                   (1024, 4, 60, 64), (300, 6, 64, 64), (5, 2, 8, 64)])
+def test_expected_units_match_the_exact_binomial_sum(tokens, k, experts, unit):
+    exact = _binomial_units(tokens, k / experts, unit)
+    assert moe.expected_units(tokens, k, experts, unit) == pytest.approx(exact, rel=0.02, abs=0.01)
+
+
+def test_padding_is_half_a_unit_an_expert_at_power_of_two_sizes_and_none_for_a_measured_aligned_split():
+    rows = 1024 * 2
+    assert moe.padded_rows(1024, 2, 8, 28672) / rows == pytest.approx(1.5, abs=0.02)
+    assert moe.padded_rows(4096, 2, 8, 28672) / (4096 * 2) == pytest.approx(1.125, abs=0.01)
+    assert moe.measured_padded_rows([256] * 8, 28672) == 2048
+    assert moe.measured_padded_rows([257, 255] * 4, 28672) == 3072  # 257 rows cost two units
+    assert moe.measured_padded_rows([384, 128] * 4, 28672) == 3072
+
+
+def test_dispatch_bytes_scale_with_routed_rows():
+    a = moe.dispatch_bytes(1024, 2, 4096, 14336, 2.0)
+    b = moe.dispatch_bytes(2048, 2, 4096, 14336, 2.0)
+    assert b[0] == pytest.approx(2 * a[0]) and b[1] == pytest.approx(2 * a[1])
+    s = 2048  # the 2026-11-29 table's fills and SiLU: 9.66 + 3.76 GB over 32 layers
+    assert a[1] * 32 == pytest.approx((s * (8 * 4096 + 8 * 14336) * 32 + s * 4 * 14336 * 32), rel=1e-9)
+
+
+def test_prefill_prices_grouped_mm_padding_and_dispatch_but_generate_decode_keeps_batched_mm():
+    m, hw = load_model("mixtral-8x7b"), load_hardware("h200")
+    e = estimate_infer(m, hw, batch=1, prompt=1024, gen=4, engine="eager", with_ops=True)
+    pre = {o["name"]: o for o in e.ops if o["phase"] == "prefill"}
+    dec = {o["name"] for o in e.ops if o["phase"] == "decode"}
+    assert {"experts_dispatch", "experts_dispatch_strided"} <= set(pre)
+    assert not {"experts_dispatch", "experts_dispatch_strided"} & dec
+    # the grouped GEMMs' FLOPs include the padded rows (1.5x at 256 rows an expert)
+    useful = 2.0 * 1024 * 2 * 3 * 4096 * 14336 * 32
+    assert pre["experts"]["flops"] == pytest.approx(1.5 * useful, rel=0.02)
+    assert pre["experts_dispatch"]["kernels"] == moe.DISPATCH_KERNELS * 32
+    assert pre["experts_dispatch_strided"]["kernels"] == 0
