@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from gpuscope.cli import options
+from gpuscope.cli import bench_cpu, options
 from gpuscope.errors import UserError
 
 
@@ -49,6 +49,12 @@ def calibrate_cmd(
     device = options.device_exists(device)
     options.writable(out)  # before minutes of measuring, not after
     dts = _dtypes(dtype)
+    if dts is None and bench_cpu.on_cpu(device):  # a CPU's runs take fp32 or bf16 (cli/bench_cpu.py); fp16 and
+        from gpuscope.pipeline.host_ceilings import CPU_DTYPES  # fp8 matmuls run 10-100x slower there
+
+        dts = list(CPU_DTYPES)
+        typer.echo(f"hardware calibrate on a CPU: --dtype {','.join(dts)} (the dtypes a CPU run takes; pass "
+                   "--dtype to choose)", err=True)
     mode = "quick" if quick else "sweep"
     s = Session(db, "hardware calibrate", resume, as_json=False)
     holder: dict = {}
