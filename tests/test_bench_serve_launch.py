@@ -23,6 +23,7 @@ KEYS = ("throughput.output_tokens_per_s", "latency.ttft_p50_s", "latency.ttft_p9
         "latency.tpot_p99_s")
 SERVER_DEPS = ("fastapi", "uvicorn", "openai", "pydantic", "aiohttp")
 N, P, G = 4, 16, 6
+pytestmark = pytest.mark.slow  # a server process of its own (its torch import is most of the ~20 s)
 
 
 def test_the_server_dependencies_are_installed():
