@@ -148,3 +148,32 @@ def test_results_compare_shows_the_cpu_rows_with_errors_and_where_they_were_plan
     assert any(x["error"] is not None for x in doc["rows"])
     (src,) = doc["hardware_sources"]
     assert src.startswith("this host's measured ceilings") and len(doc["hardware_sources"][src]) == 2
+
+
+def test_ceilings_kept_before_the_per_op_costs_are_measured_again_once(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from gpuscope.measure.host import cpu_costs as measured
+    from gpuscope.measure.micro.calibrate import calibration_toml
+    from gpuscope.measure.micro.bench import ceilings
+    from gpuscope.pipeline.micro import open_device
+
+    monkeypatch.setenv("GPUSCOPE_HOME", str(tmp_path))
+    monkeypatch.setattr(measured, "cpu_costs", lambda: dict(FAKE_COSTS))
+    name = open_device("cpu").device_name()
+    old = host_ceilings.path_for(socket.gethostname(), name)
+    old.parent.mkdir(parents=True)
+    old.write_text(calibration_toml(name, "cpu", ceilings(FAKE_MICRO), None, "Measured by `x` for the estimates."))
+    saved = []
+    real_save = host_ceilings.save
+    monkeypatch.setattr(host_ceilings, "save", lambda *a: saved.append(a) or real_save(a[0], a[1], FAKE_MICRO))
+
+    def session():
+        return SimpleNamespace(host_ceilings=None, command="bench infer", run_id="r1", note=lambda m: None,
+                               warn=lambda m: None)
+
+    s = session()
+    host_ceilings.ensure(s, [{"device": "cpu"}], None)
+    assert len(saved) == 1 and "[measured.cpu]" in old.read_text() and s.host_ceilings
+    host_ceilings.ensure(session(), [{"device": "cpu"}], None)
+    assert len(saved) == 1  # the file now holds them: reused, not measured again
