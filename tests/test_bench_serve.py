@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -113,10 +114,12 @@ def test_loadgen_agrees_with_the_servers_own_timing(fake, api):
 
 def test_poisson_arrivals_are_sent_on_schedule(fake):
     plan = make_plan(6, 8, 2, rate=20.0, seed=5)
+    t0 = time.perf_counter()  # before the run's own start (loadgen's clock): no request may go before t0 + arrival
     recs = run_http(fake, "completions", "tiny-test", plan, "none", 30)
-    t0 = min(r.sent_s for r in recs)
     for r, at in zip(recs, plan.arrivals_s):
-        assert at - 0.002 <= r.sent_s - t0 <= at + 4 * RESOLUTION_S  # never early; late by a loaded loop at most
+        # never early (measured from the first send instead, a first request sent late made the others look
+        # early on a loaded host); late by at most a loaded loop's wake-up, with room for a host far busier
+        assert at <= r.sent_s - t0 <= at + 20 * RESOLUTION_S
     assert "ignore_eos" not in server_stats(fake)[f"gpuscope-{recs[0].index}"]["body"]
 
 
