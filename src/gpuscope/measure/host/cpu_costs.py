@@ -56,9 +56,19 @@ def last_level_cache_bytes() -> int | None:
 
 
 def stream_bytes() -> int:
-    """Bytes that stream from memory, not from the caches (see MIN_STREAM_BYTES)."""
+    """Bytes that stream from memory, not from the caches (see MIN_STREAM_BYTES), and at most an eighth of the
+    memory free here (MemAvailable)."""
+    from pathlib import Path
+
     llc = last_level_cache_bytes() or 0
-    return int(min(MAX_STREAM_BYTES, max(MIN_STREAM_BYTES, 2 * llc)))
+    free = float("inf")
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                free = int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return int(max(16 * 2**20, min(MAX_STREAM_BYTES, free / 8, max(MIN_STREAM_BYTES, 2 * llc))))
 
 
 def _median_within(fn, n_min: int, budget_s: float) -> tuple[float, int]:
