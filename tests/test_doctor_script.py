@@ -132,7 +132,7 @@ def test_doctor_infer_sizes_are_cpu_sized_on_a_cpu():
     from gpuscope.cli.doctor import _infer_sizes
 
     *sizes, note = _infer_sizes(None, None, None, "cpu", False)
-    assert sizes == [64, 8, "fp32"] and "--prompt 64, --gen 8, --dtype fp32 (CPU-sized defaults" in note
+    assert sizes == [32, 8, "fp32"] and "--prompt 32, --gen 8, --dtype fp32 (CPU-sized defaults" in note
     *sizes, note = _infer_sizes(512, None, "bf16", "cpu", False)
     assert sizes == [512, 8, "bf16"] and "--gen 8 (CPU-sized" in note  # what is given is kept
     assert _infer_sizes(None, None, None, "cpu", True) == (512, 64, "bf16", None)  # no run: the planner's defaults

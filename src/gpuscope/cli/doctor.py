@@ -27,7 +27,9 @@ BARE_RUN_HELP = ("Script: run it once without the profiler first (a step timed a
 DEFER_HELP = "infer, HF engines: generate reads its stop flag one token late (as bench infer)."
 NEEDS_TARGET = "doctor needs a workload (infer or train) or a command after `--` (gpuscope doctor -- python train.py)."
 INFER_SIZES = {"prompt": 512, "gen": 64, "dtype": "bf16"}
-CPU_INFER_SIZES = {"prompt": 64, "gen": 8, "dtype": "fp32"}
+# bench's CPU sizes (cli/bench_cpu.py: fp32, 32 + 8 tokens); on a CPU each timed phase also ends at bench's phase
+# budget (measure/profile/token_clock.py), so sizes given by hand finish too
+CPU_INFER_SIZES = {"prompt": 32, "gen": 8, "dtype": "fp32"}
 BARE_RUN_WORKLOAD = ("--bare-run is for a script (doctor -- python train.py); doctor infer/train always time their "
                      "workload bare before profiling it.")
 
@@ -155,15 +157,35 @@ def _workload_report(kind: str, name: str, case: dict, gpu, plan_only: bool, dev
         return build_report(target, None, case, gpu, True)
     o.require_torch()
     o.check_device(device)
+    from gpuscope.cli.doctor_progress import progress_line
     from gpuscope.measure.profile.workload import profile_workload
 
     try:
-        summary = profile_workload(case, device)
+        with progress_line() as on_progress:
+            summary = profile_workload(case, device, on_progress, _cpu_budget(device))
     except RuntimeError as e:
         if "not available" in str(e):
             raise UserError(f"--device: {e}.") from None
         raise
-    return build_report(target, summary, case, gpu, False)
+    for rec in (summary.get("tokens"), summary.get("train_steps")):
+        if rec and rec.get("stopped_why"):
+            typer.echo(f"doctor {kind}: {rec['stopped_why']} (GPUSCOPE_PHASE_BUDGET_S=SECONDS to change).",
+                       err=True)
+    target["case"] = summary.get("case", case)
+    report = build_report(target, summary, target["case"], gpu, False)
+    if (report.get("estimate") or {}).get("source"):
+        typer.echo(f"doctor {kind}: the estimate is planned on {report['estimate']['source']}.", err=True)
+    return report
+
+
+def _cpu_budget(device) -> float | None:
+    """The timed phases' budget: the environment's (GPUSCOPE_PHASE_BUDGET_S), else on a CPU bench's
+    (cli/bench_cpu.PHASE_BUDGET_S): the bare generate (or training steps) end there, and the profiled run covers as
+    many. None: no budget (an accelerator)."""
+    from gpuscope.cli.bench_cpu import PHASE_BUDGET_S, on_cpu
+    from gpuscope.measure.runner.progress import budget_s
+
+    return budget_s() or (PHASE_BUDGET_S if on_cpu(device) else None)
 
 
 def _script_report(args: list[str], gpu, device, timeout, bare_run: bool) -> dict:

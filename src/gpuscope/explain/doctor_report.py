@@ -13,18 +13,27 @@ DOCTOR_SCHEMA = "gpuscope.doctor/1"
 NO_CASE = "no gpuscope workload (a script): the planner needs the model and configuration"
 
 
-def hardware_for(gpu: str | None, device_name: str | None):
-    """(HardwareSpec | None, why not): --gpu, else the catalog entry of the device that ran."""
+def hardware_for(gpu: str | None, device_name: str | None, device_type: str | None = None):
+    """(HardwareSpec | None, why not, source line or None): --gpu, else the catalog entry of the device that ran,
+    else for a CPU run this host's measured ceilings, kept by bench (pipeline/host_ceilings.py: the catalog holds
+    accelerators only)."""
     from gpuscope.specs.hardware import catalog_key_for_device, load_hardware
 
     if gpu:
-        return load_hardware(gpu), None
+        return load_hardware(gpu), None, None
     if not device_name:
-        return None, "pass --gpu NAME for the planner's estimate"
+        return None, "pass --gpu NAME for the planner's estimate", None
     key = catalog_key_for_device(device_name)
-    if key is None:
-        return None, f"device '{device_name}' is not in the hardware catalog; pass --gpu NAME for the estimate"
-    return load_hardware(key), None
+    if key is not None:
+        return load_hardware(key), None, None
+    if device_type == "cpu":
+        import socket
+
+        from gpuscope.pipeline.host_ceilings import lookup, missing_why
+
+        found = lookup(socket.gethostname(), device_name)
+        return (found[0], None, found[1]) if found else (None, missing_why(device_name), None)
+    return None, f"device '{device_name}' is not in the hardware catalog; pass --gpu NAME for the estimate", None
 
 
 def model_spec(case: dict):
@@ -67,19 +76,33 @@ def _estimate(report: dict, summary: dict, case: dict, hw):
     return est
 
 
-def build_report(target: dict, summary: dict | None, case: dict | None, gpu: str | None, plan_only: bool) -> dict:
+def _findings(summary: dict, host_hw) -> list:
+    """explain/findings.diagnose, and a CPU run's own finding (explain/doctor_cpu.py) with this host's measured
+    copy bandwidth (``host_hw``: the kept host ceilings, else None), sorted as diagnose sorts."""
+    from gpuscope.explain.doctor_cpu import cpu_decode_weights
+    from gpuscope.explain.finding import SEVERITY_ORDER
     from gpuscope.explain.findings import diagnose
 
+    if host_hw is not None:
+        summary["host_bw_gbs"] = host_hw.achievable_bw_gbs()
+    out = diagnose(summary) + [f for f in (cpu_decode_weights(summary),) if f is not None]
+    return sorted(out, key=lambda f: (SEVERITY_ORDER.get(f.severity, 9), -(f.speedup or 1.0)))
+
+
+def build_report(target: dict, summary: dict | None, case: dict | None, gpu: str | None, plan_only: bool) -> dict:
     summary = summary or {}
     status = "planned" if plan_only else summary.get("status") or summary.get("script_status") or "ok"
     report = {"schema": DOCTOR_SCHEMA, "target": target, "profile": summary, "estimate": None, "findings": [],
               "oom": None, "status": status}
-    hw, why = (None, NO_CASE) if case is None else hardware_for(gpu, summary.get("device_name"))
+    hw, why, source = (None, NO_CASE, None) if case is None else hardware_for(
+        gpu, summary.get("device_name"), summary.get("device_type"))
     est = _estimate(report, summary, case, hw) if hw is not None else None
     if hw is None:
         report["estimate"] = {"unavailable": why}
+    elif source and report.get("estimate"):
+        report["estimate"]["source"] = source
     if summary.get("wall_s"):
-        report["findings"] = diagnose(summary)
+        report["findings"] = _findings(summary, hw if source else None)
         summary.pop("estimate", None)
     if case is not None and case.get("kind") == "train" and hw is not None and (
             status == "oom" or plan_only or (est is not None and not est.fits)):

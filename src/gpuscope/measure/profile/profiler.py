@@ -65,6 +65,7 @@ class ProfileSession:
         self.summary: dict | None = None
         self.extra: dict = {}
         self.stopped_at: float | None = None
+        self.bare_s: float | None = None  # profile_run's bare_s; the block may set it once it knows it
 
     def step(self) -> None:
         if self.stopped_at is not None:
@@ -101,7 +102,8 @@ def profile_run(device: str | None = None, *, record_shapes: bool = True, nvml: 
                 max_steps: int | None = None):
     """Profile the block; ``session.summary`` holds the summary dict afterwards (also when the block raised).
     ``bare_s``: the same block's time measured without the profiler, where the caller could run it (gpuscope's
-    own workloads): the profiler's overhead is then ``active_s - bare_s``, measured, instead of estimated per event.
+    own workloads): the profiler's overhead is then ``active_s - bare_s``, measured, instead of estimated per event
+    (the block may set ``session.bare_s`` instead, where it knows it only at the end: doctor's budgeted generate).
     ``bare_step_s``: the median step of the same script run bare (``doctor --bare-run``): the overhead is then the
     profiled median step less it, times the profiled steps. ``max_steps``: stop recording after that many
     ``step()`` marks (the profiler holds every event until it stops, so an unbounded loop would grow without
@@ -117,6 +119,7 @@ def profile_run(device: str | None = None, *, record_shapes: bool = True, nvml: 
     dev.reset_peak()
     prof = profile(activities=_activities(dev), record_shapes=record_shapes)
     sess = ProfileSession(dev, prof, sampler, max_steps)
+    sess.bare_s = bare_s
     if sampler:
         sampler.start()
     prof.__enter__()
@@ -129,7 +132,7 @@ def profile_run(device: str | None = None, *, record_shapes: bool = True, nvml: 
         window_closed = sess.stopped_at is not None
         sess.stop()
         sess.summary = summarize_profile(prof, dev, sess.stopped_at - t0, sess.step_marks, mem0, sampler, per_event,
-                                         bare_s, bare_step_s)
+                                         sess.bare_s, bare_step_s)
         sess.summary.update(sess.extra, window_steps=max_steps if window_closed else None)
 
 
