@@ -11,6 +11,14 @@ from gpuscope.errors import UserError
 JSON_HELP = "Print JSON (schemas gpuscope.tune.batch/1, gpuscope.tune.precision/1)."
 KIND_HELP = "infer | train"
 MODES = "fp32,tf32,bf16,fp16,fp8"
+# `tune batch`'s defaults on an accelerator and on a CPU (said on stderr there; a value given is kept). A CPU trial
+# of gpt2 at batch 32 with a 128-token prompt and 16 tokens ran tens of seconds, and the doubling to 256 did not end
+# in 5 minutes on the loaded 2-core host; bench's CPU sizes (cli/bench_cpu.py: fp32, 32 + 8 tokens, 128-token
+# training sequences) and a 60 s budget of trials (measure/tune/batch.search_batch) keep it to about a minute
+BATCH_ACCEL = {"prompt": 128, "gen": 16, "dtype": "bf16", "seq": 512, "precision": "amp-bf16", "max_batch": 256,
+               "budget": None}
+BATCH_CPU = {"prompt": 32, "gen": 8, "dtype": "fp32", "seq": 128, "precision": "fp32", "max_batch": 64,
+             "budget": 60.0}
 
 tune = typer.Typer(name="tune", help="Find the batch size and precision that suit your model on this device.",
                    no_args_is_help=True)
@@ -24,6 +32,23 @@ def _emit(res: dict, as_json: bool, markdown: bool, md_fn, render_fn) -> None:
     from gpuscope.report.doctor_view import to_json_text
 
     o.emit(res, as_json, markdown, to_json_text, md_fn, render_fn)
+
+
+def _batch_defaults(kind: str, device, given: dict) -> tuple[dict, str | None]:
+    """``given`` (None where not given) with the device's defaults (BATCH_ACCEL / BATCH_CPU), and the line that
+    says the CPU's defaults taken (None elsewhere)."""
+    from gpuscope.cli.bench_cpu import on_cpu
+
+    cpu = on_cpu(device)
+    table = BATCH_CPU if cpu else BATCH_ACCEL
+    used = ("prompt", "gen", "dtype") if kind == "infer" else ("seq", "precision")
+    taken = {k: table[k] for k, v in given.items() if v is None}
+    shown = {k: v for k, v in taken.items() if k in used + ("max_batch", "budget")}
+    note = ("tune batch on a CPU: " + ", ".join(f"--{k.replace('_', '-')} {v:g}" if isinstance(v, float) else
+                                                f"--{k.replace('_', '-')} {v}" for k, v in shown.items())
+            + " (CPU defaults: fp32 and small inputs finish there, a CPU swaps instead of raising out-of-memory; "
+            "pass them to choose)") if cpu and shown else None
+    return {**given, **taken}, note
 
 
 def _batch_workload(kind: str, prompt: int, gen: int, dtype: str, seq: int, precision: str) -> dict:
@@ -40,14 +65,17 @@ def batch(
     kind: str = typer.Argument(..., help=KIND_HELP),
     model: str = o.model(required=False),
     config: str = o.config(),
-    prompt: int = typer.Option(128, "--prompt", help="infer: prompt tokens per sequence."),
-    gen: int = typer.Option(16, "--gen", help="infer: generated tokens per sequence."),
-    dtype: str = o.dtype(help="infer: bf16|fp16|fp32."),
-    seq: int = typer.Option(512, "--seq", help="train: tokens per sequence."),
-    precision: str = o.precision(help="train: amp-bf16|amp-fp16|bf16|fp32."),
+    prompt: int = typer.Option(None, "--prompt", help="infer: prompt tokens per sequence (default 128, 32 on a CPU)."),
+    gen: int = typer.Option(None, "--gen", help="infer: generated tokens per sequence (default 16, 8 on a CPU)."),
+    dtype: str = o.dtype(None, help="infer: bf16|fp16|fp32 (default bf16, fp32 on a CPU)."),
+    seq: int = typer.Option(None, "--seq", help="train: tokens per sequence (default 512, 128 on a CPU)."),
+    precision: str = o.precision(None, help="train: amp-bf16|amp-fp16|bf16|fp32 (default amp-bf16, fp32 on a CPU)."),
     start: int = typer.Option(1, "--start", help="First batch tried."),
-    max_batch: int = typer.Option(256, "--max-batch", help="Upper limit of the search (lower where the planner "
-                                  "says the batch would not fit in --mem-fraction of the free memory)."),
+    max_batch: int = typer.Option(None, "--max-batch", help="Upper limit of the search (default 256, 64 on a CPU; "
+                                  "lower where the planner says the batch would not fit in --mem-fraction of the "
+                                  "free memory)."),
+    budget: float = typer.Option(None, "--budget", help="Seconds of trials: no batch is tried that would end past "
+                                 "it (default none, 60 on a CPU)."),
     knee: float = typer.Option(0.10, "--knee", help="Knee: tokens/s gain per doubling below this fraction."),
     fixed: int = typer.Option(1, "--fixed", help="Your current batch, compared with the others."),
     util_threshold: float = typer.Option(0.9, "--util-threshold",
@@ -63,20 +91,32 @@ def batch(
     from gpuscope.report.doctor_view import batch_markdown, render_batch
 
     o.kind(kind)
-    o.positive(prompt=prompt, gen=gen, seq=seq, start=start, max_batch=max_batch, fixed=fixed, knee=knee,
-               util_threshold=util_threshold, mem_fraction=mem_fraction)
-    if max_batch < start:
-        raise UserError(f"--max-batch ({max_batch}) must be at least --start ({start}).")
-    kw = _batch_workload(kind, prompt, gen, dtype, seq, precision)
+    o.positive(start=start, fixed=fixed, knee=knee, util_threshold=util_threshold, mem_fraction=mem_fraction,
+               **{k: v for k, v in (("prompt", prompt), ("gen", gen), ("seq", seq), ("max_batch", max_batch),
+                                    ("budget", budget)) if v is not None})
     o.require_torch()
+    v, note = _batch_defaults(kind, device, dict(prompt=prompt, gen=gen, dtype=dtype, seq=seq, precision=precision,
+                                                 max_batch=max_batch, budget=budget))
+    if v["max_batch"] < start:
+        raise UserError(f"--max-batch ({v['max_batch']}) must be at least --start ({start}).")
+    kw = _batch_workload(kind, v["prompt"], v["gen"], v["dtype"], v["seq"], v["precision"])
     cfg, name = o.resolve_config(model, config)
     dev = o.open_device(device)
+    if note:  # after the checks: bad input stays one sentence
+        typer.echo(note, err=True)
     from gpuscope.measure.tune.batch import tune_batch
 
-    res = tune_batch(kind, cfg, dev, start=start, max_batch=max_batch, knee_gain=knee, fixed=fixed,
-                     util_threshold=util_threshold, mem_fraction=mem_fraction, upper=upper, **kw)
+    res = tune_batch(kind, cfg, dev, start=start, max_batch=v["max_batch"], knee_gain=knee, fixed=fixed,
+                     util_threshold=util_threshold, mem_fraction=mem_fraction, upper=upper, budget_s=v["budget"],
+                     on_row=None if as_json else _say_row, **kw)
     res["model"] = name
     _emit(res, as_json, markdown, batch_markdown, render_batch)
+
+
+def _say_row(r: dict) -> None:
+    """One line per batch size tried, on stderr as it finishes."""
+    what = (f"{r['tokens_per_s']:.1f} tokens/s" if r["status"] == "ok" else "out of memory")
+    typer.echo(f"  batch {r['batch']}: {what} ({r['trial_s']:.1f} s)", err=True)
 
 
 @tune.command("precision")

@@ -213,13 +213,21 @@ def doctor_markdown(r: dict) -> str:
 # --- tune ------------------------------------------------------------------------------------------------------
 def _cap_note(r: dict) -> str:
     cap = r.get("memory_cap") or {}
-    return f" Search capped at batch {cap['batch']}: {cap['stop_reason']}." if cap.get("stop_reason") else ""
+    note = f" Search capped at batch {cap['batch']}: {cap['stop_reason']}." if cap.get("stop_reason") else ""
+    return note + (f" Search stopped by its {r['budget_stop']}." if r.get("budget_stop") else "")
+
+
+def _knee(r: dict) -> str:
+    """The knee, or '>= B (not reached: ...)' where it is the largest batch measured (measure/tune/batch.py)."""
+    if r.get("knee_reached", True) or r.get("knee_batch") is None:
+        return str(r.get("knee_batch"))
+    return f">= {r['knee_batch']} (not reached: tokens/s still rose at the largest batch tried)"
 
 
 def batch_markdown(r: dict) -> str:
     out = [f"# Batch search ({r['kind']}) on {r.get('device_name')}", "",
            f"Largest batch that fits: **{r.get('max_batch')}**; throughput knee (gain < {r['knee_gain']:.0%} per "
-           f"doubling): **{r.get('knee_batch')}**; dynamic policy: **{r['dynamic'].get('batch')}** "
+           f"doubling): **{_knee(r)}**; dynamic policy: **{r['dynamic'].get('batch')}** "
            f"({r['dynamic'].get('stop_reason')})." + _cap_note(r), "", "| batch | status | tokens/s | peak memory |",
            "|---:|---|---:|---:|"]
     for x in r["rows"]:
@@ -248,11 +256,13 @@ def render_batch(r: dict, console) -> None:
         c.add_row(x["policy"], str(x["batch"]), f"{x['tokens_per_s']:.1f}", _pct(x.get("vs_optimal")))
     console.print(c)
     d = r["dynamic"]
-    console.print(f"largest that fits: {r.get('max_batch')}  knee: {r.get('knee_batch')}  dynamic policy: "
+    console.print(f"largest that fits: {r.get('max_batch')}  knee: {_knee(r)}  dynamic policy: "
                   f"{d.get('batch')} ({d.get('stop_reason')})", highlight=False)
     if (r.get("memory_cap") or {}).get("stop_reason"):
         console.print(f"search capped at batch {r['memory_cap']['batch']}: {r['memory_cap']['stop_reason']}",
                       highlight=False)
+    if r.get("budget_stop"):
+        console.print(f"search stopped: {r['budget_stop']}", highlight=False)
 
 
 def precision_markdown(r: dict) -> str:

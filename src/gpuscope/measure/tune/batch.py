@@ -7,7 +7,9 @@ reached, then bisection between the last batch that ran and the first that did n
 allocator's cache emptied, and the peak counter reset, so one trial's memory does not leak into the next.
 - knee (the throughput-optimal batch): the smallest measured batch b from which no larger measured batch b'
   gains ``knee_gain`` (default 10%) or more tokens/s per doubling, i.e. (tps(b')/tps(b))^(1/log2(b'/b)) - 1 <
-  knee_gain for every b' > b. Larger batches only add latency and memory from there on.
+  knee_gain for every b' > b. Larger batches only add latency and memory from there on. Where that is the largest
+  batch measured (``knee_reached`` false), the search ended (memory, --max-batch, the budget) before the curve
+  flattened: the knee is at or above it.
 - memory cap (measure/tune/memory_cap.py): the search never tries a batch whose planner peak is over
   ``mem_fraction`` of the memory free before the model is built; a CPU does not raise out-of-memory, it swaps.
 - dynamic policy (the article's): start at ``start``; double while utilisation < ``util_threshold``, the next batch
@@ -50,14 +52,31 @@ def release(dev: Device) -> None:
 
 # --- the search (pure given `trial`) -----------------------------------------------------------------------------
 def search_batch(trial, *, start: int = 1, max_batch: int = 1024, knee_gain: float = 0.10,
-                 cleanup=None) -> dict:
-    """``trial(b) -> {"tokens_per_s", "peak_bytes"?, "util"?}`` or raises an out-of-memory error."""
+                 cleanup=None, budget_s: float | None = None, on_row=None, clock=time.perf_counter) -> dict:
+    """``trial(b) -> {"tokens_per_s", "peak_bytes"?, "util"?}`` or raises an out-of-memory error.
+    ``budget_s``: no trial starts that would end past it, by the last trial's time scaled with the batch (a trial's
+    time grows about with the batch; at least one trial runs); the reason is ``budget_stop``. ``on_row(row)``:
+    called after each trial (the CLI's line per batch size)."""
     if start < 1 or max_batch < start:
         raise ValueError("need 1 <= start <= max_batch")
     rows: dict[int, dict] = {}
+    t_start, stop = clock(), {}
+
+    def fits_budget(b: int) -> bool:
+        if budget_s is None or not rows or stop:
+            return not stop
+        ran = [r for r in rows.values() if r["status"] == "ok"] or list(rows.values())
+        last = max(ran, key=lambda r: r["batch"])  # the largest that ran: the nearest below b
+        need = last["trial_s"] * max(1.0, b / last["batch"])
+        spent = clock() - t_start
+        if spent + need <= budget_s:
+            return True
+        stop["reason"] = (f"time budget: batch {b} would take about {need:.0f} s more, past the search's "
+                          f"{budget_s:g} s ({spent:.0f} s spent)")
+        return False
 
     def run(b: int) -> bool:
-        t0 = time.perf_counter()
+        t0 = clock()
         try:
             r = dict(trial(b), status="ok")
         except Exception as e:
@@ -67,10 +86,29 @@ def search_batch(trial, *, start: int = 1, max_batch: int = 1024, knee_gain: flo
         finally:
             if cleanup:
                 cleanup()
-        r.update(batch=b, trial_s=time.perf_counter() - t0)
+        r.update(batch=b, trial_s=clock() - t0)
         rows[b] = r
+        if on_row:
+            on_row(r)
         return r["status"] == "ok"
 
+    last_ok, first_bad = _grow_and_bisect(run, fits_budget, start, max_batch)
+    ok = sorted(k for k, r in rows.items() if r["status"] == "ok")
+    kb = knee(rows, knee_gain)
+    return {"rows": [rows[k] for k in sorted(rows)], "max_batch": last_ok, "first_oom": first_bad and min(
+        k for k, r in rows.items() if r["status"] == "oom"), "limit_reached": first_bad is None and not stop,
+        "knee_batch": kb, "knee_gain": knee_gain, "budget_s": budget_s,
+        # a larger batch measured and gaining less than knee_gain per doubling: the knee is seen, not the edge of
+        # the search (where tokens/s may still rise past it)
+        "knee_reached": kb is not None and any(k > kb for k in ok),
+        "budget_stop": stop.get("reason"),
+        "best_batch": max(ok, key=lambda k: rows[k]["tokens_per_s"]) if ok else None}
+
+
+def _grow_and_bisect(run, fits_budget, start: int, max_batch: int) -> tuple[int | None, int | None]:
+    """Doubling from ``start`` until a trial runs out of memory, ``max_batch`` ran, or the budget says no; then
+    bisection between the last batch that ran and the first that did not (within the budget). (last ok, first
+    out-of-memory or None)."""
     last_ok, first_bad, b = None, None, start
     while True:
         if run(b):
@@ -78,6 +116,8 @@ def search_batch(trial, *, start: int = 1, max_batch: int = 1024, knee_gain: flo
             if b >= max_batch:
                 break
             b = min(2 * b, max_batch)
+            if not fits_budget(b):
+                break
         else:
             first_bad = b
             break
@@ -85,16 +125,14 @@ def search_batch(trial, *, start: int = 1, max_batch: int = 1024, knee_gain: flo
         lo, hi = last_ok, first_bad
         while hi - lo > 1:
             mid = (lo + hi) // 2
+            if not fits_budget(mid):
+                break
             if run(mid):
                 lo = mid
             else:
                 hi = mid
         last_ok = lo
-    ok = sorted(k for k, r in rows.items() if r["status"] == "ok")
-    return {"rows": [rows[k] for k in sorted(rows)], "max_batch": last_ok, "first_oom": first_bad and min(
-        k for k, r in rows.items() if r["status"] == "oom"), "limit_reached": first_bad is None,
-        "knee_batch": knee(rows, knee_gain), "knee_gain": knee_gain,
-        "best_batch": max(ok, key=lambda k: rows[k]["tokens_per_s"]) if ok else None}
+    return last_ok, first_bad
 
 
 def knee(rows: dict[int, dict], gain: float = 0.10) -> int | None:
@@ -204,7 +242,9 @@ class InferTrial:
         ids = torch.randint(0, self.vocab, (b, self.prompt), device=self.dev.torch_device)
         mask = torch.ones_like(ids)
         _guard(b, b * (self.prompt + self.gen))
-        generate(self.model, ids, mask, self.gen)  # warm-up at full length
+        # warm-up at full length on accelerators (compiled shapes, the allocator's pool); on a CPU two tokens run the
+        # same kernels at a fraction of the time
+        generate(self.model, ids, mask, min(2, self.gen) if self.dev.type == "cpu" else self.gen)
         self.dev.reset_peak()
         times = []
         with _nvml_util(self.dev) as smp:
@@ -278,17 +318,20 @@ def _capped(kind: str, cfg: dict, dev: Device, max_batch: int, mem_fraction: flo
 
 def tune_batch(kind: str, cfg: dict, dev: Device, *, start: int = 1, max_batch: int = 256, knee_gain: float = 0.10,
                fixed: int = 1, util_threshold: float = 0.9, mem_fraction: float = 0.9, upper: int | None = None,
-               **trial_kw) -> dict:
+               budget_s: float | None = None, on_row=None, **trial_kw) -> dict:
     """The batch search on the model: capped where the planner says memory runs out (``memory_cap``), doubling
-    and bisecting below it; the knee, the dynamic policy and the user's ``fixed`` batch beside."""
+    and bisecting below it, within ``budget_s`` seconds of trials where given (search_batch); the knee, the dynamic
+    policy and the user's ``fixed`` batch beside (measured where the budget was not spent or it is below the
+    largest batch that ran)."""
     cap = _capped(kind, cfg, dev, max_batch, mem_fraction, trial_kw)
     top = cap["batch"]
     trial = InferTrial(cfg, dev, **trial_kw) if kind == "infer" else TrainTrial(cfg, dev, **trial_kw)
     res = search_batch(trial, start=min(start, top), max_batch=top, knee_gain=knee_gain,
-                       cleanup=lambda: release(dev))
+                       cleanup=lambda: release(dev), budget_s=budget_s, on_row=on_row)
     by = {r["batch"]: r for r in res["rows"]}
-    if fixed not in by and fixed <= top:  # measure the user's batch too
-        by[fixed] = search_batch(trial, start=fixed, max_batch=fixed, cleanup=lambda: release(dev))["rows"][0]
+    if fixed not in by and fixed <= top and (not res["budget_stop"] or fixed < max(by)):  # the user's batch too
+        by[fixed] = search_batch(trial, start=fixed, max_batch=fixed, cleanup=lambda: release(dev),
+                                 on_row=on_row)["rows"][0]
     total = dev.total_memory()
     dyn = dynamic_policy(res["rows"], start=min(start, top), util_threshold=util_threshold, mem_fraction=mem_fraction,
                          total_bytes=total, upper=upper or top)
