@@ -30,9 +30,9 @@ Thresholds (``THRESHOLDS``; each rule documents why):
   (H200: 1.4 ms of a 6.5-7.1 ms Llama-3.1-8B step). The speed-up is the planner's, against the same step in a loop
   that never waits (gs-compile).
 - moe_imbalance: an MoE router sends the experts uneven rows (median over layers of max/mean rows per expert
-  >= 1.2 and above what a uniform router's sampling noise gives, measure/llm/moe_routing.py): the grouped expert
-  GEMMs slow down (H200, Mixtral-8x7B prefill: 1.5x at a
-  median of 1.25), and the planner, which assumes balanced routing, will be optimistic. No speed-up is claimed.
+  >= 1.2 and above what a uniform router's sampling noise gives, measure/llm/moe_routing.py): the planner prices
+  the grouped expert GEMMs in whole tile units per expert under a uniform router's binomial counts (estimate/moe.py),
+  so a more skewed router is slower than planned. No speed-up is claimed.
 """
 
 from __future__ import annotations

@@ -102,5 +102,6 @@ def moe_imbalance(s: dict, t: dict = THRESHOLDS) -> Finding | None:
         "own weights (bench infer --weights) before trusting expert-bound timings. With a trained model, skewed "
         "routing makes hot experts the bottleneck: check the router's auxiliary loss / capacity factor, and under "
         "expert parallelism place hot experts apart.",
-        f"the median layer gives its busiest expert {med:.2f}x the mean rows; on an H200 Mixtral's grouped expert "
-        "GEMMs ran 1.5x slower at a median of 1.25 than with equal groups, and the planner assumes equal groups")
+        f"the median layer gives its busiest expert {med:.2f}x the mean rows; the planner prices each expert's rows "
+        "in whole units of the grouped GEMM's tiles under a binomial (uniform) router (estimate/moe.py), so a router "
+        "more skewed than that is slower than planned")

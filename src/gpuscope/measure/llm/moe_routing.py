@@ -1,10 +1,11 @@
 """Rows per expert of a Mixture-of-Experts model, counted while it runs.
 
 Why: transformers 5 runs the routed experts as grouped GEMMs over expert-sorted rows (torch._grouped_mm), whose
-speed depends on how evenly the router spreads the rows. On the H200, Mixtral-8x7B's random-weight router gave
-max/mean rows per expert of 1.14-1.67 over its 32 layers (median 1.25), and the grouped GEMMs ran 1.5x slower than
-with equal groups (research/results/2026-11-29-h200-d/moe_routing.json). Trained routers are pushed toward balance by
-their auxiliary loss; random weights are not, and a skewed trained router makes hot experts the bottleneck.
+speed depends on how the router spreads the rows. On the H200, Mixtral-8x7B's random-weight router gave max/mean
+rows per expert of 1.14-1.67 over its 32 layers (median 1.25; research/results/2026-11-29-h200-d/moe_routing.json);
+the grouped GEMMs' time there follows each expert's rows rounded up to the kernel's 256-row units (estimate/moe.py),
+not the busiest expert's share. Trained routers are pushed toward balance by their auxiliary loss; random weights
+are not, and a skewed trained router makes hot experts the bottleneck.
 
 How: a forward pre-hook on each experts module (the modules transformers calls with ``top_k_index``) adds the call's
 rows per expert into a device tensor (scatter_add: no host-device sync, so a profiled run is not perturbed by
