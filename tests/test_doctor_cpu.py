@@ -17,22 +17,32 @@ def _infer(gen: int, budget: float | None, events: list | None = None) -> dict:
     return profile_workload(case, "cpu", on, budget)
 
 
-def test_budget_ends_the_bare_generate_and_the_profile_covers_the_same_tokens(monkeypatch):
+def test_budget_ends_the_bare_generate_and_the_profile_covers_a_part_of_it(monkeypatch):
     from gpuscope.measure.profile import token_clock
 
-    clock = iter(range(0, 10**6))  # every perf_counter call one "second" later: the budget passes at once
+    clock = iter(range(0, 10**6))  # the clock one "second" later at each reading: a token a second
     monkeypatch.setattr(token_clock, "_now", lambda: float(next(clock)))
     events: list = []
-    s = _infer(gen=40, budget=1.0, events=events)
+    s = _infer(gen=40, budget=5.0, events=events)  # bare: 6 tokens (past 5 s); profiled: 3 (1.25 s past the first)
     tok = s["tokens"]
-    assert s["status"] == "ok" and tok["asked"] == 40 and tok["ran"] == token_clock.MIN_TOKENS
-    assert "after 2 of 40 tokens" in tok["stopped_why"]
-    assert s["case"]["gen"] == 2 and s["case"]["gen_asked"] == 40  # what the estimate compares
-    assert s["steps"] == 1 and s["bare_s"] > 0 and s["profiler_overhead_source"] == "bare_run"
+    assert s["status"] == "ok" and tok["asked"] == 40 and tok["bare"]["tokens"] == 6 and tok["ran"] == 3
+    assert "after 6 of 40 tokens, the profiled one after 3" in tok["stopped_why"]
+    assert tok["bare"]["decode_s_median"] == 1.0 and tok["bare"]["first_token_s"] == 1.0
+    assert s["case"]["gen"] == 3 and s["case"]["gen_asked"] == 40  # what the estimate compares
+    assert s["steps"] == 1 and s["bare_s"] == 3.0 and s["profiler_overhead_source"] == "bare_run"
     phases = [e[0] for e in events]
     assert phases[0] == "building the model" and "warm-up generate" in phases
-    assert ("bare generate, token", 2, 40) in events and ("profiled generate, token", 2, 2) in events
-    assert phases[-1] == "reading the profile"
+    assert ("bare generate, token", 6, 40) in events and ("profiled generate, token", 3, 6) in events
+    assert ("profiled generate, token", 4, 6) not in events and phases[-1] == "reading the profile"
+
+
+def test_min_tokens_run_whatever_the_budget(monkeypatch):
+    from gpuscope.measure.profile import token_clock
+
+    clock = iter(range(0, 10**6))
+    monkeypatch.setattr(token_clock, "_now", lambda: float(next(clock)))
+    tok = _infer(gen=40, budget=1e-6)["tokens"]
+    assert tok["bare"]["tokens"] == tok["ran"] == token_clock.MIN_TOKENS
 
 
 def test_no_budget_runs_every_token_asked():

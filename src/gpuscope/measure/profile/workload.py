@@ -47,7 +47,7 @@ def _budgeted_runs(tr, ids, mask, case: dict, dev: Device, state: dict, engine: 
         bare = _timed(dev, lambda: hf_generate(tr.model, ids, mask, n, engine, bare_clock))
     ran = len(bare_clock.marks)
     prof_clock = TokenClock("profiled generate, token", ran, budget and PROFILE_BUDGET_X * budget,
-                            state.get("on_progress"))
+                            state.get("on_progress"), decode_only=True)
     state["phase"] = "profile"
     with profile_run(dev.name) as p:
         hf_generate(tr.model, ids, mask, ran, engine, prof_clock)
