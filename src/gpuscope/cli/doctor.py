@@ -30,6 +30,8 @@ INFER_SIZES = {"prompt": 512, "gen": 64, "dtype": "bf16"}
 # bench's CPU sizes (cli/bench_cpu.py: fp32, 32 + 8 tokens); on a CPU each timed phase also ends at bench's phase
 # budget (measure/profile/token_clock.py), so sizes given by hand finish too
 CPU_INFER_SIZES = {"prompt": 32, "gen": 8, "dtype": "fp32"}
+TRAIN_SIZES = {"seq": 2048, "precision": "amp-bf16"}
+CPU_TRAIN_SIZES = {"seq": 128, "precision": "fp32"}
 BARE_RUN_WORKLOAD = ("--bare-run is for a script (doctor -- python train.py); doctor infer/train always time their "
                      "workload bare before profiling it.")
 
@@ -53,8 +55,9 @@ def doctor(
     fuse_proj: bool = typer.Option(False, "--fuse-proj", help="infer: one GEMM for q|k|v and gate|up."),
     defer_stop: bool = typer.Option(False, "--defer-stop", help=DEFER_HELP),
     micro_batch: int = typer.Option(1, "--micro-batch", help="train: micro-batch."),
-    seq: int = typer.Option(2048, "--seq", help="train: tokens per sequence."),
-    precision: str = o.precision(help="train: amp-bf16|amp-fp16|bf16|fp32."),
+    seq: int = typer.Option(None, "--seq", help=f"train: tokens per sequence (default {TRAIN_SIZES['seq']}, "
+                            f"{CPU_TRAIN_SIZES['seq']} on a CPU)."),
+    precision: str = o.precision(None, help="train: amp-bf16|amp-fp16|bf16|fp32 (default amp-bf16, fp32 on a CPU)."),
     recompute: str = o.recompute(help="train: none|full."),
     steps: int = typer.Option(3, "--steps", help="train: profiled steps."),
     lora_r: int = typer.Option(None, "--lora-r", help="train --plan-only: LoRA fine-tuning, adapters of this rank "
@@ -78,8 +81,8 @@ def doctor(
     if len(args) == 1 and args[0] in ("infer", "train"):
         if bare_run:
             raise UserError(BARE_RUN_WORKLOAD)
-        o.positive(batch=batch, micro_batch=micro_batch, seq=seq, steps=steps,
-                   **{k: v for k, v in (("prompt", prompt), ("gen", gen)) if v is not None})
+        o.positive(batch=batch, micro_batch=micro_batch, steps=steps,
+                   **{k: v for k, v in (("prompt", prompt), ("gen", gen), ("seq", seq)) if v is not None})
         name, extra = o.case_model(model, config)
         if args[0] == "infer":
             prompt, gen, dtype, note = _infer_sizes(prompt, gen, dtype, device, plan_only)
@@ -89,10 +92,7 @@ def doctor(
         else:
             lora = {k: v for k, v in (("lora_r", lora_r), ("lora_targets", lora_targets), ("qlora", qlora or None))
                     if v is not None}
-            if lora and not plan_only:
-                raise UserError("--lora-r, --lora-targets and --qlora need --plan-only here (the profiled run is full "
-                                "training); measure LoRA with `gpuscope bench train --lora-r`.")
-            case = _train_case(name, dict(extra, **lora), micro_batch, seq, precision, recompute, steps)
+            case = _train_target(name, extra, lora, micro_batch, seq, precision, recompute, steps, device, plan_only)
         report = _workload_report(args[0], name, case, gpu, plan_only, device)
     else:
         report = _script_report(args, gpu, device, timeout, bare_run)
@@ -100,12 +100,12 @@ def doctor(
     _exit_for(report, as_json)
 
 
-def _infer_sizes(prompt, gen, dtype, device, plan_only: bool) -> tuple[int, int, str, str | None]:
-    """--prompt, --gen and --dtype, the defaults CPU-sized where the run is on a CPU (bf16 matmuls run about 70x
-    slower than fp32 on a CPU without AMX, and a 1B model's 64 tokens take minutes there), and the note that says
-    so (None where nothing was chosen for a CPU)."""
+def _sizes(kind: str, given: dict, device, plan_only: bool) -> tuple[dict, str | None]:
+    """``given`` (flag -> value, None where not given) with the defaults, CPU-sized where the run is on a CPU
+    (bf16 matmuls run about 70x slower than fp32 on a CPU without AMX, and a 1B model's 64 tokens or a 2048-token
+    training step take minutes there), and the note that says so (None where nothing was chosen for a CPU)."""
     on_cpu = False
-    if not plan_only and None in (prompt, gen, dtype):
+    if not plan_only and None in given.values():
         o.require_torch()
         from gpuscope.measure.device.device import pick_device
 
@@ -113,13 +113,19 @@ def _infer_sizes(prompt, gen, dtype, device, plan_only: bool) -> tuple[int, int,
             on_cpu = pick_device(o.check_device(device)).startswith("cpu")
         except RuntimeError:  # a device that is not there: said once, where the workload opens it
             on_cpu = False
-    sizes = CPU_INFER_SIZES if on_cpu else INFER_SIZES
-    chosen = {k: v for k, v in (("prompt", prompt), ("gen", gen), ("dtype", dtype)) if v is None}
-    note = ("doctor infer on a CPU: " + ", ".join(f"--{k} {sizes[k]}" for k in chosen)
+    sizes = (CPU_INFER_SIZES if on_cpu else INFER_SIZES) if kind == "infer" else (
+        CPU_TRAIN_SIZES if on_cpu else TRAIN_SIZES)
+    chosen = [k for k, v in given.items() if v is None]
+    note = (f"doctor {kind} on a CPU: " + ", ".join(f"--{k} {sizes[k]}" for k in chosen)
             + " (CPU-sized defaults, so it finishes in a minute or two; pass them to change)") if on_cpu and chosen \
         else None
-    return (sizes["prompt"] if prompt is None else prompt, sizes["gen"] if gen is None else gen,
-            dtype or sizes["dtype"], note)
+    return {k: sizes[k] if v is None else v for k, v in given.items()}, note
+
+
+def _infer_sizes(prompt, gen, dtype, device, plan_only: bool) -> tuple[int, int, str, str | None]:
+    """(--prompt, --gen, --dtype, the CPU note): _sizes of infer."""
+    v, note = _sizes("infer", {"prompt": prompt, "gen": gen, "dtype": dtype}, device, plan_only)
+    return v["prompt"], v["gen"], v["dtype"], note
 
 
 def _infer_case(name, extra, batch, prompt, gen, dtype, engine, attn, fuse_proj, defer_stop, device) -> dict:
@@ -140,6 +146,18 @@ def _infer_case(name, extra, batch, prompt, gen, dtype, engine, attn, fuse_proj,
     return infer_case(name, batch, prompt, gen, dtype=dtype, repeats=1, engine=engine, **extra)
 
 
+def _train_target(name, extra, lora: dict, micro_batch, seq, precision, recompute, steps, device, plan_only) -> dict:
+    """The train case: LoRA only with --plan-only, CPU-sized --seq/--precision where not given (said once checked)."""
+    if lora and not plan_only:
+        raise UserError("--lora-r, --lora-targets and --qlora need --plan-only here (the profiled run is full "
+                        "training); measure LoRA with `gpuscope bench train --lora-r`.")
+    v, note = _sizes("train", {"seq": seq, "precision": precision}, device, plan_only)
+    case = _train_case(name, dict(extra, **lora), micro_batch, v["seq"], v["precision"], recompute, steps)
+    if note:
+        typer.echo(note, err=True)
+    return case
+
+
 def _train_case(name, extra, micro_batch, seq, precision, recompute, steps) -> dict:
     from gpuscope.specs.axes import MEASURED_PRECISIONS, MEASURED_RECOMPUTE, Precision, Recompute
     from gpuscope.workloads.sets import train_case
@@ -157,6 +175,7 @@ def _workload_report(kind: str, name: str, case: dict, gpu, plan_only: bool, dev
         return build_report(target, None, case, gpu, True)
     o.require_torch()
     o.check_device(device)
+    _fits_host(case, device)
     from gpuscope.cli.doctor_progress import progress_line
     from gpuscope.measure.profile.workload import profile_workload
 
@@ -176,6 +195,19 @@ def _workload_report(kind: str, name: str, case: dict, gpu, plan_only: bool, dev
     if (report.get("estimate") or {}).get("source"):
         typer.echo(f"doctor {kind}: the estimate is planned on {report['estimate']['source']}.", err=True)
     return report
+
+
+def _fits_host(case: dict, device) -> None:
+    """On a CPU, the planner's peak of the case within bench's share of the memory free here (cli/bench_cpu.py: a
+    CPU swaps or is killed instead of raising out-of-memory), else one sentence."""
+    from gpuscope.cli.bench_cpu import FREE_FRACTION, host_free_bytes, on_cpu, planned_bytes
+
+    free = host_free_bytes() if on_cpu(device) else None
+    need = planned_bytes(case) if free else None
+    if need and need > FREE_FRACTION * free:
+        raise UserError(f"{case.get('model')} on this CPU needs about {need / 1e9:.1f} GB (the planner's peak), more "
+                        f"than {FREE_FRACTION:.0%} of the {free / 1e9:.1f} GB of memory free here (it would swap or be "
+                        "killed); use smaller sizes, a smaller model, or an accelerator.")
 
 
 def _cpu_budget(device) -> float | None:
