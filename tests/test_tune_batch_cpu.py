@@ -86,5 +86,7 @@ def test_tune_batch_cli_on_a_cpu_says_each_batch_and_its_defaults(tmp_path, caps
     assert "knee:" in out.out
     from gpuscope.report.doctor_view import _knee
 
-    assert _knee({"knee_batch": 4, "knee_reached": False}).startswith(">= 4 (not reached")
+    rows = [{"status": "ok"}, {"status": "ok"}]
+    assert _knee({"knee_batch": 4, "knee_reached": False, "rows": rows}).endswith("still rose at the largest batch tried)")
+    assert _knee({"knee_batch": 4, "knee_reached": False, "rows": rows[:1]}).endswith("(not reached: no other batch measured)")
     assert _knee({"knee_batch": 4, "knee_reached": True}) == "4"

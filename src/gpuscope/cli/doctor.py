@@ -8,6 +8,9 @@ A workload runs in this process under torch.profiler (gpuscope.measure.profile.w
 in a child Python under it (measure/profile/script.py). Training that runs out of memory (or that the planner says
 cannot fit, or with --plan-only) gets the article's OOM tiers computed by the planner for the same configuration
 (explain/doctor_report.py builds the report, report/doctor_view.py renders it).
+On a CPU: bench's CPU sizes where none are given, each timed phase to bench's phase budget (the bare generate or
+steps end there, the profile covers what ran: measure/profile/token_clock.py), the estimate on this host's kept
+ceilings, and a progress line on a terminal (cli/doctor_progress.py).
 """
 
 from __future__ import annotations

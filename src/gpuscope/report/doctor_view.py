@@ -221,7 +221,9 @@ def _knee(r: dict) -> str:
     """The knee, or '>= B (not reached: ...)' where it is the largest batch measured (measure/tune/batch.py)."""
     if r.get("knee_reached", True) or r.get("knee_batch") is None:
         return str(r.get("knee_batch"))
-    return f">= {r['knee_batch']} (not reached: tokens/s still rose at the largest batch tried)"
+    ran = sum(1 for x in r.get("rows") or [] if x.get("status") == "ok")
+    return f">= {r['knee_batch']} (not reached: " + ("tokens/s still rose at the largest batch tried)" if ran > 1
+                                                     else "no other batch measured)")
 
 
 def batch_markdown(r: dict) -> str:
