@@ -104,17 +104,23 @@ def planned_bytes(case: dict) -> float | None:
         return None
 
 
-def ready(case: dict, device: str | None, note: str | None, gpu: str | None = None) -> None:
-    """Before a case runs, the last checks, then the CPU defaults' line (``say``), so a bad input stays one
-    sentence: ``gpu`` a known GPU (options.known_gpu), and on a CPU a planned peak within the memory free here."""
-    options.known_gpu(gpu)
-    # accelerate's device_map spreads (or offloads) the weights itself: not a floor in this host's memory
+def fits_host(case: dict, device: str | None) -> None:
+    """On a CPU, the planner's peak of the case within FREE_FRACTION of the memory free here (a CPU swaps or is
+    killed instead of raising out-of-memory), else one sentence. accelerate's device_map spreads (or offloads) the
+    weights itself: not a floor in this host's memory."""
     free = host_free_bytes() if on_cpu(device) and not case.get("device_map") else None
     need = planned_bytes(case) if free else None
     if need and need > FREE_FRACTION * free:
         raise UserError(f"{case.get('model')} on this CPU needs about {need / 1e9:.1f} GB (the planner's peak), more "
                         f"than {FREE_FRACTION:.0%} of the {free / 1e9:.1f} GB of memory free here (it would swap or be "
                         "killed); use smaller sizes, a smaller model, or an accelerator.")
+
+
+def ready(case: dict, device: str | None, note: str | None, gpu: str | None = None) -> None:
+    """Before a case runs, the last checks, then the CPU defaults' line (``say``), so a bad input stays one
+    sentence: ``gpu`` a known GPU (options.known_gpu), and on a CPU a planned peak within the memory free here."""
+    options.known_gpu(gpu)
+    fits_host(case, device)
     if on_cpu(device):  # the case's process inherits it (measure/runner/suite.child_env copies this environment)
         from gpuscope.measure.runner.progress import BUDGET_ENV
 

@@ -178,9 +178,11 @@ def _workload_report(kind: str, name: str, case: dict, gpu, plan_only: bool, dev
         return build_report(target, None, case, gpu, True)
     o.require_torch()
     o.check_device(device)
-    _fits_host(case, device)
+    from gpuscope.cli.bench_cpu import fits_host
     from gpuscope.cli.doctor_progress import progress_line
     from gpuscope.measure.profile.workload import profile_workload
+
+    fits_host(case, device)
 
     try:
         with progress_line() as on_progress:
@@ -198,19 +200,6 @@ def _workload_report(kind: str, name: str, case: dict, gpu, plan_only: bool, dev
     if (report.get("estimate") or {}).get("source"):
         typer.echo(f"doctor {kind}: the estimate is planned on {report['estimate']['source']}.", err=True)
     return report
-
-
-def _fits_host(case: dict, device) -> None:
-    """On a CPU, the planner's peak of the case within bench's share of the memory free here (cli/bench_cpu.py: a
-    CPU swaps or is killed instead of raising out-of-memory), else one sentence."""
-    from gpuscope.cli.bench_cpu import FREE_FRACTION, host_free_bytes, on_cpu, planned_bytes
-
-    free = host_free_bytes() if on_cpu(device) else None
-    need = planned_bytes(case) if free else None
-    if need and need > FREE_FRACTION * free:
-        raise UserError(f"{case.get('model')} on this CPU needs about {need / 1e9:.1f} GB (the planner's peak), more "
-                        f"than {FREE_FRACTION:.0%} of the {free / 1e9:.1f} GB of memory free here (it would swap or be "
-                        "killed); use smaller sizes, a smaller model, or an accelerator.")
 
 
 def _cpu_budget(device) -> float | None:
