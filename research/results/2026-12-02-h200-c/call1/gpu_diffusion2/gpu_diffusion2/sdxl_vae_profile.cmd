@@ -1,0 +1,1 @@
+timeout 30 python3 -m gpuscope bench diffusion --gpu h200 --json --db /tmp/gs_diffusion2/gpu_diffusion2.sqlite --dtype fp16 --model sdxl --component vae-decode --batch 1 --height 1024 --width 1024 --repeats 3 --warmup 1 --profile --timeout 26

@@ -1,0 +1,1 @@
+timeout 34 python3 -m gpuscope bench train --gpu h200 --steps 4 --warmup 1 --json --db /tmp/gs_qlora2/gpu_qlora2.sqlite --model llama-3.1-8b --micro-batch 4 --seq 2048 --precision amp-bf16 --lora-r 64 --lora-targets q_proj\,k_proj\,v_proj\,o_proj --recompute full --timeout 31 
