@@ -27,7 +27,8 @@ fi
 } > "$OUT/versions.txt" 2>&1
 declare -A BUDGET=([serve]=270 [diffusion]=290 [micro]=120 [master]=100 [qlora]=120 [decode]=90 [servecb]=170
                   [serve2]=230 [serve3]=150 [serve4]=150 [fsdp1]=100 [diffusion2]=${GS_BUDGET_diffusion2:-160}
-                  [qlora2]=${GS_QLORA2_BUDGET:-140} [moe_generate]=${GS_BUDGET_moe_generate:-170})
+                  [qlora2]=${GS_QLORA2_BUDGET:-140} [moe_generate]=${GS_BUDGET_moe_generate:-170}
+                  [lora3]=${GS_LORA3_BUDGET:-60})
 for g in "$@"; do
   left=$(( LIMIT - ($(date +%s) - T0) ))
   if (( ${BUDGET[$g]:-9999} > left )); then log "$g skipped: budget ${BUDGET[$g]:-?} s > $left s left"; continue; fi
