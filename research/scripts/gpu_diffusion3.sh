@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Diffusion on one H200, the third set (after research/results/2026-12-02-h200-b/diffusion.md and
+# research/results/2026-12-02-h200-c/diffusion.md): an independent check of the norm / elementwise / convolution
+# re-split (GroupNorm's moments kernel at one block per (image, group) row, the non-vectorized TensorIterator path,
+# convolutions priced from their own kernels), at sizes none of its constants was set on. All through
+# `gpuscope bench diffusion` (diffusers modules with random weights from the presets' configs, fp16, the planner's
+# estimate on h200 beside each point), each with --profile (torch.profiler: device busy time, top 25 kernels):
+#   SVD-XT UNet at 20 frames of 576x1024, CFG (the re-split was set on 14 frames; 25 frames has no kernel table):
+#     its temporal GroupNorms see 64 rows of 20 frames each, its spatial ones 1,280 rows (2.4 waves of 528);
+#   SDXL VAE decode at 768x768, batch 2 (set on batch 1 at 1024: 32 rows; here 64, the rate per row should double);
+#   SDXL UNet at 768x768, batch 1, CFG (no SDXL UNet kernel table exists yet: its convolutions, norms at 64 rows);
+#   SD3.5-medium transformer at 1024x1024, batch 1, CFG (a DiT: LayerNorms, GEMMs, attention, no convolution but
+#     the patch embedding), cut at its limit if the others ran long.
+# Each step bounded by timeout (the bench's own --timeout a few seconds inside it, so a stalled point is stored as a
+# timeout); results (one SQLite database, each step's --json, its command line) bundled into
+# $OUT/gpu_diffusion3/gpu_diffusion3.tgz after every step.
+# usage (repo root, on the GPU machine, diffusers installed): bash research/scripts/gpu_diffusion3.sh [STEP ...]
+#        (STEP: svd vae unet sd3; default all)
+#        on a CPU, to check the script: OUT=/tmp/o bash research/scripts/gpu_diffusion3.sh --tiny   (tiny folders)
+# Budget: 120 s in all (34 + 26 + 28 + 30 s), imports and model builds included (the second set's steps took
+# 18-26 s, most of it before the first point).
+set -u
+: "${OUT:?set OUT to the results folder}"
+W=/tmp/gs_diffusion3; rm -rf "$W"; mkdir -p "$W" "$OUT/gpu_diffusion3"
+export PYTHONPATH=src GPUSCOPE_DB=$W/gpu_diffusion3.sqlite GPUSCOPE_HOME=$W/home
+BUNDLE=gpu_diffusion3/gpu_diffusion3.tgz
+source "$(dirname "$0")/session_lib.sh"
+SDXL=sdxl; SVD=svd-xt; SD3=sd-3.5-medium; S=768; S3=1024; SVD_H=576; SVD_W=1024; FRAMES=20; DEV=(--dtype fp16)
+LIMITS=(34 26 28 30); TINY=0; [[ "${1:-}" == "--tiny" ]] && { TINY=1; shift; }
+GROUPS_WANTED="${*:-svd vae unet sd3}"
+if [[ $TINY == 1 ]]; then  # the script's own check: tiny random folders on the CPU, fp32, tiny sizes
+  python3 tests/diffusion_tiny.py "$W/tiny" > /dev/null
+  SDXL=$W/tiny/tiny-sdxl; SVD=$W/tiny/tiny-svd; SD3=$W/tiny/tiny-sd3; S=32; S3=32; SVD_H=16; SVD_W=32; FRAMES=4
+  DEV=(--dtype fp32 --device cpu); LIMITS=(90 60 60 60)
+else
+  nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.sm,clocks.max.sm --format=csv \
+    > "$W/nvidia-smi.csv" 2>&1
+fi
+python3 -c "import diffusers, transformers, torch; print(diffusers.__version__, transformers.__version__, \
+torch.__version__)" > "$W/versions.txt" 2>&1 \
+  || { echo "diffusers not importable: install the wheels first" | tee -a "$W/steps.txt"; \
+       tar czf "$OUT/$BUNDLE" -C "$W" .; exit 1; }
+RUN=(python3 -m gpuscope bench diffusion --gpu h200 --json --db "$GPUSCOPE_DB" "${DEV[@]}")
+# run NAME LIMIT ARGS...: one bench step, its command line written beside its output
+run() { local name=$1 limit=$2; shift 2
+  echo "timeout $limit ${RUN[*]} $* --timeout $((limit - 4))" > "$W/$name.cmd"
+  step "$name" "$limit" "${RUN[@]}" "$@" --timeout $((limit - 4)); }
+if want svd; then run svd_unet20_profile "${LIMITS[0]}" --model "$SVD" --component denoiser --batch 1 \
+  --height "$SVD_H" --width "$SVD_W" --frames "$FRAMES" --cfg --repeats 2 --warmup 1 --profile; fi
+if want vae; then run sdxl_vae768_b2_profile "${LIMITS[1]}" --model "$SDXL" --component vae-decode --batch 2 \
+  --height "$S" --width "$S" --repeats 3 --warmup 1 --profile; fi
+if want unet; then run sdxl_unet768_profile "${LIMITS[2]}" --model "$SDXL" --component denoiser --batch 1 \
+  --height "$S" --width "$S" --cfg --repeats 3 --warmup 1 --profile; fi
+if want sd3; then run sd35m_transformer1024_profile "${LIMITS[3]}" --model "$SD3" --component denoiser --batch 1 \
+  --height "$S3" --width "$S3" --cfg --repeats 3 --warmup 1 --profile; fi
+exit 0
