@@ -56,10 +56,14 @@ def tiny_config(name: str) -> dict:
     cfg = preset_config(name)
     cfg.update(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                num_key_value_heads=2, vocab_size=512, max_position_embeddings=512)
-    for k, v in (("num_local_experts", 4), ("num_experts", 4), ("moe_intermediate_size", 32),
-                 ("shared_expert_intermediate_size", 64), ("num_experts_per_tok", 2)):
+    for k, v in (("num_local_experts", 4), ("num_experts", 4), ("n_routed_experts", 4), ("moe_intermediate_size", 32),
+                 ("shared_expert_intermediate_size", 64), ("num_experts_per_tok", 2), ("kv_lora_rank", 16),
+                 ("qk_nope_head_dim", 16), ("qk_rope_head_dim", 8), ("v_head_dim", 16)):
         if k in cfg:
             cfg[k] = v
+    if "n_routed_experts" in cfg:  # MLA: 4 heads of the sizes above, as many KV heads (DeepSeek-V2's layout)
+        cfg["num_key_value_heads"] = 4
+        cfg["num_hidden_layers"] = 3  # the first dense (first_k_dense_replace), then MoE
     return cfg
 
 
@@ -231,8 +235,8 @@ def grouped_mm_probe(cfg: dict, measured: list[int] | None, dev: Device, rounds:
 
 
 def part_moe(a, dev: Device, doc: dict, t0: float) -> None:
-    specs = [("mixtral-8x7b", [(8, 512), (1, 1024), (4, 256), (16, 512), (2, 2048), (8, 128)]),
-             ("qwen1.5-moe-a2.7b", [(8, 512), (1, 1024), (16, 256), (4, 2048)])]
+    specs = a.moe_specs or [("mixtral-8x7b", [(8, 512), (1, 1024), (4, 256), (16, 512), (2, 2048), (8, 128)]),
+                            ("qwen1.5-moe-a2.7b", [(8, 512), (1, 1024), (16, 256), (4, 2048)])]
     for name, sizes in specs:
         if a.tiny:
             sizes = TINY_SIZES["moe"]
@@ -257,8 +261,8 @@ def part_moe(a, dev: Device, doc: dict, t0: float) -> None:
                 entry["cases"].append(c)
                 print(name, b, p, "forward", c.get("forward_s_median"), "ttft", c.get("ttft_s_median"),
                       "groups", c.get("profile", {}).get("groups_us"), flush=True)
-                _write(doc, a.out, "moe")
-        if name == "mixtral-8x7b":
+                _write(doc, a.out, a.file)
+        if name == "mixtral-8x7b" and not a.no_probe:
             ref = next((c for c in entry["cases"] if c.get("batch") == 1 and c.get("prompt") == 1024), None)
             layer0 = (ref or {}).get("rows_per_expert", [None])[0]
             del model
@@ -271,7 +275,7 @@ def part_moe(a, dev: Device, doc: dict, t0: float) -> None:
             del model
         if dev.type == "cuda":
             torch.cuda.empty_cache()
-        _write(doc, a.out, "moe")
+        _write(doc, a.out, a.file)
 
 
 # ---- part host -----------------------------------------------------------------------------------------------------
@@ -413,14 +417,17 @@ def host_profile(model, ids, mask, gen: int, dev: Device) -> dict:
 
 
 def part_host(a, dev: Device, doc: dict, t0: float) -> None:
-    cfg = config_for("llama-3.1-8b", a.layers, a.tiny)
-    doc["config"] = cfg
+    cfg = config_for(a.host_model, a.layers, a.tiny)
+    doc["config"], doc["model"] = cfg, a.host_model
     model, _ = build_model(cfg, dev, torch.bfloat16, "sdpa")
     model.eval()
-    sizes = TINY_SIZES["host"] if a.tiny else [(1, 1024), (16, 1024), (1, 1024), (16, 1024), (4, 4096), (16, 128),
-                                                (8, 2048), (1, 4096)]
-    plan = [(b, p, False, i < 2) for i, (b, p) in enumerate(sizes)]
-    plan.insert(4, (sizes[0][0], sizes[0][1], True, False))  # batch 1 with batch 16's cache held beside it
+    sizes = a.host_sizes or [(1, 1024), (16, 1024), (1, 1024), (16, 1024), (4, 4096), (16, 128), (8, 2048), (1, 4096)]
+    if a.tiny:
+        sizes = TINY_SIZES["host"]
+    prof_at = set(a.prof_cases if a.prof_cases is not None else [0, 1])
+    plan = [(b, p, False, i in prof_at) for i, (b, p) in enumerate(sizes)]
+    if not a.host_sizes:
+        plan.insert(4, (sizes[0][0], sizes[0][1], True, False))  # batch 1 with batch 16's cache held beside it
     with torch.no_grad():
         for b, p, ballast, prof in plan:
             if time.perf_counter() - t0 > a.budget_s:
@@ -439,7 +446,7 @@ def part_host(a, dev: Device, doc: dict, t0: float) -> None:
                   "launch", c.get("launch_probe_before_s"), c.get("status", ""), flush=True)
             if dev.type == "cuda":
                 torch.cuda.empty_cache()
-            _write(doc, a.out, "host")
+            _write(doc, a.out, a.file)
 
 
 # ---- part graph32 --------------------------------------------------------------------------------------------------
@@ -468,11 +475,33 @@ def part_graph32(a, dev: Device, doc: dict, t0: float) -> None:
                   flush=True)
             if dev.type == "cuda":
                 torch.cuda.empty_cache()
-            _write(doc, a.out, "graph32")
+            _write(doc, a.out, a.file)
 
 
 PARTS = {"moe": part_moe, "host": part_host, "graph32": part_graph32}
 DEFAULT_LAYERS = {"moe": 4, "host": 16, "graph32": 8}
+
+
+def _sizes(text: str) -> list[tuple[int, int]]:
+    """'4x1024,8x512' -> [(4, 1024), (8, 512)] (batch x prompt)."""
+    try:
+        out = [tuple(int(v) for v in t.split("x")) for t in text.split(",") if t]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"sizes must be BxP,BxP (e.g. 4x1024,8x512), got {text!r}") from None
+    if not out or any(len(t) != 2 or min(t) <= 0 for t in out):
+        raise argparse.ArgumentTypeError(f"sizes must be BxP,BxP with positive integers, got {text!r}")
+    return out
+
+
+def _specs(text: str) -> list[tuple[str, list[tuple[int, int]]]]:
+    """'deepseek-v2-lite:4x1024,8x512;mixtral-8x7b:1x4096' -> [(name, sizes), ...]."""
+    out = []
+    for part in (t for t in text.split(";") if t):
+        name, _, sizes = part.partition(":")
+        if not name or not sizes:
+            raise argparse.ArgumentTypeError(f"moe specs must be model:BxP,...;model:BxP, got {part!r}")
+        out.append((name, _sizes(sizes)))
+    return out
 
 
 def main() -> None:
@@ -483,6 +512,15 @@ def main() -> None:
     ap.add_argument("--prof-gen", type=int, default=6, help="host part: tokens of a profiled generate")
     ap.add_argument("--budget-s", type=float, default=50.0, help="no new case starts past this (per part)")
     ap.add_argument("--tiny", action="store_true", help="CPU check: tiny models, tiny sizes, same code")
+    ap.add_argument("--moe-specs", type=_specs, default=None,
+                    help="moe part: 'model:BxP,BxP;model:BxP' (default: Mixtral-8x7B and Qwen1.5-MoE, 10 cases)")
+    ap.add_argument("--tag", default="", help="appended to the output names (<part><tag>.json, .cmd)")
+    ap.add_argument("--no-probe", action="store_true", help="moe part: skip the torch._grouped_mm probe")
+    ap.add_argument("--host-model", default="llama-3.1-8b", help="host part: the preset (default llama-3.1-8b)")
+    ap.add_argument("--host-sizes", type=_sizes, default=None,
+                    help="host part: 'BxP,BxP,...' in order (default: 8 cases and a ballast case)")
+    ap.add_argument("--prof-cases", type=lambda t: [int(x) for x in t.split(",") if x], default=None,
+                    help="host part: indices of the cases profiled (default 0,1)")
     a = ap.parse_args()
     a.out = os.path.join(os.environ.get("OUT", "."), "gpu_moe_generate")
     os.makedirs(a.out, exist_ok=True)
@@ -492,14 +530,15 @@ def main() -> None:
     layers = a.layers
     for part in (list(PARTS) if a.part == "all" else [a.part]):
         a.layers = layers or DEFAULT_LAYERS[part]
+        a.file = part + a.tag
         t0 = time.perf_counter()
-        with open(os.path.join(a.out, f"{part}.cmd"), "w") as f:
+        with open(os.path.join(a.out, f"{a.file}.cmd"), "w") as f:
             f.write(" ".join(["python3", *sys.argv]) + f"  # part {part}, layers {a.layers}\n")
         doc = {"part": part, "layers": a.layers, "tiny": a.tiny, "device": dev.device_name(),
                "torch": torch.__version__, "transformers": __import__("transformers").__version__,
                "models": [], "cases": []}
         PARTS[part](a, dev, doc, t0)
-        print("wrote", _write(doc, a.out, part), f"{time.perf_counter() - t0:.1f} s", flush=True)
+        print("wrote", _write(doc, a.out, a.file), f"{time.perf_counter() - t0:.1f} s", flush=True)
 
 
 if __name__ == "__main__":
