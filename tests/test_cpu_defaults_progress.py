@@ -5,6 +5,7 @@ that shows the defaults on stderr and a clean JSON stdout is tests/test_host_cei
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -104,3 +105,40 @@ def test_a_case_above_the_memory_free_here_is_refused_before_it_starts(monkeypat
     assert capsys.readouterr().err == "a note\n"
     monkeypatch.setattr(bench_cpu, "host_free_bytes", lambda: None)  # unknown free memory: not guessed
     bench_cpu.ready(big, "cpu", None)
+
+
+@pytest.mark.parametrize("kind", ["infer", "train"])
+def test_bench_hands_the_cpu_phase_budget_to_the_case_process_and_leaves_its_own_environment(kind, tmp_path,
+                                                                                          monkeypatch, capsys):
+    """An in-process `bench infer|train --device cpu`: the case's process gets the phase budget (bench_cpu.
+    PHASE_BUDGET_S, or the one this environment already sets), and os.environ is as it was after the call (a later
+    in-process command does not inherit a budget). A stand-in interpreter plays the case's process and writes down
+    the budget it was given."""
+    from gpuscope.cli import main
+    from gpuscope.measure.runner import suite
+    from gpuscope.workloads.sets import TINY_LLAMA
+
+    cfg = tmp_path / "tiny" / "config.json"
+    cfg.parent.mkdir()
+    cfg.write_text(json.dumps(TINY_LLAMA))
+    seen = tmp_path / "budget.txt"
+    fake = tmp_path / "fakepy"
+    fake.write_text(f"#!/bin/sh\nprintf '%s' \"${progress.BUDGET_ENV}\" > {seen}\n"
+                    "echo '{\"result\": {\"status\": \"error\", \"error\": \"stand-in case\"}}'\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(suite.sys, "executable", str(fake))
+    monkeypatch.delenv(progress.BUDGET_ENV, raising=False)
+    sizes = ["--prompt", "8", "--gen", "2"] if kind == "infer" else ["--seq", "16", "--steps", "2"]
+    args = ["bench", kind, "--model", str(cfg.parent), *sizes, "--device", "cpu", "--gpu", "h100"]
+    for preset, want in ((None, f"{bench_cpu.PHASE_BUDGET_S:g}"), ("7", "7")):
+        if preset:
+            monkeypatch.setenv(progress.BUDGET_ENV, preset)
+        before = dict(os.environ)
+        with pytest.raises(SystemExit) as e:  # the stand-in case failed: exit 1
+            main([*args, "--db", str(tmp_path / f"r{preset}.sqlite")])
+        assert e.value.code == 1, capsys.readouterr().err
+        assert dict(os.environ) == before  # nothing set (or removed) in this process
+        assert seen.read_text() == want
+    assert child_env(phase_budget_s=20.0)[progress.BUDGET_ENV] == "7"  # the environment's own budget is kept
+    monkeypatch.delenv(progress.BUDGET_ENV)
+    assert progress.BUDGET_ENV not in child_env() and child_env(phase_budget_s=20.0)[progress.BUDGET_ENV] == "20"

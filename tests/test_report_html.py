@@ -202,7 +202,7 @@ def test_bench_html_is_the_report_of_the_run_it_made(monkeypatch, tmp_path):
 
     rec = next(json.loads(ln) for ln in H200[0].read_text().splitlines() if '"kind": "infer"' in ln)
 
-    def one_stored(s, cases, target, timeout):
+    def one_stored(s, cases, target, timeout, phase_budget_s=None):
         mid = s.store.put(s.run_id, rec["case_id"], "infer", rec["case_id"].split("#")[0], rec["case"],
                           rec["result"], rec["provenance"])
         s.add({"id": mid, "key": rec["case_id"], "name": "x", "skipped": False, "status": "ok",

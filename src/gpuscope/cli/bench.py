@@ -98,12 +98,13 @@ def _checkpoint(model: str, weights: bool, device_map: str | None, max_memory: s
     return str(d.resolve()), {"weights": True, **keys}  # from_pretrained reads the directory itself
 
 
-def _run_one(case: dict, db, resume, as_json, gpu, timeout_s, command: str, html: str | None = None) -> None:
+def _run_one(case: dict, db, resume, as_json, gpu, timeout_s, command: str, html: str | None = None,
+             phase_budget_s: float | None = None) -> None:
     from gpuscope.pipeline.bench import run_workloads
 
     options.known_gpu(gpu)  # an unknown --gpu is said before the case runs, not beside its result
     s = Session(db, command, resume, as_json)
-    guarded(s, lambda: run_workloads(s, [case], gpu, timeout_s), html=html)
+    guarded(s, lambda: run_workloads(s, [case], gpu, timeout_s, phase_budget_s), html=html)
 
 
 @bench.command("micro")
@@ -189,7 +190,7 @@ def infer(
         extra.update(inline)
     case = infer_case(model, batch, **given, repeats=repeats, **ckpt, **extra)
     bench_cpu.ready(case, device, note, gpu)
-    _run_one(case, db, resume, as_json, gpu, timeout_s, "bench infer", html)
+    _run_one(case, db, resume, as_json, gpu, timeout_s, "bench infer", html, bench_cpu.phase_budget(device))
 
 
 @bench.command("train")
@@ -230,7 +231,7 @@ def train(
     case = train_case(model, micro_batch, given["seq"], given["precision"], recompute, steps=given["steps"],
                       warmup=given["warmup"], **inline, **extra)
     bench_cpu.ready(case, device, note, gpu)
-    _run_one(case, db, resume, as_json, gpu, timeout_s, "bench train", html)
+    _run_one(case, db, resume, as_json, gpu, timeout_s, "bench train", html, bench_cpu.phase_budget(device))
 
 
 def _on_accelerator(device: str | None) -> bool:

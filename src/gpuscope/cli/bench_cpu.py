@@ -11,7 +11,6 @@ take minutes on such a host. So a value not given takes the CPU's default; a val
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import typer
@@ -121,8 +120,10 @@ def ready(case: dict, device: str | None, note: str | None, gpu: str | None = No
     sentence: ``gpu`` a known GPU (options.known_gpu), and on a CPU a planned peak within the memory free here."""
     options.known_gpu(gpu)
     fits_host(case, device)
-    if on_cpu(device):  # the case's process inherits it (measure/runner/suite.child_env copies this environment)
-        from gpuscope.measure.runner.progress import BUDGET_ENV
-
-        os.environ.setdefault(BUDGET_ENV, f"{PHASE_BUDGET_S:g}")
     say(note)
+
+
+def phase_budget(device: str | None) -> float | None:
+    """The timed-phase budget of a case's process (PHASE_BUDGET_S on a CPU, None elsewhere): handed to the suite,
+    which sets it in that process's environment only (measure/runner/suite.child_env), never in this one's."""
+    return PHASE_BUDGET_S if on_cpu(device) else None

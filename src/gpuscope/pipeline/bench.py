@@ -24,9 +24,10 @@ def _sampler(case: dict):
     return NvmlSampler(interval_s=0.2) if str(case.get("device", "")).split(":")[0] != "cpu" else None
 
 
-def _measure(case: dict, timeout_s: float, prog=None) -> dict:
+def _measure(case: dict, timeout_s: float, prog=None, phase_budget_s: float | None = None) -> dict:
     """One case's record from its own process, with the NVML samples taken meanwhile in its result; ``prog`` (a
-    Progress that shows phases) gets the case's phase and repeat as they happen."""
+    Progress that shows phases) gets the case's phase and repeat as they happen; ``phase_budget_s``: the case's
+    timed-phase budget (suite.run_one)."""
     from gpuscope.measure.runner.progress import text
     from gpuscope.measure.runner.suite import run_one
 
@@ -34,7 +35,8 @@ def _measure(case: dict, timeout_s: float, prog=None) -> dict:
     if sampler:
         sampler.start()
     try:
-        rec = run_one(case, timeout_s, (lambda e: prog.phase(text(e))) if prog and prog.shows_phases else None)
+        rec = run_one(case, timeout_s, (lambda e: prog.phase(text(e))) if prog and prog.shows_phases else None,
+                      phase_budget_s)
     finally:
         if sampler:
             sampler.stop()
@@ -47,9 +49,11 @@ def _measure(case: dict, timeout_s: float, prog=None) -> dict:
     return rec
 
 
-def run_workloads(s: Session, cases: list[dict], gpu: str | None, timeout_s: float) -> None:
+def run_workloads(s: Session, cases: list[dict], gpu: str | None, timeout_s: float,
+                  phase_budget_s: float | None = None) -> None:
     """Measure each case not already done (resume), store it, and put the estimate on ``gpu`` beside it (a CPU
-    run without ``gpu``: on this host's ceilings, measured once: pipeline/host_ceilings.py)."""
+    run without ``gpu``: on this host's ceilings, measured once: pipeline/host_ceilings.py); ``phase_budget_s``:
+    each case's timed-phase budget (measure/runner/progress.py), None for none."""
     ensure_host_ceilings(s, cases, gpu)
     with s.reporter.progress("workloads", len(cases)) as prog:
         for case in cases:
@@ -60,7 +64,7 @@ def run_workloads(s: Session, cases: list[dict], gpu: str | None, timeout_s: flo
                 s.skipped(key, name, estimate=lambda old: estimate_beside(stored_record(old), gpu))
                 prog.advance()
                 continue
-            rec = _measure(case, timeout_s, prog)
+            rec = _measure(case, timeout_s, prog, phase_budget_s)
             res = rec["result"]
             prov = dict(rec.get("provenance") or {})
             prov.update(wall_s=rec.get("wall_s"), returncode=rec.get("returncode"), parent_argv=list(sys.argv))

@@ -6,11 +6,11 @@ progress (``PROGRESS_ENV`` set in the case's environment), ``say`` writes one ma
 callback (bench's status line on a terminal) and keeps the others as the stderr tail. Nothing is written when no
 one asks, so a case run by hand prints only what it did before.
 
-A timed phase's budget: where ``BUDGET_ENV`` is set (seconds; bench sets it for a CPU run, cli/bench_cpu.py), the
-repeats of a timed phase (``repeats``) stop once the phase has run that long and at least MIN_REPEATS repeats have
-run, fewer than asked if need be; the workload records how many ran (``timed_steps``, ``ttft_repeats``,
-``e2e_repeats``). A loaded 2-core host runs a GPT-2 training step 3-8x slower than an idle one, and a phase that
-would take minutes then ends at its budget with a median of what ran.
+A timed phase's budget: where ``BUDGET_ENV`` is set (seconds; bench asks it for a CPU case's process only:
+cli/bench_cpu.phase_budget, suite.child_env), the repeats of a timed phase (``repeats``) stop once the phase has
+run that long and at least MIN_REPEATS repeats have run, fewer than asked if need be; the workload records how many
+ran (``timed_steps``, ``ttft_repeats``, ``e2e_repeats``). A loaded 2-core host runs a GPT-2 training step 3-8x
+slower than an idle one, and a phase that would take minutes then ends at its budget with a median of what ran.
 """
 
 from __future__ import annotations

@@ -50,13 +50,17 @@ def _done_ids(path, retry_failed: bool) -> set[str]:
     return done
 
 
-def child_env(with_progress: bool = False) -> dict:
+def child_env(with_progress: bool = False, phase_budget_s: float | None = None) -> dict:
     """The environment of a case's process: this gpuscope first on the path, tokenizers single-threaded; with
-    ``with_progress`` it tells its phases on stderr (progress.py)."""
+    ``with_progress`` it tells its phases on stderr (progress.py); with ``phase_budget_s`` its timed phases end at
+    that budget (progress.BUDGET_ENV; a budget this environment already sets is kept). This process's own
+    environment is left as it is."""
     env = dict(os.environ)
     env.pop(progress.PROGRESS_ENV, None)  # asked by this suite only, not inherited
     if with_progress:
         env[progress.PROGRESS_ENV] = "1"
+    if phase_budget_s is not None:
+        env.setdefault(progress.BUDGET_ENV, f"{phase_budget_s:g}")
     env["PYTHONPATH"] = _SRC + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
     env[lifeline.PARENT_ENV] = str(os.getpid())  # run_case dies with this process (lifeline.arm_from_env)
@@ -140,14 +144,16 @@ def _communicate(proc: subprocess.Popen, timeout_s: float, on_progress) -> tuple
     return got[0], got[1], timed_out
 
 
-def run_one(case: dict, timeout_s: float, on_progress=None) -> dict:
+def run_one(case: dict, timeout_s: float, on_progress=None, phase_budget_s: float | None = None) -> dict:
     """Run one case in a subprocess; always returns a record (ok, oom, error or timeout). ``on_progress(event)``
-    (optional) gets the case's phases and repeats as they happen (progress.py)."""
+    (optional) gets the case's phases and repeats as they happen (progress.py); ``phase_budget_s`` (optional) is
+    the case's timed-phase budget (child_env)."""
     cid = case_id(case, strict=False)
     cmd = [sys.executable, "-m", "gpuscope.measure.runner.run_case", json.dumps(case)]
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=child_env(on_progress is not None), start_new_session=True)
+                            env=child_env(on_progress is not None, phase_budget_s),
+                            start_new_session=True)
     try:
         out, err, timed_out = _communicate(proc, timeout_s, on_progress)
     except BaseException:  # Ctrl-C or any other exit: the case runs in its own session, so end it too
