@@ -25,6 +25,10 @@ def check_case(case: dict) -> dict:
     for k in ("micro_batch", "seq"):
         if int(c.get(k) or 0) <= 0:
             raise ValueError(f"{k}: must be a positive integer, not {c.get(k)}")
+    if c.get("foreach") not in (None, True, False):
+        raise ValueError(f"foreach: must be true or false, not {c['foreach']!r}")
+    if c.get("foreach") and c.get("fused") is True:
+        raise ValueError("foreach: true cannot be combined with fused: true (torch runs one of the two)")
     if not c.get("model") and not c.get("config"):
         raise ValueError("case has neither 'model' nor 'config'")
     return c

@@ -10,7 +10,8 @@ libraries print goes to stderr), or appends it to ``--out PATH`` / ``$GPUSCOPE_D
 Case keys: those of measure/llm/train.py (``model``/``config``, ``micro_batch``, ``seq``, ``precision``,
 ``recompute``, ``steps``, ``warmup``, ``attn``, ``seed``, ``device``) plus ``strategy`` (ddp | fsdp),
 ``bucket_cap_mb`` (DDP, 25 = torch's default), ``gradient_as_bucket_view`` (DDP, false), ``reshard_after_forward``
-(FSDP, true), ``baseline`` (false), ``timeout_s`` (process-group timeout, 1800).
+(FSDP, true), ``baseline`` (false), ``timeout_s`` (process-group timeout, 1800), ``fused`` (true) / ``foreach``
+(unset): which AdamW implementation runs (measure/distributed/optim.py; ``optimizer_impl`` in the result says).
 
 Strategies:
 - ``ddp``: ``DistributedDataParallel(model, device_ids=[local_rank] on CUDA, bucket_cap_mb, gradient_as_bucket_view)``;
@@ -45,6 +46,7 @@ import torch.distributed as dist
 
 from gpuscope.measure.device.device import Device, release, summarize
 from gpuscope.measure.distributed.case import check_case, parse_case
+from gpuscope.measure.distributed.optim import adamw_impl, adamw_kwargs, param_types
 from gpuscope.measure.distributed.worker import env_ranks, gather, worker_main
 from gpuscope.measure.models.hf_model import build_model, case_config, model_bytes, vocab_size
 from gpuscope.measure.models.train_step import (PRECISIONS, enable_recompute, grad_scaler, instrumented_step,
@@ -162,10 +164,11 @@ def train_dist(case: dict, dev: Device, state: dict) -> tuple[dict, dict]:
     warmup = max(1, int(case.get("warmup", 2)))
     model, config, wrapped, ac_dtype, shared, mine = _load_and_wrap(case, dev, state, rank)
 
-    fused = bool(case.get("fused", True)) and dev.type == "cuda"
-    opt = torch.optim.AdamW(wrapped.parameters(), lr=1e-4, fused=fused)
+    opt = torch.optim.AdamW(wrapped.parameters(), lr=1e-4, **adamw_kwargs(case, dev.type))  # measure/distributed/optim
     scaler = grad_scaler(dev, ac_dtype)
-    shared.update({"optimizer": "adamw", "optimizer_fused": fused, "grad_scaler": scaler is not None})
+    impl = adamw_impl(opt)
+    shared.update({"optimizer": "adamw", "optimizer_fused": impl == "fused", "optimizer_impl": impl,
+                   "param_types": param_types(wrapped), "grad_scaler": scaler is not None})
     batches = iter(make_batches(vocab_size(config), B, S, warmup + 1 + steps, int(case.get("seed", 0)), rank, dev))
 
     stage = ["warmup"]
