@@ -139,10 +139,22 @@ def moe_case(model, vocab: int, batch: int, prompt: int, dev: Device) -> dict:
 
     fwd()  # warm-up (cuDNN plans, allocator)
     forward_s = _events_s(dev, fwd, 3)
+    enqueue = []  # host seconds until the forward returns, no sync after it: its host cost where nothing inside syncs
+    for _ in range(3):
+        dev.synchronize()
+        t = time.perf_counter()
+        fwd()
+        enqueue.append(time.perf_counter() - t)
+        dev.synchronize()
     ttft = _events_s(dev, lambda: model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=1,
                                                   min_new_tokens=1, do_sample=False), 2)
     with RoutingCounter(model) as rc:
         fwd()
+    dev.synchronize()
+    with ModuleClock(model) as mc:  # a forward's host time by block (no sync inside the timed region)
+        t = time.perf_counter()
+        fwd()
+        host_blocks = {"enqueue_s": time.perf_counter() - t, "blocks": mc.summary()}
     dev.synchronize()
     with profile(activities=_acts(dev)) as prof:
         t = time.perf_counter()
@@ -150,6 +162,7 @@ def moe_case(model, vocab: int, batch: int, prompt: int, dev: Device) -> dict:
         dev.synchronize()
         wall = time.perf_counter() - t
     out = {"batch": batch, "prompt": prompt, "forward_s": forward_s, "forward_s_median": statistics.median(forward_s),
+           "host_enqueue_s": enqueue, "host_enqueue_s_median": statistics.median(enqueue), "host_blocks": host_blocks,
            "ttft_s": ttft, "ttft_s_median": statistics.median(ttft), "profiled_wall_s": wall,
            "rows_per_expert": [c[0] if c else None for c in rc.counts], "routing": rc.summary(),
            "profile": kernel_table(prof, MOE_GROUPS)}
@@ -169,6 +182,36 @@ def moe_case(model, vocab: int, batch: int, prompt: int, dev: Device) -> dict:
         else:
             out["balanced"] = {"status": "router output not (logits, scores, indices): not applied"}
     return out
+
+
+class ModuleClock:
+    """Host seconds spent inside each decoder layer's attention and MLP / MoE block (pre/post forward hooks, no
+    syncs), summed by module class: where a forward's host time goes when nothing inside it waits on the GPU."""
+
+    def __init__(self, model):
+        self.spent: dict[str, list] = {}
+        self.hooks = []
+        pc = time.perf_counter
+        for layer in model.model.layers:
+            for attr in ("self_attn", "mlp", "block_sparse_moe"):
+                mod = getattr(layer, attr, None)
+                if mod is None:
+                    continue
+                key = f"{attr}:{type(mod).__name__}"
+                start = []
+                self.hooks.append(mod.register_forward_pre_hook(lambda *_, st=start: st.append(pc())))
+                self.hooks.append(mod.register_forward_hook(
+                    lambda *_, st=start, k=key: self.spent.setdefault(k, []).append(pc() - st.pop())))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        for h in self.hooks:
+            h.remove()
+
+    def summary(self) -> dict:
+        return {k: {"count": len(v), "host_s": sum(v)} for k, v in self.spent.items()}
 
 
 class BalancedRouting:
@@ -259,7 +302,7 @@ def part_moe(a, dev: Device, doc: dict, t0: float) -> None:
                 except RuntimeError as e:
                     c = {"batch": b, "prompt": p, "status": f"error: {' '.join(str(e).split())[:300]}"}
                 entry["cases"].append(c)
-                print(name, b, p, "forward", c.get("forward_s_median"), "ttft", c.get("ttft_s_median"),
+                print(name, b, p, "forward", c.get("forward_s_median"), "host", c.get("host_enqueue_s_median"), "ttft", c.get("ttft_s_median"),
                       "groups", c.get("profile", {}).get("groups_us"), flush=True)
                 _write(doc, a.out, a.file)
         if name == "mixtral-8x7b" and not a.no_probe:

@@ -3,8 +3,10 @@
 # moe_generate.md): research/scripts/gpu_moe_generate.py with new arguments, one part per process, each under its
 # own timeout.
 #   moe   DeepSeek-V2-Lite (4 layers: the dense first + 3 MoE; MLA, 64 routed experts of 1,408 + 2 shared, top-6)
-#         prefill kernel tables at b4 p1024 (the stored miss's size), b8 p512, b1 p2048; Mixtral-8x7B at b4 p1024
-#         and b1 p4096, Qwen1.5-MoE-A2.7B at b2 p4096 (sizes not in call 1); no grouped_mm probe.
+#         prefill kernel tables at b4 p1024 (the stored miss's size), b8 p512, b1 p2048, b1 p512; Mixtral-8x7B at
+#         b4 p1024 and b1 p4096, Qwen1.5-MoE-A2.7B at b2 p4096 and b1 p512 (sizes not in call 1; the p512 cases run
+#         grouped_mm's small-tile kernel, <= 128 rows an expert); per case also the host time until the forward
+#         returns (no sync after it) and that host time by block (attention, MLP / MoE; hooks); no grouped_mm probe.
 #   host  plain generate on the full Llama-3.1-8B (32 layers; call 1 ran 16): b1 p1024 first and last (the host
 #         level of this call, before and after), b8 p2048 (the check), b16 p1024, b4 p2048, b1 p2048;
 #         profiled (record_shapes host table, kernel table) at b8 p2048 and b1 p2048.
@@ -30,7 +32,7 @@ run() {  # run NAME TIMEOUT ARGS...: the command line beside its output, and its
 for p in "${PARTS[@]}"; do
   case $p in
     moe) run moe 40 --part moe --layers 4 --budget-s 25 --no-probe \
-           --moe-specs "deepseek-v2-lite:4x1024,8x512,1x2048;mixtral-8x7b:4x1024,1x4096;qwen1.5-moe-a2.7b:2x4096" \
+           --moe-specs "deepseek-v2-lite:4x1024,8x512,1x2048,1x512;mixtral-8x7b:4x1024,1x4096;qwen1.5-moe-a2.7b:2x4096,1x512" \
            "${TINY[@]}" ;;
     host) run host 50 --part host --layers 32 --budget-s 36 --gen 12 \
             --host-sizes 1x1024,8x2048,16x1024,4x2048,1x2048,1x1024 --prof-cases 1,4 "${TINY[@]}" ;;
