@@ -108,3 +108,38 @@ def test_advise_budget_rules_out_no_card_for_lack_of_a_price(capsys):
         assert budget["ok"], (r["hardware"], budget["detail"])  # every card of the catalog is under 200k USD
         if is_cloud_equivalent(price_for(load_hardware(r["hardware"])).purchase):
             assert "(a cloud-rate equivalent" in budget["detail"], r["hardware"]
+
+
+def _budget_details(capsys, *extra: str) -> dict[str, str]:
+    from gpuscope.cli import main
+
+    main(["advise", "infer", "--model", "llama-3.2-1b", "--budget", "200000", "--json", *extra])
+    doc = json.loads(capsys.readouterr().out)
+    return {r["hardware"]: next(s["detail"] for s in r["decision_path"] if s["check"] == "budget")
+            for r in doc["ranked"] + doc["ruled_out"]}
+
+
+PROXY_WORDS, EQUIVALENT_WORDS = "(a proxy: a sibling card's price", "(a cloud-rate equivalent: its on-demand rate"
+
+
+def test_advise_budget_says_a_proxy_or_a_cloud_rate_equivalent_where_the_price_is_one(tmp_path, capsys):
+    """The budget step's words come from the Price (prices.is_proxy, is_cloud_equivalent), for every card: the
+    packaged proxies and rental-only cards, then a user's figures, whose own source decides."""
+    from gpuscope.specs.prices import Price
+
+    seen: dict[str, set] = {"proxy": set(), "equivalent": set(), "own": set()}
+    for key, detail in _budget_details(capsys).items():
+        purchase = price_for(load_hardware(key)).purchase
+        assert Price.from_dict(purchase.to_dict()) == purchase  # what advise reads back from the comparison row
+        assert (PROXY_WORDS in detail) == is_proxy(purchase), (key, detail)
+        assert (EQUIVALENT_WORDS in detail) == is_cloud_equivalent(purchase), (key, detail)
+        seen["proxy" if is_proxy(purchase) else "equivalent" if is_cloud_equivalent(purchase) else "own"].add(key)
+    assert seen["proxy"] == PROXIES and {"nvidia_a100_40gb_pcie", "google_tpu_v5e"} <= seen["equivalent"]
+    assert "nvidia_h100_sxm" in seen["own"] and Price.from_dict(None) is None
+    user = tmp_path / "prices.toml"  # a user's proxy figure; a price paid whose source merely starts "cloud-rate"
+    user.write_text('[h100]\npurchase_usd = 30000\npurchase_source = "proxy: the H800 SXM figure (same die)"\n'
+                    'date = "2026-11"\n[h200]\npurchase_usd = 31000\n'
+                    'purchase_source = "cloud-rate sheet of our reseller, bought outright"\ndate = "2026-11"\n')
+    by = _budget_details(capsys, "--prices", str(user))
+    assert by["nvidia_h100_sxm"].startswith(f"1 card(s) cost $30,000 {PROXY_WORDS}")
+    assert by["nvidia_h200_sxm"].startswith("1 card(s) cost $31,000 vs budget")  # a price of its own

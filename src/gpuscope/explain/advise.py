@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from gpuscope.errors import UserError
 from gpuscope.estimate import cost as C
 from gpuscope.explain.compare_hw import InferWorkload, Row, TrainWorkload, evaluate_infer, evaluate_train
+from gpuscope.specs.prices import Price, is_cloud_equivalent, is_proxy
 
 STACKS = ("cuda", "rocm", "oneapi", "synapseai", "xla")
 OBJECTIVES = ("cost", "speed", "efficiency")
@@ -129,6 +130,15 @@ def _fmt_usd(x: float) -> str:
     return f"${x:,.0f}" if x >= 100 else f"${x:,.2f}"
 
 
+def _basis(row: Row) -> str:
+    """What the row's purchase figure is, where it is not the card's own price: asked of the Price
+    (specs/prices.is_cloud_equivalent, is_proxy)."""
+    price = Price.from_dict((row.prices or {}).get("purchase_usd"))
+    if is_cloud_equivalent(price):
+        return " (a cloud-rate equivalent: its on-demand rate x the rent-to-buy ratio of the cards priced both ways)"
+    return " (a proxy: a sibling card's price, none of its own known)" if is_proxy(price) else ""
+
+
 def _walk(row: Row, hw, stack: str, kind: str, c: Constraints, metric: str) -> list[Step]:
     m, path = row.metrics, []
     n = row.config.get("num_gpus") or 1
@@ -146,12 +156,8 @@ def _walk(row: Row, hw, stack: str, kind: str, c: Constraints, metric: str) -> l
         if price is None:
             path.append(Step("budget", False, "no purchase price or cloud rate known (add one with --prices)"))
         else:  # a card with a cloud rate only is priced at its cloud-rate equivalent (specs/prices.price_for)
-            src = str(((getattr(row, "prices", None) or {}).get("purchase_usd") or {}).get("source", ""))
-            eq = (" (a cloud-rate equivalent: its on-demand rate x the rent-to-buy ratio of the cards priced both ways)"
-                  if src.startswith("cloud-rate") else
-                  " (a proxy: a sibling card's price, none of its own known)" if src.startswith("proxy") else "")
             path.append(Step("budget", price <= c.budget_usd,
-                             f"{n} card(s) cost {_fmt_usd(price)}{eq} vs budget {_fmt_usd(c.budget_usd)}"))
+                             f"{n} card(s) cost {_fmt_usd(price)}{_basis(row)} vs budget {_fmt_usd(c.budget_usd)}"))
     if c.max_power_w is not None:
         pw = m.get("power_w")
         if pw is None:

@@ -52,6 +52,12 @@ class Price:
     def to_dict(self) -> dict:
         return {"value": self.value, "source": self.source, "date": self.date}
 
+    @classmethod
+    def from_dict(cls, d: dict | None) -> Price | None:
+        """The Price of a ``to_dict`` (as a comparison row keeps it), None for None; ask it is_proxy and
+        is_cloud_equivalent rather than reading its source."""
+        return None if d is None else cls(float(d["value"]), str(d["source"]), str(d["date"]))
+
 
 @dataclass(frozen=True)
 class PriceEntry:
@@ -165,6 +171,7 @@ def price_for(hw, prices: dict[str, PriceEntry] | None = None) -> PriceEntry:
 
 
 def is_cloud_equivalent(price: Price | None) -> bool:
+    """Whether a purchase figure is a cloud rate's equivalent (cloud_equivalent), not a price paid for the card."""
     return price is not None and price.source.startswith("cloud-rate equivalent")
 
 
