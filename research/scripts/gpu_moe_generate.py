@@ -120,7 +120,9 @@ def kernel_table(prof, groups: dict, top: int = 30) -> dict:
                 grp[g] += r["us"]
                 break
     runtime = {k: v for k, v in host.items() if k.startswith("cuda")}
-    return {"kernels_top": table[:top], "kernel_count": sum(v[0] for v in kern.values()),
+    host_top = sorted(({"name": k[:120], "count": v[0], "self_us": v[1] * 1e6} for k, v in host.items()),
+                      key=lambda d: -d["self_us"])[:40]
+    return {"kernels_top": table[:top], "host_top": host_top, "host_self_us": sum(v[1] for v in host.values()) * 1e6, "kernel_count": sum(v[0] for v in kern.values()),
             "kernel_us": sum(v[1] for v in kern.values()) * 1e6, "busy_us": db._busy_s(spans) * 1e6,
             "groups_us": grp, "runtime_calls": {k: {"count": v[0], "us": v[1] * 1e6} for k, v in runtime.items()}}
 
