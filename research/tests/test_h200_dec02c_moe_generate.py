@@ -1,0 +1,202 @@
+"""Issue 26 items 4 and 3 on one H200, third set (research/results/2026-12-02-h200-c, moe_generate.md there): MoE
+prefill kernel tables against estimate/moe.py (grouped_mm row units, dispatch kernels) and plain generate's host
+per step by batch against the eager engine's host model (estimate/engines.py). Call 1:
+``bash research/scripts/gpu_moe_generate.sh moe host``; call 2: ``bash research/scripts/gpu_moe_generate2.sh``."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import tarfile
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from gpuscope.estimate import moe as moemod
+from gpuscope.estimate.infer import _timing, estimate_infer
+from gpuscope.specs.hardware import load_hardware
+from gpuscope.specs.hf_config import spec_from_config
+
+HERE = Path(__file__).resolve().parents[1] / "results" / "2026-12-02-h200-c"
+H200 = load_hardware("h200")
+
+
+def _doc(call: str, part: str) -> dict:
+    """``<part>.json`` of one call: a loose file anywhere under the call's gpu_moe_generate* folders, or inside
+    their archive."""
+    base = HERE / call
+    for path in sorted(base.glob(f"gpu_moe_generate*/**/{part}.json")):
+        return json.loads(path.read_text())
+    for tgz in sorted(base.glob("gpu_moe_generate*/**/gpu_moe_generate*.tgz")):
+        with tarfile.open(tgz) as t:
+            for name in t.getnames():
+                if name.endswith(f"/{part}.json"):
+                    return json.load(t.extractfile(name))
+    pytest.skip(f"{call}/{part}.json is not in this checkout")
+
+
+def _spec(cfg: dict, name: str):
+    return spec_from_config(cfg, name=name, source="research/results/2026-12-02-h200-c")
+
+
+# ---- item 3: plain generate's host per step by batch (call 1, Llama-3.1-8B at 16 layers) --------------------------
+
+def _host_cases(call: str = "call1", part: str = "host") -> tuple[dict, list[dict]]:
+    d = _doc(call, part)
+    return d, [c for c in d["cases"] if "tpot_s" in c]
+
+
+def test_no_host_op_grows_with_batch():
+    """The record_shapes host tables at batch 1 and 16 (prompt 1,024): every op with 16+ calls a step costs the
+    host the same self time within 0.8-1.25x (the masks, the DynamicCache's cat, SDPA's path, the GEMMs' dispatch
+    alike), the tables' sums within 2%, and the profiled step within 2%."""
+    _, cases = _host_cases()
+    p1, p16 = cases[0]["profile"], cases[1]["profile"]
+    assert (cases[0]["batch"], cases[1]["batch"]) == (1, 16)
+    h1 = {r["name"]: r for r in p1["host_top"]}
+    h16 = {r["name"]: r for r in p16["host_top"]}
+    ratios = {n: h16[n]["per_step_us"] / h1[n]["per_step_us"] for n in h1
+              if n in h16 and h1[n]["per_step_count"] >= 16}
+    assert len(ratios) >= 25
+    assert all(0.8 < r < 1.25 for r in ratios.values()), ratios
+    for op in ("aten::cat", "aten::_cudnn_attention_forward", "aten::copy_", "aten::mm"):
+        assert 0.85 < ratios[op] < 1.1
+    s1, s16 = (sum(r["per_step_us"] for r in p["host_top"]) for p in (p1, p16))
+    assert s16 == pytest.approx(s1, rel=0.02)
+    assert p16["wall_s_per_step_profiled"] == pytest.approx(p1["wall_s_per_step_profiled"], rel=0.02)
+
+
+def test_tpot_is_flat_over_batch_and_prompt_and_the_first_case_ran_slower():
+    """Batch 1-16 x prompt 128-4,096 after the first case: every TPOT within 12% of their median (15.1-17.7 ms);
+    the first case (batch 1, 1,024, the same as the third) at 1.39x the third: the host's level moving within one
+    run, with nothing in the workload changing (its steps 16.5-24.5 ms)."""
+    _, cases = _host_cases()
+    rest = [c["tpot_s"] for c in cases[1:]]
+    med = statistics.median(rest)
+    assert all(abs(t / med - 1) < 0.12 for t in rest), rest
+    first, same = cases[0], cases[2]
+    assert (first["batch"], first["prompt"]) == (same["batch"], same["prompt"]) == (1, 1024)
+    assert first["tpot_s"] > 1.3 * same["tpot_s"]
+    steps = first["host_step_s"][1:]
+    assert max(steps) > 1.4 * min(steps)
+
+
+def _level_hw(m, case: dict):
+    """The catalog H200 with its host cost per kernel set so that the plan of ``case`` is its TPOT (the host level
+    of that run): host-bound decode = kernels x launch_s + forward_s + step_s (roofline.forward_time,
+    engines.EngineModel.decode_step_s)."""
+    t = _timing(m, H200, case["batch"], case["prompt"], case["gen"], "bf16", "bf16", "eager", 1, 2.0, False, False,
+                True)
+    kernels = sum(o.kernels * o.count for o in t.dec_ops)
+    launch = (case["tpot_s"] - t.eng.forward_s - t.eng.step_s) / kernels
+    return replace(H200, measured={"host_launch_s": launch}), launch
+
+
+def test_the_plan_with_the_host_level_of_one_case_holds_at_other_batches_and_prompts():
+    """The host level set on the third case (batch 1, 1,024: 22.4 us a planner kernel; the catalog's bare-metal
+    host: 17.2) plans the six other cases (batch 1-16, prompts 128-4,096, the issue's batch 8 x 2,048 among them;
+    the ballast case too) within the decode target, 20% (as read -10.1% to +5.7%): the plan is flat in batch, as
+    the host is; the GPU's 3.1-4.1 ms a step is far below it. The first case is the level moving (-28% against
+    it), not a size: left out."""
+    d, cases = _host_cases()
+    m = _spec(d["config"], "llama-3.1-8b-16-layers")
+    hw, launch = _level_hw(m, cases[2])
+    assert 20e-6 < launch < 25e-6
+    for c in cases[1:]:
+        if c is cases[2]:
+            continue
+        est = estimate_infer(m, hw, batch=c["batch"], prompt=c["prompt"], gen=c["gen"], engine="eager")
+        assert est.time["decode_s_per_token"] == pytest.approx(c["tpot_s"], rel=0.20), (c["batch"], c["prompt"])
+        assert est.time["decode_gpu_s"] < 0.35 * c["tpot_s"]
+
+
+def test_decode_gpu_time_grows_with_batch_as_planned():
+    """The device side of the same steps (profiled kernels' busy time): 3.45 ms at batch 1 and 4.74 ms at batch 16
+    (cache cat 0.27 -> 0.81 ms, SDPA 0.09 -> 0.39) against the plan's 3.12 and 4.09, within 15%."""
+    d, cases = _host_cases()
+    m = _spec(d["config"], "llama-3.1-8b-16-layers")
+    for c in cases[:2]:
+        est = estimate_infer(m, H200, batch=c["batch"], prompt=c["prompt"], gen=c["gen"], engine="eager")
+        assert est.time["decode_gpu_s"] == pytest.approx(c["profile"]["busy_s_per_step"], rel=0.15)
+
+
+# ---- item 4: MoE prefill (call 1: Mixtral-8x7B and Qwen1.5-MoE-A2.7B at 4 layers, 10 batch x prompt cases) -------
+
+def _moe_cases(call: str = "call1"):
+    """(model name, config, case) for every measured MoE case of a call."""
+    d = _doc(call, "moe")
+    return [(e["model"], e["config"], c) for e in d["models"] for c in e["cases"] if "forward_s_median" in c]
+
+
+def _dims(cfg: dict) -> tuple[int, int, int, int]:
+    """(hidden, expert width, experts, top-k) of a transformers MoE config."""
+    return (cfg["hidden_size"], cfg.get("moe_intermediate_size") or cfg["intermediate_size"],
+            cfg.get("num_local_experts") or cfg.get("num_experts") or cfg["n_routed_experts"],
+            cfg["num_experts_per_tok"])
+
+
+def _grouped_model_s(cfg: dict, rows_per_layer: list[list[int]]) -> float:
+    """The grouped GEMMs' time from estimate/moe.py's row units over a known assignment: gate_up and down FLOPs on
+    each expert's rows rounded up to the kernel's unit, at the catalog's bf16 GEMM rate."""
+    h, w, _, _ = _dims(cfg)
+    up = sum(moemod.measured_padded_rows(r, 2 * w) for r in rows_per_layer)
+    down = sum(moemod.measured_padded_rows(r, h) for r in rows_per_layer)
+    return 2.0 * h * w * (2 * up + down) / (H200.achievable_tflops("bf16") * 1e12)
+
+
+def _balanced_rows(cfg: dict, tokens: int, layers: int) -> list[list[int]]:
+    """The balanced router's assignment (research/scripts/gpu_moe_generate.BalancedRouting: token i -> experts
+    (i k + j) mod E): T k / E rows an expert, the remainder one more."""
+    _, _, e, k = _dims(cfg)
+    s = tokens * k
+    return [[s // e + (1 if i < s % e else 0) for i in range(e)]] * layers
+
+
+def test_grouped_gemm_time_is_its_row_units_at_the_large_tile():
+    """Every case whose experts average over 128 rows (torch._grouped_mm's 128x256 tiles on 2x1 clusters: 256-row
+    units), Mixtral (8 of 14,336) and Qwen1.5-MoE (60 of 1,408) alike, with the random router's measured rows and
+    with the balanced router: the profiled grouped-GEMM kernels' time is the row units' FLOPs at the catalog's bf16
+    rate within 10% (18 points; as read -8% to +7%). No constant was set here: the unit is the kernel's tile x
+    cluster (estimate/moe.py) and the rate the catalog's."""
+    n = 0
+    for _, cfg, c in _moe_cases():
+        h, w, e, k = _dims(cfg)
+        tokens = c["batch"] * c["prompt"]
+        if moemod.row_unit(tokens * k, e, 2 * w) != moemod.LARGE_UNIT:
+            continue
+        rows = c["rows_per_expert"]
+        measured = c["profile"]["groups_us"]["grouped_gemm"] / 1e6
+        assert _grouped_model_s(cfg, rows) == pytest.approx(measured, rel=0.10), (cfg["model_type"], tokens)
+        bal = c["balanced"]["profile"]["groups_us"]["grouped_gemm"] / 1e6
+        assert _grouped_model_s(cfg, _balanced_rows(cfg, tokens, len(rows))) == pytest.approx(bal, rel=0.10)
+        n += 2
+    assert n == 18
+
+
+def test_a_balanced_split_on_whole_units_pays_no_padding():
+    """Mixtral at 1,024 tokens (b1 p1024, b4 p256, b8 p128): the balanced router gives each expert 256 rows, one
+    unit, and its grouped GEMMs take 0.69x the random router's (whose 1.47-1.50 units an expert the planner's
+    Binomial also expects: 1.49); the units' ratio says 0.67-0.68."""
+    for name, cfg, c in _moe_cases():
+        if name != "mixtral-8x7b" or c["batch"] * c["prompt"] != 1024:
+            continue
+        rnd = c["profile"]["groups_us"]["grouped_gemm"]
+        bal = c["balanced"]["profile"]["groups_us"]["grouped_gemm"]
+        units = (_grouped_model_s(cfg, _balanced_rows(cfg, 1024, 4)) / _grouped_model_s(cfg, c["rows_per_expert"]))
+        assert bal / rnd == pytest.approx(units, rel=0.05)
+        assert moemod.padded_rows(1024, 2, 8, 2 * 14336) / 2048 == pytest.approx(1.49, abs=0.01)
+
+
+@pytest.mark.parametrize("model", ["mixtral-8x7b", "qwen1.5-moe-a2.7b"])
+def test_prefill_gpu_time_within_target_at_the_large_tile(model):
+    """The profiled forward's GPU busy time against the planner's prefill GPU time (catalog H200; the planner has no
+    router: Binomial rows): within the prefill target, 15%, for every Mixtral case (-3.6% to -9.7%) and
+    Qwen1.5-MoE at 4,096+ tokens (-9.8% to -12.0%). The issue's Mixtral b8 p512, 33% low before: -3.6%."""
+    for name, cfg, c in _moe_cases():
+        h, w, e, k = _dims(cfg)
+        if name != model or moemod.row_unit(c["batch"] * c["prompt"] * k, e, 2 * w) != moemod.LARGE_UNIT:
+            continue
+        est = estimate_infer(_spec(cfg, name), H200, batch=c["batch"], prompt=c["prompt"], gen=2, engine="eager")
+        assert est.time["prefill_gpu_s"] == pytest.approx(c["profile"]["busy_us"] / 1e6, rel=0.15), c["batch"]
