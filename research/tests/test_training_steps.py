@@ -198,11 +198,12 @@ def test_call1_replanned_with_the_checkpoint_per_layer(monkeypatch, tmp_path):
 def test_full_recompute_re_runs_the_layers_only():
     """The 1B AMP full-recompute step read 8-12% above the plan in every run as bench printed it; the plan re-ran the
     whole forward, the 128k-vocabulary head and loss included, which HF's checkpointing does not. Re-planned with
-    the layers only: +2.0% to +5.7%. Its no-recompute twin: within 2% before and after."""
+    the layers only: +2.0% to +5.7%; with the loss's backward at its kernels' traffic (estimate/loss.py, 22 bytes a
+    logit, not 40): -1.2% to +2.4%. Its no-recompute twin: within 2% before, -1.9% to -3.6% after loss.py."""
     printed = [m["estimate"] for b in nov30_j.BENCH.values() for m in b["measurements"] if "rc_full" in m["name"]]
     printed = [r["error"] for e in printed for r in e["rows"] if r["metric"] == "step_s"]
     assert len(printed) == 6 and all(0.08 <= e <= 0.125 for e in printed)
     now = [r.error for run, r in nov30_j.rows() if r.metric == "step_s" and "rc_full" in r.case]
-    assert len(now) == 7 and all(0.015 < e < 0.06 for e in now)
+    assert len(now) == 7 and all(-0.02 < e < 0.03 for e in now)
     twin = [r.error for run, r in nov30_j.rows() if r.metric == "step_s" and "rc_none" in r.case]
-    assert len(twin) == 7 and all(abs(e) < 0.02 for e in twin)
+    assert len(twin) == 7 and all(-0.04 < e < -0.015 for e in twin)

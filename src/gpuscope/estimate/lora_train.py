@@ -34,6 +34,7 @@ from gpuscope.estimate.result import Estimate
 from gpuscope.estimate.roofline import forward_time, sm_count
 from gpuscope.estimate.runtime import runtime_overheads
 # the engine and host models as train.py imports them
+from gpuscope.estimate.loss import LOSS_OP, loss_backward_op
 from gpuscope.estimate.train import engine_for, train_forward_ops, train_host_for, train_host_s
 from gpuscope.specs.axes import Optimizer, Precision, Recompute
 from gpuscope.specs.model import ModelSpec
@@ -192,6 +193,9 @@ def _backward_ops(fwd_ops, T: int, dt: LoraDtypes) -> list:
             continue
         if o.name.startswith("lora_"):
             out.append(_adapter_backward(o, T, _out_b(dt)))
+            continue
+        if o.name == LOSS_OP:
+            out.append(loss_backward_op(o))
             continue
         if o.name == "nf4_dequant":  # the same kernels and bytes again
             out.append(opsmod.Op(o.name + "_bwd", o.kind, o.flops, o.bytes, o.kernels, o.count))
