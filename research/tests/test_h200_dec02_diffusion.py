@@ -14,6 +14,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import pytest
+from rowcheck import check_reported
 
 from gpuscope.estimate.diffusion import DiffusionRequest, plan_diffusion
 from gpuscope.specs.hardware import load_hardware
@@ -121,11 +122,7 @@ def test_every_stored_point_is_reported():
 @pytest.mark.parametrize("key", sorted(REPORTED))
 def test_error_as_reported(key, host):
     name, metric = key
-    got = errors(name, host)[metric]
-    assert got == pytest.approx(REPORTED[key][host == "run_host"], abs=0.005)
-    inside = abs(got) <= TARGET[metric]
-    assert inside != ((name, metric, host) in KNOWN_MISSES), (
-        f"{name} {metric} on {host}: {got:+.3f}; " + ("listed as a miss" if inside else "an unlisted miss"))
+    check_reported(key, host, errors(name, host)[metric], REPORTED, KNOWN_MISSES, TARGET[metric])
 
 
 def test_the_run_host_is_set_apart_from_these_runs():

@@ -8,23 +8,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from validation_rows import check_row
+from rowcheck import check_rows, qlora_results, records, rows
 
 from gpuscope.estimate import lora_train
-from gpuscope.explain.compare import compare_record, read_records
-from gpuscope.specs.hardware import hardware_for_device
 
 RUNS = Path(__file__).resolve().parents[1] / "results"
 QLORA = RUNS / "2026-12-02-h200" / "qlora.jsonl"
 LORA = RUNS / "2026-12-01-h200" / "lora.jsonl"
-
-
-def _records(path: Path) -> dict[str, dict]:
-    return {rec["case_id"].split("#")[0]: rec for rec in read_records(path)}
-
-
-def _rows(rec: dict) -> dict[str, object]:
-    return {r.metric: r for r in compare_record(rec, hardware_for_device(rec["result"]["device_name"]))}
 
 
 CKPT = "train/llama-3.1-8b/mb1-s2048-amp-bf16-rc_full-qlora_r16"
@@ -33,31 +23,23 @@ NO_CKPT = "train/llama-3.1-8b/mb1-s2048-amp-bf16-rc_none-qlora_r16"
 
 def test_the_runs_are_the_fallback_path_the_planner_prices():
     """bitsandbytes 0.50.2 dequantises and calls F.linear past 1536 tokens (backends/cuda/ops.py); both runs did."""
-    recs = _records(QLORA)
-    assert set(recs) == {CKPT, NO_CKPT}
-    for rec in recs.values():
-        res = rec["result"]
-        assert res["status"] == "ok" and res["qlora"] and res["bnb_version"] == "0.50.2"
-        assert res["bnb_quant_type"] == "nf4" and res["bnb_double_quant"] and res["quantized_linears"] == 224
+    for res in qlora_results(QLORA, {CKPT, NO_CKPT}):
         assert res["micro_batch"] * res["seq"] > 1536
 
 
 @pytest.mark.parametrize("case", [CKPT, NO_CKPT])
 def test_planned_within_target(case):
     """Peak, forward, backward and optimizer peaks within 5%, the step within 15%."""
-    rows = _rows(_records(QLORA)[case])
-    assert {"peak_bytes", "forward_peak_bytes", "backward_peak_bytes", "optimizer_peak_bytes", "step_s"} <= set(rows)
-    for metric, row in rows.items():
-        check_row(row, f"{case}:{metric}", {})
+    check_rows(rows(records(QLORA)[case]), case)
 
 
 def test_the_step_errors_after_the_traced_host():
     """bitsandbytes' host priced from the CUDA trace of 2026-12-02-h200-b (qlora.md there), no longer fitted to the
     run without checkpointing: that run reads -7.0%, the checkpointed one -1.6% (both were set or checked within 1%
     by the fitted constant before)."""
-    recs = _records(QLORA)
-    assert -0.09 < _rows(recs[NO_CKPT])["step_s"].error < -0.05
-    assert abs(_rows(recs[CKPT])["step_s"].error) < 0.03
+    recs = records(QLORA)
+    assert -0.09 < rows(recs[NO_CKPT])["step_s"].error < -0.05
+    assert abs(rows(recs[CKPT])["step_s"].error) < 0.03
 
 
 def test_without_bitsandbytes_python_both_runs_fall_short(monkeypatch):
@@ -65,13 +47,13 @@ def test_without_bitsandbytes_python_both_runs_fall_short(monkeypatch):
     more than 10% short: that host is what sets them apart from LoRA's."""
     monkeypatch.setattr(lora_train, "BNB_FORWARD_HOST_UNITS", 0.0)
     monkeypatch.setattr(lora_train, "BNB_BACKWARD_HOST_UNITS", 0.0)
-    recs = _records(QLORA)
+    recs = records(QLORA)
     for case in (CKPT, NO_CKPT):
-        assert _rows(recs[case])["step_s"].error < -0.10
+        assert rows(recs[case])["step_s"].error < -0.10
 
 
 def test_qlora_is_slower_than_lora_at_the_same_shape_planned_and_measured():
     """The bf16 LoRA run of 2026-12-01 at the same shape: QLoRA's dequantisation makes the step longer."""
-    q = _rows(_records(QLORA)[NO_CKPT])["step_s"]
-    lo = _rows(_records(LORA)["train/llama-3.1-8b/mb1-s2048-amp-bf16-rc_none-lora_r16"])["step_s"]
+    q = rows(records(QLORA)[NO_CKPT])["step_s"]
+    lo = rows(records(LORA)["train/llama-3.1-8b/mb1-s2048-amp-bf16-rc_none-lora_r16"])["step_s"]
     assert q.measured > lo.measured * 1.15 and q.estimated > lo.estimated * 1.15

@@ -10,13 +10,12 @@ import json
 from pathlib import Path
 
 import pytest
-from validation_rows import check_row
+from rowcheck import check_rows, qlora_results, records, rows
 
 from gpuscope.estimate import lora_train
 from gpuscope.estimate.lora import lora_shape
 from gpuscope.estimate.lora_train import estimate_lora_train
-from gpuscope.explain.compare import compare_record, read_records
-from gpuscope.specs.hardware import hardware_for_device, load_hardware
+from gpuscope.specs.hardware import load_hardware
 from gpuscope.specs.models import load_model
 
 RUNS = Path(__file__).resolve().parents[1] / "results"
@@ -29,45 +28,30 @@ NO_CKPT = "train/llama-3.1-8b/mb4-s2048-amp-bf16-rc_none-qlora_r16"
 LORA_CKPT = "train/llama-3.1-8b/mb4-s2048-amp-bf16-rc_full-lora_r16"
 
 
-def _records(path: Path) -> dict[str, dict]:
-    return {rec["case_id"].split("#")[0]: rec for rec in read_records(path)}
-
-
-def _rows(rec: dict) -> dict[str, object]:
-    return {r.metric: r for r in compare_record(rec, hardware_for_device(rec["result"]["device_name"]))}
-
-
 def test_the_runs_and_their_path():
     """bitsandbytes 0.50.2 NF4 with double quantization, 224 quantized Linears, 8192 tokens a micro-batch: past
     1536, the dequantise-then-F.linear path the planner prices."""
-    recs = _records(QLORA)
-    assert set(recs) == {CKPT, NO_CKPT}
-    for rec in recs.values():
-        res = rec["result"]
-        assert res["status"] == "ok" and res["qlora"] and res["bnb_version"] == "0.50.2"
-        assert res["bnb_quant_type"] == "nf4" and res["bnb_double_quant"] and res["quantized_linears"] == 224
+    for res in qlora_results(QLORA, {CKPT, NO_CKPT}):
         assert res["micro_batch"] * res["seq"] == 8192 and res["device_name"] == "NVIDIA H200"
 
 
 @pytest.mark.parametrize("case", [CKPT, NO_CKPT])
 def test_planned_within_target(case):
     """Peak, forward, backward and optimizer peaks within 5%, the step within 15% (+7.9% and +8.4%)."""
-    rows = _rows(_records(QLORA)[case])
-    assert {"peak_bytes", "forward_peak_bytes", "backward_peak_bytes", "optimizer_peak_bytes", "step_s"} <= set(rows)
-    for metric, row in rows.items():
-        check_row(row, f"{case}:{metric}", {})
-    assert abs(rows["peak_bytes"].error) < 0.01 and abs(rows["forward_peak_bytes"].error) < 0.01
+    got = rows(records(QLORA)[case])
+    check_rows(got, case)
+    assert abs(got["peak_bytes"].error) < 0.01 and abs(got["forward_peak_bytes"].error) < 0.01
 
 
 def test_qlora_is_faster_than_lora_where_the_gpu_sets_the_step():
     """Micro-batch 4 x 2048 with checkpointing: the QLoRA step (0.977 s) is shorter than the LoRA step of
     2026-12-01 on the same kind of H200 and software (1.049 s), as planned (1.055 against 1.139 s): peft's bnb layer
     skips the fp32 casts of x that its bf16 layer makes under autocast, more bytes than three dequant passes."""
-    q = _rows(_records(QLORA)[CKPT])["step_s"]
-    lo = _rows(_records(LORA)[LORA_CKPT])["step_s"]
+    q = rows(records(QLORA)[CKPT])["step_s"]
+    lo = rows(records(LORA)[LORA_CKPT])["step_s"]
     assert q.measured < 0.95 * lo.measured and q.estimated < 0.95 * lo.estimated
-    lres = _records(LORA)[LORA_CKPT]["result"]
-    qres = _records(QLORA)[CKPT]["result"]
+    lres = records(LORA)[LORA_CKPT]["result"]
+    qres = records(QLORA)[CKPT]["result"]
     assert (lres["peft_version"], lres["device_name"]) == (qres["peft_version"], qres["device_name"])
 
 
