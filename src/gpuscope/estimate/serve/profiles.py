@@ -52,6 +52,10 @@ class ServeEngine:
     host_per_request_s: float = 0.0
     host_per_kv_token_s: float = 0.0  # building the read indices of every cached token read (transformers sdpa)
     host_overlapped: bool = True
+    # the host runs at most launch_depth kernels ahead of the GPU in an eager step (launch_queue.py,
+    # step_time.StepModel.serial_s); False: the launches overlap the GPU, max(GPU, all launches)
+    serial_launches: bool = False
+    launch_depth: int = 2
     # the fraction of the roofline's GEMM and bandwidth rates this engine's kernels reach (1.0: the op model's own)
     efficiency: float = 1.0
     # admit a request only with blocks for its whole prompt + output (TensorRT-LLM's GUARANTEED_NO_EVICT capacity
@@ -68,7 +72,13 @@ class ServeEngine:
 # research/results/2026-12-02-h200/call3/serve_cb.json, median error 9%); a CPU probe of the same loop had 17 us a
 # request (no device kernels for the mask) and 150 ns a KV token (research/results/2026-12-02-cpu-serve-host).
 TRANSFORMERS_HOST = dict(host_step_s=1.0e-3, host_per_request_s=56.5e-6, host_per_kv_token_s=146e-9,
-                         host_overlapped=False)
+                         host_overlapped=False, serial_launches=True)
+# serial_launches, launch_depth 2: a CB decode step on the H200's gVisor host is neither max(GPU, launches) nor
+# their sum (launch_queue.py). The kernel profile of two decode steps (research/results/2026-12-02-h200-c/call1/
+# gpu_serve4, prof: 64 and 16 requests at 33.5k / 33.0k KV tokens, GPU busy 57.7 / 54.5 ms) has forwards of
+# 124 / 105 ms; a queue 1 / 2 / 4 kernels deep plans +1/+18%, -12/+3%, -14/+0% (2: the smallest largest error).
+# Why the launches wait is not established (transformers 5.17's paged|sdpa forward has no synchronising call);
+# research/results/2026-12-02-h200-c/serve.md.
 # vLLM and TensorRT-LLM: host work per step assumed (not measured), overlapped with the GPU (V1's and the PyTorch
 # backend's overlapping schedulers); at the batch sizes of research/tests/test_published_serve.py it never binds.
 ENGINES = {
