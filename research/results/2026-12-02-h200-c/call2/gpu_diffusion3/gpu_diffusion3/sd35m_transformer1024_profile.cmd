@@ -1,0 +1,1 @@
+timeout 30 python3 -m gpuscope bench diffusion --gpu h200 --json --db /tmp/gs_diffusion3/gpu_diffusion3.sqlite --dtype fp16 --model sd-3.5-medium --component denoiser --batch 1 --height 1024 --width 1024 --cfg --repeats 3 --warmup 1 --profile --timeout 26

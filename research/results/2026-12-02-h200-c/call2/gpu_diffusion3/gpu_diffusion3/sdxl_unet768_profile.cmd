@@ -1,0 +1,1 @@
+timeout 28 python3 -m gpuscope bench diffusion --gpu h200 --json --db /tmp/gs_diffusion3/gpu_diffusion3.sqlite --dtype fp16 --model sdxl --component denoiser --batch 1 --height 768 --width 768 --cfg --repeats 3 --warmup 1 --profile --timeout 24

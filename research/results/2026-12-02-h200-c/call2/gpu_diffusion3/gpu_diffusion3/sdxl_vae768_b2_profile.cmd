@@ -1,0 +1,1 @@
+timeout 26 python3 -m gpuscope bench diffusion --gpu h200 --json --db /tmp/gs_diffusion3/gpu_diffusion3.sqlite --dtype fp16 --model sdxl --component vae-decode --batch 2 --height 768 --width 768 --repeats 3 --warmup 1 --profile --timeout 22

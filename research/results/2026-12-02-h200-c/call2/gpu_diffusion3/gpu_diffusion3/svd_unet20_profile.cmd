@@ -1,0 +1,1 @@
+timeout 34 python3 -m gpuscope bench diffusion --gpu h200 --json --db /tmp/gs_diffusion3/gpu_diffusion3.sqlite --dtype fp16 --model svd-xt --component denoiser --batch 1 --height 576 --width 1024 --frames 20 --cfg --repeats 2 --warmup 1 --profile --timeout 30

@@ -1,0 +1,1 @@
+timeout 42 python3 -m gpuscope bench train --gpu h200 --steps 4 --warmup 1 --json --db /tmp/gs_lora3/gpu_lora3.sqlite --model llama-3.1-8b --micro-batch 4 --seq 2048 --precision amp-bf16 --lora-r 16 --timeout 40 

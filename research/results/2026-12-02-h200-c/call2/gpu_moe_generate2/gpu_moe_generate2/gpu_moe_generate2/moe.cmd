@@ -1,0 +1,1 @@
+python3 research/scripts/gpu_moe_generate.py --part moe --layers 4 --budget-s 25 --no-probe --moe-specs deepseek-v2-lite:4x1024,8x512,1x2048,1x512;mixtral-8x7b:4x1024,1x4096;qwen1.5-moe-a2.7b:2x4096,1x512  # part moe, layers 4
