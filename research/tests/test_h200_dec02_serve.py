@@ -29,10 +29,11 @@ from gpuscope.specs.models import load_model
 
 RES = Path(__file__).resolve().parents[1] / "results" / "2026-12-02-h200"
 HW_FILE = RES / "h200-gvisor-host.toml"
-RUNS = {  # run file -> the errors serve.md reports (tok/s, TTFT p50, TPOT p50), planned / measured - 1
-    "call2/gpu_serve/serve_8b_n256_p512_g128.out": (-0.002, +0.092, -0.008),
-    "call2/gpu_serve/serve_32b_n128_p512_g128.out": (+0.039, +0.053, -0.046),
-    "call4/gpu_serve/serve_8b_n64_p2048_g256.out": (+0.012, +0.105, -0.021),
+RUNS = {  # run file -> the errors (tok/s, TTFT p50, TPOT p50), planned / measured - 1, as replanned with the launch
+    # queue (research/results/2026-12-02-h200-c/serve.md; this folder's serve.md has the plan of its time)
+    "call2/gpu_serve/serve_8b_n256_p512_g128.out": (-0.033, +0.107, +0.023),
+    "call2/gpu_serve/serve_32b_n128_p512_g128.out": (-0.091, +0.065, +0.115),
+    "call4/gpu_serve/serve_8b_n64_p2048_g256.out": (-0.036, +0.120, +0.030),
 }
 METRICS = (("throughput", "output_tokens_per_s"), ("latency", "ttft_p50_s"), ("latency", "tpot_p50_s"))
 
@@ -76,7 +77,7 @@ def test_the_1024_request_run_cannot_finish_in_its_limit(hw):
     setup = ref["wall_s"] - ref["result"]["duration_s"]
     est = plan_serve(ServeRequest(load_model("llama-3.1-8b"), 1024, 128, 128), hw).to_json()
     assert est["simulation"]["duration_s"] + setup > m["result"]["timeout_s"]
-    assert est["simulation"]["duration_s"] == pytest.approx(97.9, abs=0.5)  # serve.md's figure
+    assert est["simulation"]["duration_s"] == pytest.approx(103.6, abs=0.5)  # 2026-12-02-h200-c/serve.md
 
 
 def test_launch_cost_of_the_vm_host(hw):
@@ -118,15 +119,17 @@ def test_sdpa_tile_from_the_probe(hw):
     step = prepare(ServeRequest(m, 256, 512, 32), hw)[-1]
     copies = step.kv_tok_b * (3 + step.n_rep) / (ELEMENTWISE_BW_FRACTION * step.bw)
     tile = ((f1 - f2) / (k1 - k2) / layers - copies) * SDPA_KEY_TILE
-    assert tile == pytest.approx(SDPA_TILE_S, rel=0.05)
+    # serve.md's 2.7 us; SDPA_TILE_S is now set from the decode kernel profile (2026-12-02-h200-c/serve.md: this
+    # forward wall slope also held launches the GPU did not overlap)
+    assert tile == pytest.approx(2.7e-6, rel=0.05) and SDPA_TILE_S < 0.85 * tile
     # the decode blocks are fewer than the SMs (the regime the tile floor describes)
     assert math.ceil(256 / 64) * m.num_heads <= 132
 
 
 def test_known_miss_the_drain_of_the_2048_run(hw):
-    """Known miss (serve.md): as the 64 x 2048/256 run drains (4 requests leave every step), the steps of 12-24
-    requests read 13-23% below the measured ones: max(GPU, launches) assumes the launches hide fully under the
-    GPU, which they do not when both are ~70 ms. The ends agree: 4 requests -1%, 32 requests -10%."""
+    """Known miss: as the 64 x 2048/256 run drains (4 requests leave every step), max(GPU, launches) read the steps
+    of 12-24 requests 13-23% low (serve.md); the launch queue of 2026-12-02-h200-c/serve.md reads them 12-26% high
+    (this host overlapped more than that set's host did)."""
     res = _measurement("call4/gpu_serve/serve_8b_n64_p2048_g256.out")["result"]
     step = prepare(_request(res), hw)[-1]
     tail = res["request_records"][-1]["itl_s"][-8:]  # the last request's last gaps: 32, 28, ..., 4 requests
@@ -135,5 +138,5 @@ def test_known_miss_the_drain_of_the_2048_run(hw):
         n = 4 * (8 - i)
         kv = n * (2048 + 252)
         errs[n] = step.step_s(n, n, kv, kv, n, True) / gap - 1
-    assert abs(errs[4]) < 0.05 and abs(errs[32]) < 0.12
-    assert all(-0.25 < errs[n] < -0.10 for n in (12, 16, 20, 24)), errs
+    assert 0.10 < errs[4] < 0.20 and 0.08 < errs[32] < 0.16
+    assert all(0.12 < errs[n] < 0.30 for n in (12, 16, 20, 24)), errs
