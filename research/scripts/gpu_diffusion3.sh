@@ -9,13 +9,14 @@
 #     its temporal GroupNorms see 64 rows of 20 frames each, its spatial ones 1,280 rows (2.4 waves of 528);
 #   SDXL VAE decode at 768x768, batch 2 (set on batch 1 at 1024: 32 rows; here 64, the rate per row should double);
 #   SDXL UNet at 768x768, batch 1, CFG (no SDXL UNet kernel table exists yet: its convolutions, norms at 64 rows);
-#   SD3.5-medium transformer at 1024x1024, batch 1, CFG (a DiT: LayerNorms, GEMMs, attention, no convolution but
-#     the patch embedding), cut at its limit if the others ran long.
+#   SDXL VAE decode at 1024x1024 in fp32 (what SDXL's force_upcast runs inside the pipeline: 122.1 ms measured in
+#     the first set, no kernel table; the re-split plans it far longer): GroupNorm's moments at 4-byte elements,
+#     TF32 convolutions and the wide-head attention's fp32 kernel, cut at its limit if the others ran long.
 # Each step bounded by timeout (the bench's own --timeout a few seconds inside it, so a stalled point is stored as a
 # timeout); results (one SQLite database, each step's --json, its command line) bundled into
 # $OUT/gpu_diffusion3/gpu_diffusion3.tgz after every step.
 # usage (repo root, on the GPU machine, diffusers installed): bash research/scripts/gpu_diffusion3.sh [STEP ...]
-#        (STEP: svd vae unet sd3; default all)
+#        (STEP: svd vae unet vae32; default all)
 #        on a CPU, to check the script: OUT=/tmp/o bash research/scripts/gpu_diffusion3.sh --tiny   (tiny folders)
 # Budget: 120 s in all (34 + 26 + 28 + 30 s), imports and model builds included (the second set's steps took
 # 18-26 s, most of it before the first point).
@@ -25,13 +26,13 @@ W=/tmp/gs_diffusion3; rm -rf "$W"; mkdir -p "$W" "$OUT/gpu_diffusion3"
 export PYTHONPATH=src GPUSCOPE_DB=$W/gpu_diffusion3.sqlite GPUSCOPE_HOME=$W/home
 BUNDLE=gpu_diffusion3/gpu_diffusion3.tgz
 source "$(dirname "$0")/session_lib.sh"
-SDXL=sdxl; SVD=svd-xt; SD3=sd-3.5-medium; S=768; S3=1024; SVD_H=576; SVD_W=1024; FRAMES=20; DEV=(--dtype fp16)
+SDXL=sdxl; SVD=svd-xt; S=768; S32=1024; SVD_H=576; SVD_W=1024; FRAMES=20; DEV=(); DT=fp16
 LIMITS=(34 26 28 30); TINY=0; [[ "${1:-}" == "--tiny" ]] && { TINY=1; shift; }
-GROUPS_WANTED="${*:-svd vae unet sd3}"
+GROUPS_WANTED="${*:-svd vae unet vae32}"
 if [[ $TINY == 1 ]]; then  # the script's own check: tiny random folders on the CPU, fp32, tiny sizes
   python3 tests/diffusion_tiny.py "$W/tiny" > /dev/null
-  SDXL=$W/tiny/tiny-sdxl; SVD=$W/tiny/tiny-svd; SD3=$W/tiny/tiny-sd3; S=32; S3=32; SVD_H=16; SVD_W=32; FRAMES=4
-  DEV=(--dtype fp32 --device cpu); LIMITS=(90 60 60 60)
+  SDXL=$W/tiny/tiny-sdxl; SVD=$W/tiny/tiny-svd; S=32; S32=32; SVD_H=16; SVD_W=32; FRAMES=4
+  DEV=(--device cpu); DT=fp32; LIMITS=(90 60 60 60)
 else
   nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.sm,clocks.max.sm --format=csv \
     > "$W/nvidia-smi.csv" 2>&1
@@ -40,17 +41,17 @@ python3 -c "import diffusers, transformers, torch; print(diffusers.__version__, 
 torch.__version__)" > "$W/versions.txt" 2>&1 \
   || { echo "diffusers not importable: install the wheels first" | tee -a "$W/steps.txt"; \
        tar czf "$OUT/$BUNDLE" -C "$W" .; exit 1; }
-RUN=(python3 -m gpuscope bench diffusion --gpu h200 --json --db "$GPUSCOPE_DB" "${DEV[@]}")
+RUN=(python3 -m gpuscope bench diffusion --gpu h200 --json --db "$GPUSCOPE_DB" ${DEV[@]+"${DEV[@]}"})
 # run NAME LIMIT ARGS...: one bench step, its command line written beside its output
 run() { local name=$1 limit=$2; shift 2
   echo "timeout $limit ${RUN[*]} $* --timeout $((limit - 4))" > "$W/$name.cmd"
   step "$name" "$limit" "${RUN[@]}" "$@" --timeout $((limit - 4)); }
 if want svd; then run svd_unet20_profile "${LIMITS[0]}" --model "$SVD" --component denoiser --batch 1 \
-  --height "$SVD_H" --width "$SVD_W" --frames "$FRAMES" --cfg --repeats 2 --warmup 1 --profile; fi
+  --height "$SVD_H" --width "$SVD_W" --frames "$FRAMES" --cfg --repeats 2 --warmup 1 --profile --dtype "$DT"; fi
 if want vae; then run sdxl_vae768_b2_profile "${LIMITS[1]}" --model "$SDXL" --component vae-decode --batch 2 \
-  --height "$S" --width "$S" --repeats 3 --warmup 1 --profile; fi
+  --height "$S" --width "$S" --repeats 3 --warmup 1 --profile --dtype "$DT"; fi
 if want unet; then run sdxl_unet768_profile "${LIMITS[2]}" --model "$SDXL" --component denoiser --batch 1 \
-  --height "$S" --width "$S" --cfg --repeats 3 --warmup 1 --profile; fi
-if want sd3; then run sd35m_transformer1024_profile "${LIMITS[3]}" --model "$SD3" --component denoiser --batch 1 \
-  --height "$S3" --width "$S3" --cfg --repeats 3 --warmup 1 --profile; fi
+  --height "$S" --width "$S" --cfg --repeats 3 --warmup 1 --profile --dtype "$DT"; fi
+if want vae32; then run sdxl_vae1024_fp32_profile "${LIMITS[3]}" --model "$SDXL" --component vae-decode --batch 1 \
+  --height "$S32" --width "$S32" --repeats 3 --warmup 1 --profile --dtype fp32; fi
 exit 0
