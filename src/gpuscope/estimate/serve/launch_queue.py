@@ -1,13 +1,14 @@
 """An eager forward whose host may run only a few kernels ahead of the GPU: the wall time of a kernel sequence.
 
 Kernel i is launched by the host at t_i = max(h, e_{i-d}): when the host is free (h, the previous launch's end) and
-no more than d launches are still queued or running (e_{i-d}, the end of the kernel d places back; d = ``depth``).
-A launch keeps the host ``launch_s``; the kernel starts at max(t_i + launch_s, e_{i-1}) and runs its GPU time. The
-step's forward ends with its last kernel. Two limits: d large, the usual asynchronous launch: wall = max(GPU time,
-launches) for a step whose long kernels are spread out; d = 1: every kernel costs max(launch_s, its GPU time), in
-series. In between a queue of d kernels hides the launches of the d kernels after a long one and no more: short
-kernels after a long cluster (the ~40 norms, rotary, GEMMs of a decode batch that follow one layer's SDPA and KV
-copies) then cost their launches in full, the GPU idle, although the step's GPU time is the larger.
+fewer than d earlier kernels are still queued or running (e_{i-d}, the end of the kernel d places back; d =
+``depth``). A launch keeps the host ``launch_s``; the kernel starts at max(t_i + launch_s, e_{i-1}) and runs its GPU
+time. The step's forward ends with its last kernel. Limits: d large, the usual asynchronous launch: wall = max(GPU
+time, launches) for a step whose long kernels are spread out; d = 1, a synchronous launch: every kernel costs its
+launch + its GPU time; d = 2: a launch overlaps the kernel before it, each kernel ~max(launch_s, its GPU time).
+A shallow queue hides the launches of the few kernels after a long one and no more: the short kernels after a long
+cluster (the ~40 norms, rotary, GEMMs of a decode batch that follow one layer's SDPA and KV copies) then cost their
+launches in full, the GPU idle, although the step's GPU time is the larger.
 
 Why: transformers' continuous batching on the H200's gVisor host has decode steps near GPU + launches and full
 batches near max(GPU, launches) (research/results/2026-12-02-h200-c/serve.md); a queue of depth 2 gives both
