@@ -25,8 +25,8 @@ def _binomial_units(tokens: int, p: float, unit: int) -> float:
 
 def test_row_unit_follows_torch_grouped_mm_tile_choice():
     assert moe.row_unit(2048, 8, 28672) == 256  # 256 rows a group: 128x256 tiles, 2x1 clusters
-    assert moe.row_unit(1024, 8, 28672) == 64  # 128 rows a group: the small kernel
-    assert moe.row_unit(4096, 8, 128) == 64  # a narrow output: the small kernel
+    assert moe.row_unit(1024, 8, 28672) == 128  # 128 rows a group: the small kernel's 64-row tiles, 2x1 clusters
+    assert moe.row_unit(4096, 8, 128) == 128  # a narrow output: the small kernel
     assert moe.row_unit(16384, 60, 2816) == 256
 
 
@@ -66,3 +66,30 @@ def test_prefill_prices_grouped_mm_padding_and_dispatch_but_generate_decode_keep
     assert pre["experts"]["flops"] == pytest.approx(1.5 * useful, rel=0.02)
     assert pre["experts_dispatch"]["kernels"] == moe.DISPATCH_KERNELS * 32
     assert pre["experts_dispatch_strided"]["kernels"] == 0
+
+
+def test_grouped_weights_stream_once_per_row_unit():
+    """One unit an expert (Qwen1.5-MoE-like b1 p1024: 68 rows an expert): every expert's weights once, over the
+    stream efficiency; 1.5 units an expert (Mixtral b1 p1024): 1.5x; at the large unit the weights' time is the
+    compute's within 10% (the ridge), at the small unit half of it or less (weight-bound)."""
+    h, w, w_b = 2048, 1408, 2.0
+    once = 60 * 3 * h * w * w_b
+    assert moe.grouped_weight_bytes(1024, 4, 60, h, w, 3, w_b) == pytest.approx(
+        once / moe.GROUPED_STREAM_EFFICIENCY, rel=0.01)
+    mix = moe.grouped_weight_bytes(1024, 2, 8, 4096, 14336, 3, w_b)
+    assert mix == pytest.approx(1.49 * 8 * 3 * 4096 * 14336 * w_b / moe.GROUPED_STREAM_EFFICIENCY, rel=0.01)
+    hw = load_hardware("h200")
+    flop_per_s, byte_per_s = hw.achievable_tflops("bf16") * 1e12, hw.achievable_bw_gbs() * 1e9
+    large = moe.padded_rows(4096, 2, 8, 2 * 14336)  # units of 256
+    t_c = 2.0 * 4096 * 14336 * 3 * large / flop_per_s
+    t_w = moe.grouped_weight_bytes(4096, 2, 8, 4096, 14336, 3, w_b) / byte_per_s
+    assert t_w == pytest.approx(t_c, rel=0.10)
+    small = moe.padded_rows(1024, 4, 60, 2 * w)  # units of 128
+    assert 2.0 * h * w * 3 * small / flop_per_s < 0.7 * moe.grouped_weight_bytes(1024, 4, 60, h, w, 3, w_b) / byte_per_s
+
+
+def test_small_prefill_of_a_fine_grained_moe_is_weight_bound():
+    m, hw = load_model("qwen1.5-moe-a2.7b"), load_hardware("h200")
+    e = estimate_infer(m, hw, batch=1, prompt=1024, gen=2, engine="eager", with_ops=True)
+    (op,) = [o for o in e.ops if o["phase"] == "prefill" and o["name"] == "experts"]
+    assert op["bound"] == "memory"

@@ -1,14 +1,20 @@
 """Routed experts as transformers 5 runs them at prefill on a GPU (``grouped_mm`` experts): the rows the grouped
-GEMMs compute, padded to the kernel's row unit per expert.
+GEMMs compute, padded to the kernel's row unit per expert, and the expert weights they stream.
 
 torch._grouped_mm (aten/src/ATen/native/cuda/GroupMM.cu, SM90) picks its CUTLASS kernel by the mean rows per group
-M = rows / experts and the output width N: M <= 128 or N <= 128: 64x128x128 tiles on 1x1 clusters, else 128x256x64
-tiles on 2x1 clusters. CUTLASS's grouped tile scheduler gives every group whole clusters, so an expert's r rows cost
-ceil(r / U) x U rows of tensor-core work, U = 64 (small) or 256 (large): a group of 257 rows costs as much as one of
-512. Mixtral-8x7B's 2,048 prefill rows on an H200 (research/results/2026-11-29-h200-d/moe_routing.json: each of 32
-layers' measured rows per expert, timed with torch._grouped_mm against 8 equal groups of 256): the gate_up time over
-the equal groups' time is the units' ratio sum_e ceil(r_e / 256) / 8 within 3.6% +- 3.1% (per 128 rows: 22% +- 7%
-off), down within 5.7% +- 11%.
+M = rows / experts and the output width N: M <= 128 or N <= 128: 64x128x128 tiles (ping-pong), else 128x256x64
+tiles; both on 2x1x1 clusters (ClusterShape is fixed at <2, 1, 1>: two CTAs along M share each B panel by TMA
+multicast). CUTLASS's grouped tile scheduler gives every group whole clusters, so an expert's r rows cost
+ceil(r / U) x U rows of tensor-core work, U = 2 x the tile's M: 128 (small) or 256 (large): a group of 257 rows
+costs as much as one of 512. Mixtral-8x7B's 2,048 prefill rows on an H200 (research/results/2026-11-29-h200-d/
+moe_routing.json: each of 32 layers' measured rows per expert, timed with torch._grouped_mm against 8 equal groups
+of 256): the gate_up time over the equal groups' time is the units' ratio sum_e ceil(r_e / 256) / 8 within
+3.6% +- 3.1% (per 128 rows: 22% +- 7% off), down within 5.7% +- 11%; the 2026-12-02-h200-c kernel tables
+(Mixtral and Qwen1.5-MoE, random and balanced routers, 18 points) within 8% at the catalog's GEMM rate.
+
+Each unit (cluster) streams its expert's whole weight matrix (its B panels, for every N tile): a unit of U rows does
+2 U FLOPs per weight element of 2 bytes, U FLOP/byte, so at U = 256 it sits at the H200's ridge (737 TFLOP/s over
+the stream rate below: 248) and at U = 128 it is bound by the weights: grouped_weight_bytes.
 
 Rows per expert when the router's assignment is not known (a planner input has no router): each of T tokens picks
 k of E experts, so an expert's rows r ~ Binomial(T, k/E) (a load-balanced router in expectation, as trained routers
@@ -21,7 +27,13 @@ from __future__ import annotations
 
 import math
 
-SMALL_UNIT, LARGE_UNIT = 64, 256  # rows per cluster of torch._grouped_mm's two SM90 kernels (module docstring)
+SMALL_UNIT, LARGE_UNIT = 128, 256  # rows per 2x1 cluster of torch._grouped_mm's two SM90 kernels (module docstring)
+# The grouped GEMM's weight stream against the device's copy rate, where the units are weight-bound (small tiles).
+# Set on Qwen1.5-MoE-A2.7B b1 p1024 at 4 layers with the balanced router (research/results/2026-12-02-h200-c,
+# moe_generate.md: 68 rows an expert, one 128-row unit each, 60 experts x 17.3 MB x 4 layers = 4.15 GB in 1.41 ms:
+# 2.94 TB/s, 0.71 of 4,128 GB/s); the random router of the same case read 0.74 (287 units, 4.97 GB in 1.62 ms).
+# Independent checks: that call's b1 p512 cases of Qwen1.5-MoE and DeepSeek-V2-Lite (call2).
+GROUPED_STREAM_EFFICIENCY = 0.72
 
 
 def row_unit(rows: float, experts: int, n: int) -> int:
@@ -49,6 +61,16 @@ def padded_rows(tokens: int, k: int, experts: int, n: int) -> float:
     """Rows the grouped GEMM computes over all experts: experts x unit x E[ceil(r / unit)]."""
     unit = row_unit(tokens * k, experts, n)
     return experts * unit * expected_units(tokens, k, experts, unit)
+
+
+def grouped_weight_bytes(tokens: int, k: int, experts: int, h: int, width: int, n_mats: int, w_b: float) -> float:
+    """Expert weight bytes the two grouped GEMMs stream (module docstring): gate_up's (n_mats - 1) h x width and
+    down's h x width matrices once per row unit of their expert, in copy-rate bytes (over
+    GROUPED_STREAM_EFFICIENCY), for Binomial rows."""
+    up_n = (n_mats - 1) * width
+    units_up = experts * expected_units(tokens, k, experts, row_unit(tokens * k, experts, up_n))
+    units_down = experts * expected_units(tokens, k, experts, row_unit(tokens * k, experts, h))
+    return (units_up * up_n + units_down * width) * h * w_b / GROUPED_STREAM_EFFICIENCY
 
 
 def measured_padded_rows(rows_per_expert: list[int], n: int) -> int:

@@ -230,7 +230,9 @@ def _moe_ops(m: ModelSpec, tokens: int, act_b: float, w_b: float, stream_b: floa
         rows_down = moemod.padded_rows(tokens, e.experts_per_token, e.num_experts, h)
         flops = 2.0 * h * width * ((n_mats - 1) * rows_up + rows_down)
         shape_rows = max(routed_tokens, int(round(rows_up)))
-    expert_w = (3 * routed_tokens if batched else hit) * n_mats * h * width * w_b
+    expert_w = 3 * routed_tokens * n_mats * h * width * w_b if batched else max(
+        hit * n_mats * h * width * w_b,  # each expert read once; grouped_mm: once per row unit (estimate/moe.py)
+        moemod.grouped_weight_bytes(tokens, e.experts_per_token, e.num_experts, h, width, n_mats, w_b))
     bytes_ = expert_w + routed_tokens * (2 * h + (n_mats + 2) * width) * act_b
     # transformers 5 runs the routed experts as grouped GEMMs over expert-sorted tokens (its fused 3-D expert
     # weights): a fixed dozen kernels per layer (sort/count, gather, grouped gate_up, act, grouped down, scatter),
