@@ -59,12 +59,20 @@ Memory parts (bytes):
   flight) instead of all L.
 - QLoRA: one Linear's weight dequantised to the compute dtype at a time (forward and backward): a transient of the
   largest decoder Linear x 2 bytes.
+- ``kbit_prep`` (QLoRA with gradient checkpointing; peft's ``prepare_model_for_kbit_training``, the HF QLoRA recipe's
+  step before ``get_peft_model``): every 16-bit parameter that is not 4-bit (embeddings, norms, lm_head) is cast to
+  fp32, so the embedding's output and the residual stream are fp32 (bitsandbytes' ``Linear4bit`` casts its output
+  back to its input's dtype), the checkpointed layer inputs and the MLP's working set take 4 bytes an element, and
+  autocast's bf16 copy of the fp32 lm_head weight (not cached: the weight is frozen) is saved for dX from the head's
+  forward to its backward. The recomputed layer's saved set is the bf16 stream's (an underestimate of the backward
+  walk; at long sequences the forward's head is the peak).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpuscope.errors import UserError
 from gpuscope.estimate.activations import hf_layer_saved_bytes
 from gpuscope.estimate.lora import LinearSite, LoraShape, linear_sites
 from gpuscope.estimate.memory_train import TrainMemory
@@ -184,6 +192,14 @@ def lora_layer_saved_bytes(m: ModelSpec, batch: int, seq: int, dt: LoraDtypes, s
             "adapters": _adapter_saved(sites_in_layer, T, r, dt, dropout, shared, attn_live)}
 
 
+def _kbit_prep(m: ModelSpec, pc: ParamCounts, qlora: bool, recompute: str) -> tuple[float, float]:
+    """(the fp32 upcast's extra bytes: 2 a parameter that is not 4-bit, the residual stream's bytes) under
+    prepare_model_for_kbit_training."""
+    if not qlora or recompute != "full":
+        raise UserError("kbit_prep (prepare_model_for_kbit_training) is planned for QLoRA with --recompute full.")
+    return 2.0 * (pc.total - quantized_params(m)), 4.0
+
+
 def _loss_head(T: int, h: int, V: int, base_b: float, loss: str) -> tuple[float, float, float]:
     """(saved, forward transient, backward transient) bytes of the LM head and loss (module docstring)."""
     if loss == "chunked":
@@ -196,12 +212,15 @@ def _loss_head(T: int, h: int, V: int, base_b: float, loss: str) -> tuple[float,
 def lora_train_memory(m: ModelSpec, pc: ParamCounts, shape: LoraShape, *, micro_batch: int, seq: int,
                       precision: str, optimizer: str, recompute: str, grad_accum: int, fused: bool,
                       qlora: bool, loss: str = "hf", offload_activations: bool = False,
-                      adapter_b: float = 4.0) -> TrainMemory:
+                      adapter_b: float = 4.0, kbit_prep: bool = False) -> TrainMemory:
     """``adapter_b``: bytes of an adapter parameter (4: peft's fp32; 2: torchtune's bf16, whose AdamW states and
-    gradients then are bf16 too and need no autocast copy)."""
+    gradients then are bf16 too and need no autocast copy); ``kbit_prep``: module docstring."""
     dt = LoraDtypes.of(precision)
     T, V, h, A, L = micro_batch * seq, m.vocab_size, m.hidden_size, shape.trainable, m.num_layers
     base = base_weight_bytes(pc, m, dt, qlora)
+    prep, stream_b = _kbit_prep(m, pc, qlora, recompute) if kbit_prep else (0.0, dt.base_b)
+    head_copy = m.vocab_size * h * 2.0 if kbit_prep else 0.0  # autocast's bf16 lm_head, saved for dX
+    base += prep
     opt_states = adapter_state_bytes(A, optimizer, adapter_b)
     rest = base + adapter_b * A + opt_states + TRAIN_WORKSPACE_BYTES
     moe_set = set(m.moe_layers) if m.is_moe else set()
@@ -209,7 +228,7 @@ def lora_train_memory(m: ModelSpec, pc: ParamCounts, shape: LoraShape, *, micro_
                                         shape.dropout, i in moe_set, first=i == 0, shared=qlora and dt.autocast
                                         ).values()) for i in range(L)]
     full = recompute == "full"
-    layer_input = T * h * dt.base_b
+    layer_input = T * h * stream_b
     kept = [layer_input if full else s for s in saved]
     if full and offload_activations:  # on the host but the OFFLOAD_RESIDENT in flight (module docstring)
         kept = [layer_input if i < OFFLOAD_RESIDENT else 0.0 for i in range(L)]
@@ -219,10 +238,10 @@ def lora_train_memory(m: ModelSpec, pc: ParamCounts, shape: LoraShape, *, micro_
     grads = adapter_b * A
     accum = grads if grad_accum > 1 else 0.0
     width = max(m.intermediate_size, (m.moe.expert_intermediate_size * m.moe.experts_per_token) if m.moe else 0)
-    fwd_work = 3 * T * width * dt.base_b if full else 0.0  # a checkpointed layer's MLP working set (docstring)
-    forward = rest + accum + sum(kept) + copies + max(head_saved + head_fwd, fwd_work) + dequant
-    bwd_work = 2 * T * h * dt.base_b + 3 * T * width * dt.base_b + dequant
-    walk = [rest + accum + sum(kept) + copies + head_saved + head_bwd]
+    fwd_work = 3 * T * width * stream_b if full else 0.0  # a checkpointed layer's MLP working set (docstring)
+    forward = rest + accum + sum(kept) + copies + max(head_saved + head_fwd + head_copy, fwd_work) + dequant
+    bwd_work = 2 * T * h * stream_b + 3 * T * width * stream_b + dequant
+    walk = [rest + accum + sum(kept) + copies + head_saved + head_bwd + head_copy]
     for i in range(L - 1, -1, -1):
         done = accum or grads * (L - 1 - i) / L
         walk.append(rest + sum(kept[: i + 1]) + copies + (saved[i] if full else 0.0) + done + bwd_work)

@@ -72,12 +72,13 @@ def check_optimizer(name: str) -> str:
 
 def configure(m, hw, shape: LoraShape, *, seq: int, micro_batch: int, recompute: str, optimizer: str,
               qlora: bool, precision: str = "amp-bf16", grad_accum: int = 1, loss: str = "hf",
-              offload_activations: bool = False) -> LoraConfig:
+              offload_activations: bool = False, kbit_prep: bool = False) -> LoraConfig:
     """The planner's numbers for one configuration (paged optimizers as the module docstring says)."""
     paged = check_optimizer(optimizer).startswith(PAGED)
     est = estimate_lora_train(m, hw, shape, micro_batch=micro_batch, seq=seq, precision=precision,
                               optimizer=optimizer[len(PAGED):] if paged else optimizer, recompute=recompute,
-                              grad_accum=grad_accum, qlora=qlora, loss=loss, offload_activations=offload_activations)
+                              grad_accum=grad_accum, qlora=qlora, loss=loss, offload_activations=offload_activations,
+                              kbit_prep=kbit_prep)
     peak, step_s, held = est.peak_bytes_per_gpu, est.time["step_s"], 0.0
     if paged:
         held = est.breakdown_bytes["adapter_optimizer_states"]
@@ -141,13 +142,13 @@ def rank_configs(m, hw, *, r: int, targets: str = ALL_LINEAR, qlora: bool = Fals
 
 def longest_seq(m, hw, shape: LoraShape, *, qlora: bool, recompute: str = "full", optimizer: str = "adamw",
                 precision: str = "amp-bf16", micro_batch: int = 1, cap: int | None = None,
-                loss: str = "hf", step: int = SEQ_STEP) -> LoraConfig | None:
+                loss: str = "hf", step: int = SEQ_STEP, kbit_prep: bool = False) -> LoraConfig | None:
     """The longest sequence (a multiple of ``step``, at most ``cap``) whose configuration fits, or None."""
     cap = cap or m.max_position_embeddings
 
     def at(s: int) -> LoraConfig:
         return configure(m, hw, shape, seq=s, micro_batch=micro_batch, recompute=recompute, optimizer=optimizer,
-                         qlora=qlora, precision=precision, loss=loss)
+                         qlora=qlora, precision=precision, loss=loss, kbit_prep=kbit_prep)
 
     lo = at(step)
     if not lo.fits:

@@ -270,12 +270,13 @@ def estimate_lora_train(m: ModelSpec, hw, shape: LoraShape, *, micro_batch: int,
                         precision: str = "amp-bf16", optimizer: str = "adamw", recompute: str = "none",
                         grad_accum: int = 1, fused: bool = True, qlora: bool = False, alpha: float | None = None,
                         with_ops: bool = False, loss: str = "hf", offload_activations: bool = False,
-                        adapter_b: float = 4.0) -> Estimate:
+                        adapter_b: float = 4.0, kbit_prep: bool = False) -> Estimate:
     """LoRA (or QLoRA) fine-tuning of ``m`` on one GPU of ``hw`` (module docstrings of this file and lora_memory);
     ``loss``: "hf" (transformers' loss over full fp32 logits), "hf-shift" (transformers <= 4.47's) or "chunked"
     (torchtune's compiled chunked loss); ``offload_activations``: checkpointed layer inputs on the host
     (lora_memory.py; memory only, the copies are taken to overlap); ``adapter_b``: bytes of an adapter parameter
-    (4: peft's fp32; 2: torchtune's bf16; memory only)."""
+    (4: peft's fp32; 2: torchtune's bf16; memory only); ``kbit_prep``: peft's prepare_model_for_kbit_training
+    before get_peft_model (lora_memory.py; memory only)."""
     for name, v in (("micro-batch", micro_batch), ("seq", seq), ("grad-accum", grad_accum)):
         if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
             raise UserError(f"--{name} must be a positive integer, got {v!r}.")
@@ -289,7 +290,7 @@ def estimate_lora_train(m: ModelSpec, hw, shape: LoraShape, *, micro_batch: int,
     pc = count_params(m)
     mem = lora_train_memory(m, pc, shape, micro_batch=micro_batch, seq=seq, precision=precision, optimizer=optimizer,
                             recompute=recompute, grad_accum=grad_accum, fused=fused, qlora=qlora, loss=loss,
-                            offload_activations=offload_activations, adapter_b=adapter_b)
+                            offload_activations=offload_activations, adapter_b=adapter_b, kbit_prep=kbit_prep)
     peak = max(mem.phases.values())
     t = lora_step_time(m, hw, shape, micro_batch=micro_batch, seq=seq, precision=precision, optimizer=optimizer,
                        recompute=recompute, grad_accum=grad_accum, fused=fused, qlora=qlora)
