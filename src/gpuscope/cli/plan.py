@@ -13,6 +13,10 @@ from gpuscope.report.html.option import html_option, write_html
 
 JSON_HELP = "Print JSON (schema gpuscope.estimate/1)."
 WEIGHT_DTYPES = "bf16|fp16|fp32|fp8|int8|int4"  # estimate/dtypes.WEIGHT_DTYPES (not imported: start-up)
+ADAMW_HELP = ("AdamW priced fused (default; torch.optim.AdamW(fused=True)) or foreach (AdamW(foreach=True), torch's "
+              "default on CUDA when neither keyword is given: + one temporary the size of the parameters).")
+FOR_LOOP_HELP = ("Price torch's for-loop AdamW instead: what AdamW(fused=False) or foreach=False runs (eight kernels "
+                 "a tensor, + two temporaries of the largest tensor).")
 ENGINE_HELP = ("eager (plain HF generate) | graph (CUDA graphs over compiled, fused kernels in a loop that never "
                "waits: gs-compile) | hf-graph (the same step under HF generate, which waits on the GPU every token) | "
                "hf-graph-defer (hf-graph reading its stop flag a token late: --defer-stop) | graph-unfused (HF's "
@@ -90,7 +94,8 @@ def train(
     recompute: str = o.recompute(),
     grad_accum: int = typer.Option(1, "--grad-accum"),
     offload: str = o.offload(),
-    fused: bool = typer.Option(True, "--fused/--foreach", help="Fused optimizer step (default) or foreach."),
+    fused: bool = typer.Option(True, "--fused/--foreach", help=ADAMW_HELP),
+    for_loop: bool = typer.Option(False, "--for-loop", help=FOR_LOOP_HELP),
     num_gpus: int = typer.Option(1, "--num-gpus"),
     tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree (multi-GPU)."),
     pp: int = typer.Option(1, "--pp", help="Pipeline-parallel degree (multi-GPU)."),
@@ -129,7 +134,8 @@ def train(
     r = TrainRequest(micro_batch, seq, precision, optimizer, recompute, grad_accum, offload, fused, num_gpus, tp, pp,
                      dp, cp, ep, zero, fsdp, hsdp, bucket_view, framework, sp, virtual, global_batch, gpus_per_node,
                      search, db, with_ops=ops or bool(html), lora_r=lora_r, lora_alpha=lora_alpha,
-                     lora_targets=lora_targets, lora_dropout=lora_dropout, qlora=qlora)
+                     lora_targets=lora_targets, lora_dropout=lora_dropout, qlora=qlora,
+                     adamw_impl="for-loop" if for_loop else None)
     out = plan_train(o.load_model_spec(model), o.hardware(gpu, calibrated), r)
     if not isinstance(out, LayoutSearch):
         return _show(out, as_json, ops and not r.multi, html)

@@ -22,7 +22,7 @@ max(GPU time, host time) and the GPU runs every GEMM near its peak. On a CPU the
 - training: each phase's compute plus its host time (engines.TrainHost's autograd costs, in units of op_s: an
   H200 host's ratios, assumed for a CPU), in series; the optimizer is torch's AdamW as a CPU run makes it (no fused
   kernel: measure/llm/train.py fuses on CUDA only), its single-tensor loop: OPTIMIZER_OPS_PER_TENSOR ops a parameter
-  tensor at op_s each, and its passes over the weights (estimate/train.ADAM_ACCESSES' 20 element accesses a
+  tensor at op_s each, and its passes over the weights (estimate/adamw.ADAM_ACCESSES' 20 element accesses a
   parameter for AdamW) at B_dram.
 
 Constants: CACHE_OP_BYTES (assumed, below); OPTIMIZER_OPS_PER_TENSOR (counted in torch/optim/adamw.py). Every rate

@@ -12,10 +12,10 @@ Gradients are set to None after each step (optimizer.zero_grad's default since P
   12 T V bytes), then walks the layers from last to first; at layer l the allocator holds the activations and
   16-bit weight copies of layers <= l, the gradients of layers > l and the head, and layer l's working set.
   The reported backward peak is the maximum over that walk.
-- optimizer step: rest + gradients (+ the temporaries of a foreach, non-fused implementation: one tensor list the
-  size of the parameters: torch/optim/adam.py _multi_tensor_adam's ``exp_avg_sq_sqrt = torch._foreach_sqrt(
-  exp_avg_sqs)``, every other _foreach op of AdamW is in place). Fused AdamW (torch.optim.AdamW(fused=True)) updates
-  in place.
+- optimizer step: rest + gradients + the temporaries of the AdamW implementation priced (estimate/adamw.py, from
+  torch/optim/adam.py): none when fused (torch.optim.AdamW(fused=True)), one tensor list the size of the
+  parameters for foreach (``_foreach_sqrt(exp_avg_sqs)``), two tensors the size of the largest one for torch's
+  for-loop (what AdamW(fused=False) runs).
 - bf16-sr / bf16-kahan (planner only): pure bf16's 2 + 2 + 4 bytes a parameter; Kahan summation adds a bf16
   compensation buffer (2) to the optimizer's states.
 - bf16-master (measure/models/master_weights.py): bf16 weights and gradients (2 + 2 bytes), an fp32 master copy
@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from itertools import accumulate
 
 from gpuscope.estimate.activations import hf_layer_saved_bytes
+from gpuscope.estimate.adamw import resolve_impl, step_temporary_bytes
 from gpuscope.estimate.params import ParamCounts, layer_params
 from gpuscope.estimate.runtime import TRAIN_WORKSPACE_BYTES
 from gpuscope.specs.axes import Precision
@@ -81,7 +82,7 @@ class TrainMemory:
 
 
 def train_memory(m: ModelSpec, pc: ParamCounts, *, micro_batch: int, seq: int, precision: str, optimizer: str,
-                 recompute: str, grad_accum: int, offload: str, fused: bool) -> TrainMemory:
+                 recompute: str, grad_accum: int, offload: str, fused: bool, impl: str | None = None) -> TrainMemory:
     w_b, act_b, _ = precision_bytes(precision)
     amp = precision.startswith("amp") or precision == "fp8"
     T, V, h = micro_batch * seq, m.vocab_size, m.hidden_size
@@ -122,7 +123,7 @@ def train_memory(m: ModelSpec, pc: ParamCounts, *, micro_batch: int, seq: int, p
         walk.append(r.rest + alive[i] + recomputed + g_done + bwd_work)
         g_done += r.grads[i] if (offload == "none" and not accum_grads) else 0.0
     bwd_end = r.rest + r.grads_total + layer_input + _tied_embedding_grads(pc, amp) * (pc.embedding * r.gpu_w_b)
-    foreach_tmp = _step_temporaries(pc, precision, optimizer, fused, offload)
+    foreach_tmp = _step_temporaries(m, pc, precision, optimizer, resolve_impl(fused, impl), offload)
     phases = {"forward": forward_peak, "backward": max([bwd_start, bwd_end] + walk),
               "optimizer": r.rest + (r.grads_total if offload == "none" else 0.0) + foreach_tmp}
     peak, at = max(phases.values()), max(phases, key=phases.get)
@@ -142,12 +143,13 @@ def train_memory(m: ModelSpec, pc: ParamCounts, *, micro_batch: int, seq: int, p
     return TrainMemory(phases=phases, breakdown=breakdown, host_bytes=r.host)
 
 
-def _step_temporaries(pc: ParamCounts, precision: str, optimizer: str, fused: bool, offload: str) -> float:
-    """The optimizer step's temporaries (module docstring): a foreach AdamW's one list the size of what it updates
-    (in that dtype), and bf16-master's fp32 gradient bucket."""
+def _step_temporaries(m: ModelSpec, pc: ParamCounts, precision: str, optimizer: str, impl: str,
+                      offload: str) -> float:
+    """The optimizer step's temporaries (module docstring): the AdamW implementation's (estimate/adamw.py, in the
+    updated dtype; none when the optimizer runs on the host), and bf16-master's fp32 gradient bucket."""
     state_b = Precision.parse(precision, "precision").state_bytes
-    foreach = 0.0 if (fused or optimizer == "sgd" or offload != "none") else pc.total * state_b
-    return foreach + master_step_bytes(pc, precision)
+    tmp = step_temporary_bytes(m, pc.total, optimizer, impl, state_b) if offload == "none" else 0.0
+    return tmp + master_step_bytes(pc, precision)
 
 
 @dataclass(frozen=True)
@@ -217,24 +219,47 @@ def ddp_bucket_bytes(pc: ParamCounts, precision: str) -> float:
     return pc.total * precision_bytes(precision)[0]
 
 
+def fsdp_copy_bytes(pc: ParamCounts, precision: str, num_gpus: int) -> float:
+    """Bytes FSDP2's own copies move in one step (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py), beside
+    the collectives' traffic (estimate/train.py). Per element gathered: the bf16 mixed-precision policy's cast of
+    the local fp32 shard into a flat bf16 buffer (_get_param_all_gather_inputs' _foreach_copy_: 4 + 2, none for
+    bf16 shards), its copy into the all-gather buffer (all_gather_copy_in: 2 + 2), both over the 1/N local shard,
+    and the copy out of the gathered buffer into the unsharded parameters (split_with_sizes_copy: 2 + 2, full size).
+    Decoder layers are gathered twice (forward, and backward after reshard_after_forward), the root once. Per
+    gradient element: the copy of the unsharded bf16 gradient into the reduce-scatter buffer in reduce_dtype
+    (foreach_reduce_scatter_copy_in: 2 + 4 under the policy, 2 + 2 in bf16), and at N = 1, where foreach_reduce
+    skips the collective, reduce_output.copy_(input) (2 x the reduce dtype). On one H200 (FSDP2 at world size 1,
+    research/results/2026-12-02-h200-c/fsdp.md) this is 42 bytes a layer parameter: 31 ms of a 0.25 s 3B step."""
+    pb = 4.0 if precision == "amp-bf16" else 2.0
+    rb = pb  # reduce_dtype: fp32 under the policy, the parameters' bf16 without one
+    N = num_gpus
+    gather = ((pb + 2.0 if pb != 2.0 else 0.0) + 4.0) / N + 4.0
+    reduce = 2.0 + rb + (2.0 * rb if N == 1 else 0.0)
+    root = pc.embedding + pc.lm_head + pc.norms
+    return (pc.total - root) * (2.0 * gather + reduce) + root * (gather + reduce)
+
+
 def fsdp_train_memory(m: ModelSpec, pc: ParamCounts, *, num_gpus: int, micro_batch: int, seq: int,
-                      optimizer: str, recompute: str, precision: str = "amp-bf16", fused: bool = True) -> TrainMemory:
+                      optimizer: str, recompute: str, precision: str = "amp-bf16", fused: bool = True,
+                      impl: str | None = None) -> TrainMemory:
     """FSDP2 (torch.distributed.fsdp.fully_shard on every decoder layer and the root), as `gpuscope bench
     train-dist --strategy fsdp` runs it: ``amp-bf16`` = fp32 parameters with MixedPrecisionPolicy(param_dtype=bf16,
     reduce_dtype=fp32); ``bf16`` = bf16 parameters, no policy (gradients reduced in bf16, bf16 AdamW states).
 
     - sharded parameters, gradients and AdamW states: (4 + 4 + 8) P / N for amp-bf16, (2 + 2 + 4) P / N for bf16;
-    - the root (embedding, final norm, LM head) is gathered at the start of the forward and kept (bf16);
+      nothing else at rest (after backward every module is resharded, the root too: fsdp.md below);
+    - the root (embedding, final norm, LM head) is gathered at the start of the forward and kept to the end of
+      backward (bf16: fully_shard does not reshard the root after forward);
     - a decoder layer's bf16 parameters are all-gathered before it runs and freed after (reshard_after_forward):
       the running layer and the prefetched next one are unsharded at a time;
     - the layers compute in bf16 (the policy casts the parameters), so activations are those of pure bf16
       training (activations.py with precision "bf16"); no autocast weight cache;
     - backward: a layer's bf16 gradient is cast to fp32 for the reduce-scatter (reduce_dtype) and its 1/N shard kept;
-    - optimizer step: the shards' parameters, states and gradients, and with a foreach (``fused`` False) AdamW its
-      one full-size temporary list (``_foreach_sqrt(exp_avg_sqs)``, module docstring) over the local shards: + P / N
-      in the shards' dtype. Derived from torch/optim/adam.py, not yet checked against an FSDP2 allocator snapshot
-      (FSDP2 with foreach AdamW on two H200s peaked at the optimizer step 15-16% above a plan that lacked it).
-    """
+    - optimizer step: the shards' parameters, states and gradients (the root resharded), and the temporaries of
+      the AdamW implementation (``impl``, else fused or foreach from ``fused``; estimate/adamw.py) over the local
+      shards: foreach + P / N, the for-loop (AdamW(fused=False)) 2 x the largest tensor / N, in the shards' dtype.
+    At N = 1 the same walk (FSDP2 still gathers into bf16 buffers); every phase checked on one H200 for Llama-3.2-1B
+    and -3B: research/results/2026-12-02-h200-c/fsdp.md."""
     N = num_gpus
     P = pc.total
     T = micro_batch * seq
@@ -245,8 +270,8 @@ def fsdp_train_memory(m: ModelSpec, pc: ParamCounts, *, num_gpus: int, micro_bat
     pb = 4.0 if precision == "amp-bf16" else 2.0  # the sharded parameters' (and gradients', states') dtype
     sharded = P * pb / N
     opt_states = optimizer_state_bytes(P, optimizer, pb) / N
-    rest = sharded + opt_states + root + TRAIN_WORKSPACE_BYTES
-    in_flight = 2 * biggest * 2.0
+    rest = sharded + opt_states + TRAIN_WORKSPACE_BYTES
+    in_flight = 2 * biggest * 2.0 + root  # two layers' bf16 parameters, and the root's from forward to backward
     moe_set = set(m.moe_layers)
     saved = [sum(hf_layer_saved_bytes(m, micro_batch, seq, "bf16", i in moe_set).values())
              for i in range(m.num_layers)]
@@ -263,16 +288,13 @@ def fsdp_train_memory(m: ModelSpec, pc: ParamCounts, *, num_gpus: int, micro_bat
         walk.append(rest + sum(kept[: i + 1]) + (saved[i] if full else 0.0) + in_flight + g_done + bwd_work)
         g_done += layer_p[i].total * pb / N
     backward = max(walk + [rest + sharded])
-    foreach_tmp = 0.0 if (fused or optimizer == "sgd") else P * pb / N
+    foreach_tmp = step_temporary_bytes(m, P, optimizer, resolve_impl(fused, impl), pb, N)
     optimizer_peak = rest + sharded + foreach_tmp
     phases = {"forward": forward, "backward": backward, "optimizer": optimizer_peak}
-    breakdown = {"weights_sharded": sharded, "optimizer_states": opt_states, "root_unsharded_bf16": root,
-                 "layers_unsharded_bf16": in_flight, "activations": sum(kept),
-                 "workspace": TRAIN_WORKSPACE_BYTES}
     at = max(phases, key=phases.get)
-    if at == "forward":
-        breakdown["logits_and_loss"] = head_saved + 6.0 * T * V
-    if at == "optimizer" and foreach_tmp:
-        breakdown["optimizer_temporaries"] = foreach_tmp
+    breakdown = {"weights_sharded": sharded, "optimizer_states": opt_states, "workspace": TRAIN_WORKSPACE_BYTES}
+    breakdown.update({"gradients_sharded": sharded, "optimizer_temporaries": foreach_tmp} if at == "optimizer" else
+                     {"root_unsharded_bf16": root, "layers_unsharded_bf16": in_flight - root, "activations": sum(kept),
+                      **({"logits_and_loss": head_saved + 6.0 * T * V} if at == "forward" else {})})
     breakdown["other_at_peak"] = phases[at] - sum(breakdown.values())
     return TrainMemory(phases=phases, breakdown=breakdown, host_bytes=0.0)

@@ -29,7 +29,10 @@ from gpuscope.estimate.cpu import for_model as cpu_for_model
 from gpuscope.estimate.cpu import step_s as cpu_step_s
 from gpuscope.estimate.engines import TrainHost, engine_for, train_host_for
 from gpuscope.estimate.loss import LOSS_OP, loss_backward_op, loss_op
-from gpuscope.estimate.memory_train import ddp_bucket_bytes, fsdp_train_memory, precision_bytes, train_memory
+from gpuscope.estimate.adamw import IMPL_NOTES, optimizer_bytes, resolve_impl
+from gpuscope.estimate.adamw import launch_s as adamw_launch_s
+from gpuscope.estimate.memory_train import (ddp_bucket_bytes, fsdp_copy_bytes, fsdp_train_memory, precision_bytes,
+                                            train_memory)
 from gpuscope.estimate.params import count_params
 from gpuscope.estimate.platform import platform_for
 from gpuscope.estimate.result import Estimate
@@ -140,23 +143,24 @@ def _shard_group(n: int, topo) -> int:
 def estimate_train(m: ModelSpec, hw, *, micro_batch: int, seq: int, precision: str = "amp-bf16",
                    optimizer: str = "adamw", recompute: str = "none", grad_accum: int = 1, offload: str = "none",
                    fused: bool = True, num_gpus: int = 1, strategy: str = "ddp", with_ops: bool = False,
-                   gpus_per_node: int | None = None, bucket_view: bool = False) -> Estimate:
-    """One GPU, or `num_gpus` data-parallel replicas as PyTorch runs them (``strategy``: module docstring)."""
+                   gpus_per_node: int | None = None, bucket_view: bool = False,
+                   adamw_impl: str | None = None) -> Estimate:
+    """1 or `num_gpus` data-parallel GPUs (``strategy``: module docstring); ``adamw_impl`` overrides ``fused``."""
     precision, optimizer, recompute, offload, strategy = _checked(
         micro_batch, seq, grad_accum, num_gpus, precision, optimizer, recompute, offload, strategy)
-    fsdp = strategy in ("fsdp", "hsdp") and num_gpus > 1
-    shard = num_gpus
-    if fsdp and strategy == "hsdp":
-        shard = _shard_group(num_gpus, topology_for(hw, num_gpus, gpus_per_node=gpus_per_node))
+    impl = resolve_impl(fused, adamw_impl)  # estimate/adamw.ADAMW_IMPLS
+    fsdp = strategy in ("fsdp", "hsdp")
+    shard = (_shard_group(num_gpus, topology_for(hw, num_gpus, gpus_per_node=gpus_per_node)) if strategy == "hsdp"
+             else num_gpus)
     cdt = precision_bytes(precision)[2]
     if not hw.supports(cdt):
         raise UserError(f"--precision {precision} needs {cdt} compute, which {hw.name} does not support.")
     pc = count_params(m)
-    mem = _memory(m, pc, micro_batch, seq, precision, optimizer, recompute, grad_accum, offload, fused, num_gpus,
+    mem = _memory(m, pc, micro_batch, seq, precision, optimizer, recompute, grad_accum, offload, impl, num_gpus,
                   fsdp, shard, bucket_view)
     peak = max(mem.phases.values())
     overheads = runtime_overheads(peak)
-    st = _step_time(m, hw, pc, micro_batch, seq, precision, optimizer, recompute, grad_accum, offload, fused, fsdp,
+    st = _step_time(m, hw, pc, micro_batch, seq, precision, optimizer, recompute, grad_accum, offload, impl, fsdp,
                     shard)
     comm_s = _data_parallel_comm_s(pc, hw, num_gpus, strategy, precision, st.b_gpu * grad_accum, st.micro_s,
                                    gpus_per_node, m.num_layers) if num_gpus > 1 else 0.0
@@ -170,12 +174,12 @@ def estimate_train(m: ModelSpec, hw, *, micro_batch: int, seq: int, precision: s
         # --baseline` measures); time only, whether or not one GPU could hold the job
         throughput["scaling_efficiency"] = estimate_train(
             m, hw, micro_batch=micro_batch, seq=seq, precision=precision, optimizer=optimizer, recompute=recompute,
-            grad_accum=grad_accum, offload=offload, fused=fused).time["step_s"] / step_s
+            grad_accum=grad_accum, offload=offload, adamw_impl=impl).time["step_s"] / step_s
     est = Estimate(
         kind="train", model=m.name, hardware=hw.key,
-        inputs=dict(micro_batch=micro_batch, seq=seq, precision=precision, optimizer=optimizer, fused=fused,
-                    recompute=recompute, grad_accum=grad_accum, offload=offload, num_gpus=num_gpus,
-                    strategy=strategy if num_gpus > 1 else "single"),
+        inputs=dict(micro_batch=micro_batch, seq=seq, precision=precision, optimizer=optimizer,
+                    fused=impl == "fused", adamw_impl=impl, recompute=recompute, grad_accum=grad_accum,
+                    offload=offload, num_gpus=num_gpus, strategy=strategy if (num_gpus > 1 or fsdp) else "single"),
         fits=peak + sum(overheads.values()) <= hw.device_total_bytes, peak_bytes_per_gpu=peak,
         breakdown_bytes=mem.breakdown, device_total_bytes=hw.device_total_bytes, runtime_overhead_bytes=overheads,
         phases_bytes=mem.phases,
@@ -188,7 +192,7 @@ def estimate_train(m: ModelSpec, hw, *, micro_batch: int, seq: int, precision: s
         calibrated=bool(getattr(hw, "is_calibrated", False)),
     )
     est.time["host_s_per_micro_batch"], est.time["gpu_s_per_micro_batch"] = st.host_micro, st.micro_gpu
-    est.assumptions = _assumptions(hw, st, cdt, offload, recompute, mem.host_bytes)
+    est.assumptions = _assumptions(hw, st, cdt, offload, recompute, mem.host_bytes, optimizer, impl)
     est.verdict, est.suggestions = _verdict(est, m, hw, precision, recompute, micro_batch, num_gpus)
     if est.fits and st.host_micro > st.micro_gpu:
         est.suggestions.append(HOST_BOUND_TIP)
@@ -206,7 +210,7 @@ def _checked(micro_batch, seq, grad_accum, num_gpus, precision, optimizer, recom
     out = (Precision.parse(precision, "precision").value, Optimizer.parse(optimizer, "optimizer").value,
            Recompute.parse(recompute, "recompute").value, Offload.parse(offload, "offload").value,
            Strategy.parse(strategy, "strategy").value)
-    if out[4] in ("fsdp", "hsdp") and num_gpus > 1 and (out[0] not in ("amp-bf16", "bf16") or out[3] != "none"
+    if out[4] in ("fsdp", "hsdp") and (out[0] not in ("amp-bf16", "bf16") or out[3] != "none"
                                                         or grad_accum != 1):
         raise UserError(f"--strategy {out[4]} is planned for --precision amp-bf16 (FSDP2 with a bf16 "
                         "mixed-precision policy) or bf16, no offload and --grad-accum 1.")
@@ -216,14 +220,14 @@ def _checked(micro_batch, seq, grad_accum, num_gpus, precision, optimizer, recom
     return out
 
 
-def _memory(m, pc, micro_batch, seq, precision, optimizer, recompute, grad_accum, offload, fused, num_gpus, fsdp,
+def _memory(m, pc, micro_batch, seq, precision, optimizer, recompute, grad_accum, offload, impl, num_gpus, fsdp,
             shard, bucket_view):
     """The allocator's phase peaks: FSDP2's sharded walk, or one replica's walk plus DDP's gradient buckets."""
     if fsdp:
         return fsdp_train_memory(m, pc, num_gpus=shard, micro_batch=micro_batch, seq=seq, optimizer=optimizer,
-                                 recompute=recompute, precision=precision, fused=fused)
+                                 recompute=recompute, precision=precision, impl=impl)
     mem = train_memory(m, pc, micro_batch=micro_batch, seq=seq, precision=precision, optimizer=optimizer,
-                       recompute=recompute, grad_accum=grad_accum, offload=offload, fused=fused)
+                       recompute=recompute, grad_accum=grad_accum, offload=offload, fused=False, impl=impl)
     if num_gpus > 1:  # DDP's gradient buckets live beside everything, in every phase
         buckets = ddp_bucket_bytes(pc, precision)
         # gradient_as_bucket_view: the gradients ARE the buckets. The single-GPU walk counts gradients in the
@@ -268,7 +272,7 @@ class _StepTime:
                 "exposed_comm_s": comm_s}
 
 
-def _step_time(m, hw, pc, micro_batch, seq, precision, optimizer, recompute, grad_accum, offload, fused, fsdp,
+def _step_time(m, hw, pc, micro_batch, seq, precision, optimizer, recompute, grad_accum, offload, impl, fsdp,
                shard) -> _StepTime:
     """Forward, backward and recompute at the roofline (each phase max(GPU, host)), then the optimizer, the autocast
     casts and offload's transfers (see the module docstring)."""
@@ -299,17 +303,20 @@ def _step_time(m, hw, pc, micro_batch, seq, precision, optimizer, recompute, gra
     cpu = train_engine.cpu  # the device is the CPU: compute and host time in series (estimate/cpu.py)
     micro_s = micro_gpu + host_micro if cpu is not None else max(micro_gpu, host_micro)
     # Per optimizer step: autocast re-casts weights every forward (read fp32, write 16 bit) and casts 16-bit weight
-    # grads back (read 2, write 4); the optimizer's passes over what it updates: _optimizer_bytes.
-    opt_bytes = _optimizer_bytes(P, optimizer, precision, fused)
-    cast_bytes = 12.0 * (P - pc.embedding) if (amp and offload == "none") else 0.0
-    foreach_launch_s = 0.0 if fused else 12 * m.num_layers * 12 * train_engine.launch_s  # ~12 lists x 12 tensors
+    # grads back (read 2, write 4); the optimizer's passes over what it updates (its shard under FSDP) and its
+    # kernel launches, per AdamW implementation: estimate/adamw.py.
+    opt_bytes = optimizer_bytes(P, optimizer, precision, impl) / (shard if fsdp else 1)
+    # FSDP2 casts and copies the parameters it gathers and the gradients it reduces instead (memory_train.py)
+    cast_bytes = (fsdp_copy_bytes(pc, precision, shard) if fsdp
+                  else 12.0 * (P - pc.embedding) if (amp and offload == "none") else 0.0)
+    foreach_launch_s, loop_launch_s = adamw_launch_s(m, impl, train_engine.launch_s)
     # bf16-master launches two kernels per tensor (the grad's fp32 cast and the copy back to bf16)
     master_launch_s = (2 * (m.num_layers * (9 if m.gated_mlp else 12) + 4) * train_engine.launch_s
                        if precision == Precision.BF16_MASTER.value else 0.0)
-    opt_s = max(opt_bytes / (bw * 1e9), host["optimizer"] + master_launch_s) + foreach_launch_s
+    opt_s = max(opt_bytes / (bw * 1e9), host["optimizer"] + master_launch_s + loop_launch_s) + foreach_launch_s
     if cpu is not None:  # torch's AdamW on a CPU: no fused kernel, its single-tensor loop (estimate/cpu.py)
-        loop_s, fresh_s = cpu_step_s(m, _optimizer_bytes(P, optimizer, precision, False), w_b, micro_batch * seq, cpu,
-                                     train_engine.launch_s)
+        loop_s, fresh_s = cpu_step_s(m, optimizer_bytes(P, optimizer, precision, "for-loop"), w_b, micro_batch * seq,
+                                     cpu, train_engine.launch_s)
         opt_s, micro_s = loop_s + host["optimizer"] + master_launch_s, micro_s + fresh_s
     offload_s = 0.0
     if offload != "none":
@@ -320,36 +327,11 @@ def _step_time(m, hw, pc, micro_batch, seq, precision, optimizer, recompute, gra
         opt_s = P / CPU_ADAM_PARAMS_PER_S + 2.0 * P / link
         if offload == "params":  # weights stream up for forward and backward (and the recompute), overlapped
             micro_s = max(micro_s, (3 if full else 2) * 2.0 * P / link)
-    if fsdp:  # parameters arrive in bf16 from the all-gathers: no autocast casts; the optimizer works on shards
-        cast_bytes = 0.0
-        opt_s /= shard
     step_s = grad_accum * (micro_s + cast_bytes / (bw * 1e9)) + opt_s + offload_s
     both = (lambda a, b: a + b) if cpu is not None else max  # a CPU's phase: its compute and host time in series
     return _StepTime(step_s, micro_s, micro_gpu, host_micro, both(f_gpu, host["forward"]),
                      both(b_gpu + r_gpu, host["backward"] + host["recompute"]), b_gpu, r_gpu, opt_s, offload_s,
                      f_times, b_times, train_engine.launch_s, tflops, bw)
-
-
-# Element accesses to device memory per parameter of one AdamW step (a read or a write of one tensor element), from
-# torch/optim/adam.py: the fused kernel reads p, g, m, v and writes p, m, v (7); the foreach implementation (AdamW:
-# decoupled weight decay on, the default 0.01; no amsgrad, no maximize) makes eight passes: mul_(p) 2, lerp_(m, g) 3,
-# mul_(v) 2, addcmul_(v, g, g) 3 (g passed twice, read once from memory), sqrt(v) -> tmp 2, div_(tmp) 2,
-# add_(tmp, eps) 2, addcdiv_(p, m, tmp) 4 = 20 (Adam without weight decay skips the first: 18).
-ADAM_ACCESSES = {"fused": 7, "adamw-foreach": 20, "adam-foreach": 18}
-
-
-def _optimizer_bytes(P: float, optimizer: str, precision: str, fused: bool) -> float:
-    """Bytes one optimizer step moves. AdamW / Adam: ADAM_ACCESSES x the updated dtype's bytes (the parameters', or
-    bf16-master's fp32 masters); bf16-master adds its gradients' fp32 cast (read 2, write 4) and the masters' copy
-    back to bf16 (read 4, write 2): 12 bytes a parameter, 40 in all when fused; bf16-kahan reads and writes its
-    compensation buffer (+4). SGD with momentum: 5 accesses. 8-bit AdamW: p, g read, p written, two 8-bit states
-    read and written."""
-    p = Precision.parse(precision, "precision")
-    master = (12.0 if p is Precision.BF16_MASTER else 2 * p.compensation_bytes) * P
-    if optimizer == "adamw-8bit":
-        return P * (3 * p.state_bytes + 4) + master
-    passes = 5 if optimizer == "sgd" else ADAM_ACCESSES["fused" if fused else f"{optimizer}-foreach"]
-    return passes * P * p.state_bytes + master
 
 
 def _flops_per_token(m: ModelSpec, pc, seq: int, full: bool) -> tuple[float, float]:
@@ -363,7 +345,8 @@ def _flops_per_token(m: ModelSpec, pc, seq: int, full: bool) -> tuple[float, flo
     return model, model + recompute
 
 
-def _assumptions(hw, st: _StepTime, cdt: str, offload: str, recompute: str, host_bytes: float) -> list[str]:
+def _assumptions(hw, st: _StepTime, cdt: str, offload: str, recompute: str, host_bytes: float,
+                 optimizer: str = "adamw", impl: str = "fused") -> list[str]:
     out = [
         "activations as saved by Hugging Face transformers in eager mode with SDPA attention",
         f"achievable {st.tflops:.0f} TFLOP/s ({cdt}) and {st.bw:.0f} GB/s",
@@ -373,6 +356,8 @@ def _assumptions(hw, st: _StepTime, cdt: str, offload: str, recompute: str, host
         f"CPU Adam at {CPU_ADAM_PARAMS_PER_S / 1e9:.0f}B params/s (rough)" if offload != "none" else "",
         "selective recompute has no s^2 attention term to drop with SDPA/flash, so it saves what 'none' saves"
         if recompute == "selective" else "",
+        # which AdamW implementation the optimizer step is priced as (estimate/adamw.py)
+        IMPL_NOTES[impl] if optimizer in ("adamw", "adam") and offload == "none" else "",
     ]
     if st.host_micro > st.micro_gpu:
         out.append(f"host (launch)-bound: {st.host_micro * 1e3:.1f} ms of host time per micro-batch "

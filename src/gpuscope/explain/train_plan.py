@@ -49,6 +49,7 @@ class TrainRequest:
     lora_targets: str | None = None
     lora_dropout: float = 0.0
     qlora: bool = False
+    adamw_impl: str | None = None  # fused | foreach | for-loop (estimate/adamw.py); None: from ``fused``
 
     @property
     def multi(self) -> bool:
@@ -83,8 +84,8 @@ def plan_train(m, hw, r: TrainRequest):
     check_request(m, r)
     single = dict(micro_batch=r.micro_batch, seq=r.seq, precision=r.precision, optimizer=r.optimizer,
                   recompute=r.recompute, grad_accum=r.grad_accum, offload=r.offload, fused=r.fused,
-                  num_gpus=r.num_gpus)
-    if not r.multi:
+                  num_gpus=r.num_gpus, adamw_impl=r.adamw_impl)
+    if not r.multi and not (r.fsdp or r.hsdp):  # FSDP2 at one GPU is planned as FSDP2 (below)
         single["grad_accum"] = _accumulation(r)
         return estimate_train(m, hw, with_ops=r.with_ops, **single)
     if r.db:
