@@ -105,7 +105,10 @@ def test_bench_case_child_goes_with_its_parent(tmp_path, sig):
     proc = _gpuscope(["bench", "train", "--model", str(cfg), "--device", "cpu", "--micro-batch", "1", "--seq", "16",
                       "--steps", "100000", "--warmup", "0", "--db", str(tmp_path / "r.sqlite"), "--json"])
     try:
-        child = _wait_for(lambda: {p for p in _descendants(proc.pid) if "run_case" in _cmdline(p)}, 60)
+        # 180 s: on a loaded 2-core machine importing torch twice (bench, then its case process) took over 60 s
+        child = _wait_for(lambda: proc.poll() is not None
+                          or {p for p in _descendants(proc.pid) if "run_case" in _cmdline(p)}, 180)
+        assert child is not True, f"bench exited {proc.returncode} before its case started: {proc.stderr.read()[-2000:]}"
         assert child, "the case's process never started"
         time.sleep(0.5)
         _signal_and_check(proc, sig, _descendants(proc.pid) | child)
