@@ -93,3 +93,23 @@ def test_small_prefill_of_a_fine_grained_moe_is_weight_bound():
     e = estimate_infer(m, hw, batch=1, prompt=1024, gen=2, engine="eager", with_ops=True)
     (op,) = [o for o in e.ops if o["phase"] == "prefill" and o["name"] == "experts"]
     assert op["bound"] == "memory"
+
+
+def test_fp32_routing_weights_promote_the_weighted_rows():
+    """Mixtral's and DeepSeek's routers hand back fp32 weights: the multiply writes the routed rows in fp32 at the
+    strided rate (2h read + 4h written a row), the sum and a cast back follow; Qwen2-MoE's are bf16."""
+    s, h, w, k = 2048, 4096, 14336, 2
+    plain16, strided16 = moe.dispatch_bytes(1024, k, h, w, 2.0)
+    plain32, strided32 = moe.dispatch_bytes(1024, k, h, w, 2.0, fp32_weights=True)
+    assert strided32 - strided16 == pytest.approx(s * 6 * h)
+    assert plain32 - plain16 == pytest.approx(s * (-(4 + 2 + 2 / k) * h + 4 * h + 10 * h / k))
+    hw = load_hardware("h200")
+
+    def dispatch(name):
+        e = estimate_infer(load_model(name), hw, batch=1, prompt=1024, gen=2, engine="eager", with_ops=True)
+        return {o["name"]: o["bytes"] for o in e.ops if o["phase"] == "prefill"}["experts_dispatch_strided"]
+
+    mix = load_model("mixtral-8x7b")
+    strided = moe.dispatch_bytes(1024, 2, mix.hidden_size, mix.moe.expert_intermediate_size, 2.0, True)[1]
+    assert dispatch("mixtral-8x7b") == pytest.approx(strided * (moe.STRIDED_SLOWDOWN - 1) * len(mix.moe_layers))
+    assert "qwen2_moe" not in moe.FP32_ROUTING_FAMILIES and "mixtral" in moe.FP32_ROUTING_FAMILIES

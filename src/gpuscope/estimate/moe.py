@@ -32,7 +32,8 @@ SMALL_UNIT, LARGE_UNIT = 128, 256  # rows per 2x1 cluster of torch._grouped_mm's
 # Set on Qwen1.5-MoE-A2.7B b1 p1024 at 4 layers with the balanced router (research/results/2026-12-02-h200-c,
 # moe_generate.md: 68 rows an expert, one 128-row unit each, 60 experts x 17.3 MB x 4 layers = 4.15 GB in 1.41 ms:
 # 2.94 TB/s, 0.71 of 4,128 GB/s); the random router of the same case read 0.74 (287 units, 4.97 GB in 1.62 ms).
-# Independent checks: that call's b1 p512 cases of Qwen1.5-MoE and DeepSeek-V2-Lite (call2).
+# Checked on Qwen1.5-MoE and DeepSeek-V2-Lite at b1 p512 (34 and 48 rows an expert; random and balanced routers):
+# the units' weights at this rate within 3% of the grouped GEMMs' time.
 GROUPED_STREAM_EFFICIENCY = 0.72
 
 
@@ -90,20 +91,33 @@ def measured_padded_rows(rows_per_expert: list[int], n: int) -> int:
 # Set on the H200 kernel table of Mixtral-8x7B's b1 p1024 prefill (research/results/2026-11-29-h200-d,
 # doctor_mixtral_prefill.json; S = 2,048, h 4,096, w 14,336): the 96 masked fills moved 9.66 GB in 6.48 ms
 # (1.49 TB/s), the 32 SiLUs 3.76 GB in 2.66 ms (1.41 TB/s): 1.45 TB/s, 0.351 of the 4,128 GB/s copy rate
-# (STRIDED_SLOWDOWN: the elementwise rate over it). The 225 bf16 multiplies (4.43 ms, rotary and norms among them)
-# leave act x up and the weight multiply ~2.5 TB/s, the elementwise rate. Kernels: the forward ran 2,285, the
-# planner's layers without these 2,033: 7.9 a layer more than its 22 for the router and experts, so 28 here
-# beside the two grouped GEMMs (sort, gathers, histc, cumsum, the fills, the multiplies, the sum).
+# (STRIDED_SLOWDOWN: the elementwise rate over it). Kernels: the forward ran 2,285, the planner's layers without
+# these 2,033: 7.9 a layer more than its 22 for the router and experts, so 28 here beside the two grouped GEMMs
+# (sort, gathers, histc, cumsum, the fills, the multiplies, the sum).
+# The routing-weight multiply and the top-k sum as above hold where the router hands back weights in the hidden
+# dtype (Qwen2-MoE, Qwen3-MoE, OLMoE: ``router_top_value.to(router_logits.dtype)``). Where they stay fp32
+# (FP32_ROUTING_FAMILIES: Mixtral's softmax over ``router_logits.float()``, DeepSeek-V2/V3's fp32 router) the
+# multiply promotes the routed rows to fp32 (read 2h, write 4h, TensorIterator's casting elementwise_kernel<128, 4>:
+# the strided rate), the sum reads 4h and writes 4h / k, and a cast back reads 4h / k and writes 2h / k. Read from
+# the same Mixtral table (its 32 fp32 multiplies: 1.09 ms, 1.11 so priced; the bf16 ones are rotary, norms and
+# act x up). Checked on the 2026-12-02-h200-c tables: Mixtral's fp32 multiplies 135-1,206 us a 4-layer forward
+# against -3% to +8% so priced, DeepSeek-V2-Lite's 76-647 us against -3% to +4%, and none in Qwen1.5-MoE's.
 STRIDED_ROW_BYTES = {"h": 8.0, "w": 12.0}
 PLAIN_ROW_BYTES = {"h": 14.0, "w": 6.0, "h_over_k": 2.0}
+FP32_ROUTING_FAMILIES = ("mixtral", "deepseek_v2", "deepseek_v3")
 DISPATCH_KERNELS = 28
 STRIDED_SLOWDOWN = 0.63 / (1.45e12 / 4128e9)
 
 
-def dispatch_bytes(tokens: int, k: int, h: int, w: int, act_b: float) -> tuple[float, float]:
-    """(plain, strided) bytes of one layer's dispatch kernels over tokens x k routed rows."""
+def dispatch_bytes(tokens: int, k: int, h: int, w: int, act_b: float, fp32_weights: bool = False
+                   ) -> tuple[float, float]:
+    """(plain, strided) bytes of one layer's dispatch kernels over tokens x k routed rows; ``fp32_weights``: the
+    router's top-k weights stay fp32 (see FP32_ROUTING_FAMILIES)."""
     s = tokens * k
     plain = s * (PLAIN_ROW_BYTES["h"] * h + PLAIN_ROW_BYTES["w"] * w + PLAIN_ROW_BYTES["h_over_k"] * h / k) \
         * act_b / 2.0
     strided = s * (STRIDED_ROW_BYTES["h"] * h + STRIDED_ROW_BYTES["w"] * w) * act_b / 2.0
+    if fp32_weights:  # the bf16 multiply (4h) and sum (2h + 2h / k) become fp32 ones and a cast
+        plain += s * (-(4.0 + 2.0 + 2.0 / k) * h * act_b / 2.0 + 4.0 * h + (4.0 + 4.0 + act_b) * h / k)
+        strided += s * (act_b + 4.0) * h
     return plain, strided

@@ -240,16 +240,18 @@ def _moe_ops(m: ModelSpec, tokens: int, act_b: float, w_b: float, stream_b: floa
     # Wave quantization over all groups at once: the grouped GEMM tiles every expert's rows in one launch.
     ops.append(Op("experts", "matmul", flops, bytes_, 2 if not batched else 12, count, (shape_rows, width, h)))
     if not batched:
-        ops += _dispatch_ops(tokens, e.experts_per_token, h, width, act_b, count)
+        ops += _dispatch_ops(tokens, e.experts_per_token, h, width, act_b, count,
+                             m.family in moemod.FP32_ROUTING_FAMILIES)
     if e.shared_intermediate_size:
         ops += _mlp_ops(m, tokens, e.shared_intermediate_size, act_b, w_b, stream_b, count, cast, "shared_expert")
     return ops
 
 
-def _dispatch_ops(tokens: int, k: int, h: int, width: int, act_b: float, count: int) -> list[Op]:
+def _dispatch_ops(tokens: int, k: int, h: int, width: int, act_b: float, count: int,
+                  fp32_weights: bool = False) -> list[Op]:
     """The routed rows' elementwise kernels around grouped_mm's two GEMMs (estimate/moe.py): their bytes at the
     elementwise rate, and the strided kernels' extra time as bytes of an op with no kernels."""
-    plain, strided = moemod.dispatch_bytes(tokens, k, h, width, act_b)
+    plain, strided = moemod.dispatch_bytes(tokens, k, h, width, act_b, fp32_weights)
     return [Op("experts_dispatch", "elementwise", 0.0, plain + strided, moemod.DISPATCH_KERNELS, count),
             Op("experts_dispatch_strided", "elementwise", 0.0, strided * (moemod.STRIDED_SLOWDOWN - 1.0), 0, count)]
 
