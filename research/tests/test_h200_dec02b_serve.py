@@ -7,8 +7,8 @@ Targets (issue 21): output tokens/s and TPOT p50 within 15%, TTFT p50 within 25%
   plan of the time said they fit. The closed loop's waves (64 requests prefilled together, then 127 decode steps) are
   visible in its NVML power samples: 21 s a wave where that plan had 12.4 s. The same miss showed in the offline
   runs' drains (20-960 requests decoding, some finishing every step): planned steps 13-49% short. Replanned with the
-  launch queue (research/results/2026-12-02-h200-c/serve.md): the arrival runs no longer fit their limits, the wave
-  is 18.1 s, the drain steps 11-37% short.
+  cuDNN SDPA graph build of every step in series (research/results/2026-12-02-h200-c/serve.md): the arrival runs no
+  longer fit their limits, the wave is 16.5 s, the drain steps 19-43% short (finishing requests' host work).
 """
 
 from __future__ import annotations
@@ -26,12 +26,12 @@ from gpuscope.specs.models import load_model
 
 RES = Path(__file__).resolve().parents[1] / "results"
 B = RES / "2026-12-02-h200-b"
-HW_FILE = RES / "2026-12-02-h200" / "h200-gvisor-host.toml"
+HW_FILE = RES / "2026-12-02-h200-c" / "h200-gvisor-host.toml"  # launches apart from cuDNN graph builds
 N1024 = "call1/gpu_serve2/serve_8b_n1024_p128_g128.out"
 TARGETS = {("throughput", "output_tokens_per_s"): 0.15, ("latency", "ttft_p50_s"): 0.25,
            ("latency", "tpot_p50_s"): 0.15}
-REPORTED = {("throughput", "output_tokens_per_s"): -0.048, ("latency", "ttft_p50_s"): +0.081,
-            ("latency", "tpot_p50_s"): +0.053}  # replanned (launch queue): research/results/2026-12-02-h200-c/serve.md
+REPORTED = {("throughput", "output_tokens_per_s"): +0.053, ("latency", "ttft_p50_s"): +0.002,
+            ("latency", "tpot_p50_s"): -0.050}  # replanned: research/results/2026-12-02-h200-c/serve.md
 TIMED_OUT = {  # run -> its arrivals, as bench serve ran them (seed 0)
     "call1/gpu_serve2/serve_8b_n200_p512_g128_rate6.out": dict(requests=200, prompt=512, gen=128, rate=6.0),
     "call2/gpu_serve3/serve_8b_n200_p512_g128_rate8.out": dict(requests=200, prompt=512, gen=128, rate=8.0),
@@ -86,34 +86,34 @@ def _steps(res: dict) -> list[tuple[int, int, float, int]]:
 
 def test_1024_requests_full_batch_decode_steps(hw):
     """The 110 steps with all 1024 requests decoding (142k-253k KV tokens read): max(GPU, launches) had a median
-    error of -0.7% (serve.md); the launch queue (2026-12-02-h200-c/serve.md) +6.6%, 100 of them within 10%, none
-    beyond 15%."""
+    error of -0.7% (serve.md); with the cuDNN graph build in series and launches apart (2026-12-02-h200-c/serve.md)
+    -3.7%, 96 of them within 10%, none beyond 15%."""
     step = prepare(ServeRequest(LLAMA, 1024, 128, 128), hw)[-1]
     full = [(kv, dt) for n, kv, dt, first in _steps(_measurement(N1024)["result"]) if n == 1024 and not first]
     assert len(full) >= 100
     errs = [step.step_s(1024, 1024, kv, kv, 1024, True) / dt - 1 for kv, dt in full]
-    assert 0.03 < statistics.median(errs) < 0.09
-    assert sum(abs(e) < 0.10 for e in errs) >= 0.9 * len(errs) and max(abs(e) for e in errs) < 0.15
+    assert abs(statistics.median(errs)) < 0.05
+    assert sum(abs(e) < 0.10 for e in errs) >= 0.85 * len(errs) and max(abs(e) for e in errs) < 0.15
 
 
 def test_known_miss_the_drain_of_the_1024_request_run(hw):
     """Known miss: as the run drains (~60 requests finish every step), the steps of 58-834 requests take 18-49%
-    longer than max(GPU, launches) planned (serve.md); 11-37% with the launch queue (2026-12-02-h200-c/serve.md:
-    the finishing requests' host work is not modelled)."""
+    longer than max(GPU, launches) planned (serve.md); 19-43% (2026-12-02-h200-c/serve.md: the finishing requests'
+    host work is not modelled)."""
     step = prepare(ServeRequest(LLAMA, 1024, 128, 128), hw)[-1]
     drain = [(n, kv, dt) for n, kv, dt, first in _steps(_measurement(N1024)["result"]) if n < 1000 and not first]
     drain = [(n, kv, dt) for n, kv, dt in drain if 50 <= n <= 840]
     assert len(drain) >= 5
     errs = {n: step.step_s(n, n, kv, kv, n, True) / dt - 1 for n, kv, dt in drain}
-    assert all(-0.40 < e < -0.08 for e in errs.values()), errs
+    assert all(-0.50 < e < -0.15 for e in errs.values()), errs
 
 
 @pytest.mark.parametrize("rel", list(TIMED_OUT))
 def test_known_miss_arrival_runs_planned_to_fit_but_timed_out(rel, hw):
     """Each was stopped at its limit (the case's process, set-up included). This machine's set-up before the timed
     serving (imports, the 8B build, the engine's cache, 8 untimed requests) is the 1024-request run's wall less its
-    serving: with max(GPU, launches) the plan's duration plus it fitted the limit (a miss); with the launch queue
-    (2026-12-02-h200-c/serve.md) it no longer does, as the runs did not."""
+    serving: with max(GPU, launches) the plan's duration plus it fitted the limit (a miss); with the cuDNN graph
+    build in series (2026-12-02-h200-c/serve.md) it no longer does, as the runs did not."""
     m = _measurement(rel)
     assert m["result"]["status"] == "timeout"
     ref = _measurement(N1024)
@@ -137,7 +137,7 @@ def _bursts(samples: list[dict], watts: float = 500.0) -> list[float]:
 def test_known_miss_closed_loop_waves(hw):
     """The closed loop of 64 runs in waves (all 64 finish on one step and are replaced together): their prefill
     bursts in the NVML power samples are 21 s apart; the plan's wave (64 x 512/128 offline) was 12.4 s with
-    max(GPU, launches), 18.1 s with the launch queue (2026-12-02-h200-c/serve.md)."""
+    max(GPU, launches), 16.5 s with the cuDNN graph build in series (2026-12-02-h200-c/serve.md)."""
     res = _measurement("call2/gpu_serve3/serve_8b_n192_p512_g128_c64.out")["result"]
     starts = _bursts(res["nvml_samples"])
     assert len(starts) == 3
@@ -145,4 +145,4 @@ def test_known_miss_closed_loop_waves(hw):
     assert all(20.0 < p < 22.0 for p in periods), periods
     wave = plan_serve(ServeRequest(LLAMA, 64, 512, 128), hw).to_json()["simulation"]["duration_s"]
     err = wave / (sum(periods) / len(periods)) - 1
-    assert -0.20 < err < -0.10, f"{err:+.1%}"
+    assert -0.27 < err < -0.17, f"{err:+.1%}"

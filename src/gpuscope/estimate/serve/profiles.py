@@ -11,7 +11,7 @@ they launch a step. Each default is read from the engine's source or documentati
   Attention: without a flash-attention package the model runs ``paged|sdpa``, which reads every scheduled request's
   KV back from the cache and runs one SDPA over the packed batch with a dense [M, N + M] mask; an attention mask
   turns CUDA graphs and async batching off by default (``decide_use_cuda_graphs``), so every step is eager, with the
-  host's batch preparation in series. With flash attention (``attn="flash"``): varlen flash for prefill, the
+  host's batch preparation and torch's cuDNN SDPA graph build for the step's new shape in series. With flash attention (``attn="flash"``): varlen flash for prefill, the
   ``flash_attn_with_kvcache`` block-table fast path for decode, CUDA graphs on both paths and async batching
   (double IO buffers).
 - ``vllm``: vLLM V1 (vllm/engine/arg_utils.py ``get_batch_defaults``): 16-token blocks, gpu_memory_utilization 0.9
@@ -52,10 +52,9 @@ class ServeEngine:
     host_per_request_s: float = 0.0
     host_per_kv_token_s: float = 0.0  # building the read indices of every cached token read (transformers sdpa)
     host_overlapped: bool = True
-    # the host runs at most launch_depth kernels ahead of the GPU in an eager step (launch_queue.py,
-    # step_time.StepModel.serial_s); False: the launches overlap the GPU, max(GPU, all launches)
-    serial_launches: bool = False
-    launch_depth: int = 2
+    # host seconds of an eager step in series with everything else (step_time.StepModel.step_s): transformers'
+    # paged|sdpa builds a cuDNN SDPA graph for each step's new shape
+    host_graph_build_s: float = 0.0
     # the fraction of the roofline's GEMM and bandwidth rates this engine's kernels reach (1.0: the op model's own)
     efficiency: float = 1.0
     # admit a request only with blocks for its whole prompt + output (TensorRT-LLM's GUARANTEED_NO_EVICT capacity
@@ -72,13 +71,13 @@ class ServeEngine:
 # research/results/2026-12-02-h200/call3/serve_cb.json, median error 9%); a CPU probe of the same loop had 17 us a
 # request (no device kernels for the mask) and 150 ns a KV token (research/results/2026-12-02-cpu-serve-host).
 TRANSFORMERS_HOST = dict(host_step_s=1.0e-3, host_per_request_s=56.5e-6, host_per_kv_token_s=146e-9,
-                         host_overlapped=False, serial_launches=True)
-# serial_launches, launch_depth 2: a CB decode step on the H200's gVisor host is neither max(GPU, launches) nor
-# their sum (launch_queue.py). The kernel profile of two decode steps (research/results/2026-12-02-h200-c/call1/
-# gpu_serve4, prof: 64 and 16 requests at 33.5k / 33.0k KV tokens, GPU busy 57.7 / 54.5 ms) has forwards of
-# 124 / 105 ms; a queue 1 / 2 / 4 kernels deep plans +1/+18%, -12/+3%, -14/+0% (2: the smallest largest error).
-# Why the launches wait is not established (transformers 5.17's paged|sdpa forward has no synchronising call);
-# research/results/2026-12-02-h200-c/serve.md.
+                         host_overlapped=False, host_graph_build_s=42.6e-3)
+# host_graph_build_s: torch 2.11 runs paged|sdpa's masked SDPA through cuDNN, whose graph is built for each new
+# (queries, keys) shape and cached; a CB step's shape is new every step (the KV read grows), all layers share it. The
+# trace of three decode steps (research/results/2026-12-02-h200-c/call2/gpu_serve5, probe: 64 requests at 33k KV
+# tokens) has 37.1, 41.8 and 48.8 ms with no CUDA call just before the first layer's SDPA launch, the GPU idle,
+# then the other 1583 launches at 21.5-27.5 us each while the GPU runs behind (the step waits 15-24 ms on it at the
+# end): 42.6 ms a step, in series. Measured on the H200's gVisor host (a host CPU cost; another host's may differ).
 # vLLM and TensorRT-LLM: host work per step assumed (not measured), overlapped with the GPU (V1's and the PyTorch
 # backend's overlapping schedulers); at the batch sizes of research/tests/test_published_serve.py it never binds.
 ENGINES = {
@@ -107,14 +106,16 @@ def serve_engine(name: str, hw=None, *, attn: str = "sdpa", sampling: bool = Fal
         if attn not in ("sdpa", "eager", "flash"):
             raise UserError(f"--attn '{attn}' is not one of sdpa, eager, flash.")
         if attn == "eager":  # paged|eager: as paged|sdpa, the scores through matmul, mask add, softmax, matmul
-            e = replace(e, eager_scores=True, source="transformers 5.17 continuous batching, paged|eager")
+            e = replace(e, eager_scores=True, host_graph_build_s=0.0,
+                        source="transformers 5.17 continuous batching, paged|eager")
         if sampling:
             e = replace(e, mem_fraction=0.8)  # resolve_max_memory_percent: 0.8 with logits processors
         if requests:
             e = replace(e, max_num_seqs=min(requests, e.max_num_seqs))  # resolve_using_hints
         if attn == "flash":  # no mask: CUDA graphs and async batching on (initialization.py)
             e = replace(e, decode_graph=True, mixed_graph=True, dense_masked_attention=False, host_overlapped=True,
-                        host_per_kv_token_s=0.0, source="transformers 5.17 continuous batching, paged flash")
+                        host_per_kv_token_s=0.0, host_graph_build_s=0.0,
+                        source="transformers 5.17 continuous batching, paged flash")
     over = {k: v for k, v in dict(mem_fraction=mem_fraction, max_num_seqs=max_num_seqs,
                                   max_batched_tokens=max_batched_tokens, block_size=block_size).items()
             if v is not None}

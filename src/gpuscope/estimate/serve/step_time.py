@@ -19,19 +19,19 @@ A step is split into what grows with its tokens and what grows with the context 
   activation dtype) written and read, at roofline.ELEMENTWISE_BW_FRACTION of the copy bandwidth;
   paged|eager: the same copies, the scores as two batched GEMMs and ~24 bytes of traffic a score (mask add, fp32
   softmax, cast: ops.py's eager attention);
-- the host: eager steps launch every kernel from Python (engines.EngineModel "eager" launch cost), CUDA-graph decode
-  steps launch none. An eager step is max(GPU, launches) where the launches overlap the GPU, or, for an engine whose
-  host runs only ServeEngine.launch_depth kernels ahead (transformers CB on the H200's gVisor host, measured:
-  profiles.py), its kernels through that queue (launch_queue.py, StepModel.serial_s). The engine's own per-step work
-  (profiles.ServeEngine host_*) is in series with the GPU for a synchronous loop and overlapped for an asynchronous
-  one.
+- the host: eager steps launch every kernel from Python (engines.EngineModel "eager" launch cost, overlapped with
+  the GPU: max(GPU, launches)), CUDA-graph decode steps launch none. An eager step of transformers' paged|sdpa adds
+  ServeEngine.host_graph_build_s in series: torch's cuDNN SDPA builds a cuDNN graph for every new (queries, keys)
+  shape, and every CB step has a new one (the KV read grows); the build runs on the host before the first layer's
+  SDPA, the GPU idle (profiles.py). The engine's own per-step work (profiles.ServeEngine host_*) is in series with the
+  GPU for a synchronous loop and overlapped for an asynchronous one.
 """
 
 from __future__ import annotations
 
 import bisect
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from gpuscope.estimate import ops as opsmod
 from gpuscope.estimate.comm import collective_time
@@ -39,17 +39,16 @@ from gpuscope.estimate.engines import engine_for
 from gpuscope.estimate.roofline import (ELEMENTWISE_BW_FRACTION, MASKED_SDPA_FRACTION, attention_efficiency,
                                         sm_count, time_ops)
 from gpuscope.estimate.serve.kv_pages import kv_bytes_per_token
-from gpuscope.estimate.serve.launch_queue import kernels_of, queue_wall
 from gpuscope.estimate.topology import topology_for
 from gpuscope.specs.model import ModelSpec
 
 SKIP = ("attention", "cache")  # op kinds attention_s models instead
 HEAD = ("final_norm", "lm_head")  # ops applied to the sampled rows only
 SDPA_QUERY_TILE = 64  # the memory-efficient SDPA kernel re-reads K and V once per 64-query tile
-# per layer: index_copy K/V, index_select K/V, repeat_kv K/V and its second pass (REPEATED_KV_PASSES), q.contiguous,
-# the SDPA; of them, the copies as long as the KV read: index_select, repeat_kv and the second pass, of K and V
+# per layer: index_copy K/V, index_select K/V, repeat_kv K/V and one more pass over each, q.contiguous, the SDPA
+# (torch's cuDNN SDPA launches a memset too): a decode step's trace (research/results/2026-12-02-h200-c/call2/
+# gpu_serve5) has 50 kernels a layer, the op list 40 + these 10
 EXTRA_SDPA_KERNELS = 10
-ATTENTION_COPY_KERNELS = 6
 # The masked SDPA kernel (torch 2.11 picks cuDNN's fused flash forward on an H200) gives each (64-query tile, head)
 # one thread block that loops over all N_k keys in tiles of 64, with no split over the keys. A decode batch has
 # ceil(M / 64) x heads blocks, fewer than the SMs (Llama-3.1-8B, M = 256: 128 blocks on 132 SMs), so a layer lasts
@@ -66,6 +65,12 @@ ATTENTION_COPY_KERNELS = 6
 SDPA_KEY_TILE = 64
 SDPA_TILE_S = 2.15e-6
 REPEATED_KV_PASSES = 1  # passes over the repeated K and V after repeat_kv's own copy (the profile shows one more)
+# The packed prefill's masked SDPA (throughput-bound: 8192 queries against every key of the batch, its FLOPs or its
+# K/V re-read per 64-query tile) runs faster than roofline.MASKED_SDPA_FRACTION (the memory-efficient kernel at
+# Phi-3-mini's shape) and the copy bandwidth say: torch 2.11 runs it through cuDNN. The 16 prefill steps of the
+# 1024-request run (research/results/2026-12-02-h200-b/call1/gpu_serve2): the attention time they leave (measured
+# step less the token-linear ops, copies, host loop and graph build) over the planned, median 0.85 (0.80-0.92).
+CUDNN_MASKED_SDPA_SPEEDUP = 1 / 0.85
 SDPA_TILE_PEAK_PER_SM = 989.5e12 / 132  # the H200's dense bf16 peak per SM, where SDPA_TILE_S was measured
 
 
@@ -112,47 +117,21 @@ class StepModel:
     engine: object
     sms: int | None = None  # multiprocessors of one GPU (the masked SDPA's occupancy)
     tile_s: float = SDPA_TILE_S  # one masked-SDPA block's time per 64-key tile on this GPU
-    attention_kernels: int = 2  # kernels of one layer's attention
-    # for serial_s: one layer's token-linear ops in order (kernels, GPU seconds at xs), where the attention's go, and
-    # the per-forward ops (embedding, rotary tables; final norm + LM head at xs rows), each max(launches, GPU) at xs
-    layer_kernels: list = field(default_factory=list)
-    layer_cols: list = field(default_factory=list)
-    att_at: int = 0
-    serial_once_s: list = field(default_factory=list)
-    serial_head_s: list = field(default_factory=list)
 
     def step_s(self, tokens: float, rows: float, kv_read: float, pairs: float, requests: float,
                decode_only: bool) -> float:
         """Seconds of one step (module docstring): ``tokens`` new tokens, ``rows`` sampled, ``kv_read`` KV tokens
         read (past + new, all scheduled sequences), ``pairs`` causal (query, key) pairs, ``requests`` scheduled."""
         e = self.engine
-        rows = max(rows, 1.0)
+        gpu = _interp(self.xs, self.linear_s, tokens) + _interp(self.xs, self.head_s, max(rows, 1.0))
+        gpu += self.attention_s(tokens, kv_read, pairs)
         graph = e.decode_graph if decode_only else e.mixed_graph
-        if not graph and e.serial_launches:
-            wall = self.serial_s(tokens, rows, kv_read, pairs)
-        else:
-            gpu = _interp(self.xs, self.linear_s, tokens) + _interp(self.xs, self.head_s, rows)
-            gpu += self.attention_s(tokens, kv_read, pairs)
-            host = 0.0 if graph else self.kernels * self.launch_s + self.forward_host_s
-            wall = max(gpu, host)
+        host = 0.0
+        if not graph:
+            host = self.kernels * self.launch_s + self.forward_host_s
+        wall = max(gpu, host) + (0.0 if graph else e.host_graph_build_s)
         loop = e.host_step_s + e.host_per_request_s * requests + e.host_per_kv_token_s * (kv_read + tokens)
         return max(wall, loop) if e.host_overlapped else wall + loop
-
-    def serial_s(self, tokens: float, rows: float, kv_read: float, pairs: float) -> float:
-        """An eager forward whose host runs at most ServeEngine.launch_depth kernels ahead of the GPU
-        (launch_queue.py): one layer's kernels in order (the token-linear ops before and after the attention's, each
-        op's GPU time split over its kernels) through the queue, then the per-forward ops (embedding, final norm,
-        LM head) each max(its launches, its GPU time), and the forward's own host time."""
-        before, after = [], []
-        for i, (k, col) in enumerate(zip(self.layer_kernels, self.layer_cols)):
-            (before if i < self.att_at else after).append((k, _interp(self.xs, col, tokens)))
-        main, copies = self.attention_parts(tokens, kv_read, pairs)
-        n_copy = ATTENTION_COPY_KERNELS
-        att = [(self.attention_kernels - 1 - n_copy, 0.0), (n_copy, copies), (1, main)]
-        layer = kernels_of(before + att + after)
-        wall = queue_wall(layer, self.layers, self.engine.launch_depth, self.launch_s)
-        return (wall + _interp(self.xs, self.serial_once_s, tokens) + _interp(self.xs, self.serial_head_s, rows)
-                + self.forward_host_s)
 
     def occupancy(self, tokens: float) -> float:
         """The masked SDPA kernel's share of the GPU: one thread block per 64 queries and head, each looping over all
@@ -182,8 +161,8 @@ class StepModel:
                 return (max(flops / self.gemm_rate, rep / self.bw) + self.floor_s,
                         (24.0 * scores + copies + mask) / (ELEMENTWISE_BW_FRACTION * self.bw))
             sdpa = rep * math.ceil(max(tokens, 1) / SDPA_QUERY_TILE) + 2 * tokens * self.heads * hd * self.act_b
-            t = max(flops / (2 * MASKED_SDPA_FRACTION * self.attn_rate * self.occupancy(tokens)),
-                    sdpa / self.bw, math.ceil(keys / SDPA_KEY_TILE) * self.tile_s)
+            t = max(max(flops / (2 * MASKED_SDPA_FRACTION * self.attn_rate * self.occupancy(tokens)), sdpa / self.bw)
+                    / CUDNN_MASKED_SDPA_SPEEDUP, math.ceil(keys / SDPA_KEY_TILE) * self.tile_s)
             return t + self.floor_s, (copies + mask) / (ELEMENTWISE_BW_FRACTION * self.bw)
         flops = 4.0 * pairs * self.heads * hd
         byts = kv_read * self.kv_tok_b + 2 * tokens * self.heads * hd * self.act_b
@@ -201,44 +180,22 @@ def build_step_model(m: ModelSpec, hw, engine, *, w_b: float, kv_b: float, compu
     kernel_eng = engine_for("graph" if engine.decode_graph and not engine.dense_masked_attention else "eager", hw)
     topo = topology_for(hw, tp) if tp > 1 else None
     xs = _grid(max(max_tokens, max_rows, 1))
-    linear, head, grid = [], [], []
+    linear, head = [], []
     for t in xs:
         ops = opsmod.forward_ops(m, t, 1, 0, act_b, w_b, act_b, head_tokens=t, hf_cache_cat=False, head_w_b=act_b)
         times = time_ops(ops, tflops, bw / 1e9, kernel_eng, sms, m.head_dim)
-        comm = 2 * m.num_layers * collective_time("all_reduce", t * m.hidden_size * act_b, tp, topo) if topo else 0.0
-        linear.append(sum(x.gpu_s for x in times if x.kind not in SKIP and x.name not in HEAD) + comm)
+        linear.append(sum(x.gpu_s for x in times if x.kind not in SKIP and x.name not in HEAD)
+                      + (2 * m.num_layers * collective_time("all_reduce", t * m.hidden_size * act_b, tp, topo)
+                         if topo else 0.0))
         head.append(sum(x.gpu_s for x in times if x.name in HEAD))
-        grid.append(_serial_tables(times, m.num_layers, eager.launch_s, comm))
     ops1 = opsmod.forward_ops(m, 1, 1, 0, act_b, w_b, act_b, head_tokens=1, hf_cache_cat=False, head_w_b=act_b)
     kernels = sum(o.kernels * o.count for o in ops1 if o.kind not in SKIP)
-    att_kernels = EXTRA_SDPA_KERNELS if engine.dense_masked_attention else 2
-    kernels += m.num_layers * att_kernels
+    kernels += m.num_layers * (EXTRA_SDPA_KERNELS if engine.dense_masked_attention else 2)
     n_rep = max(1, m.num_heads // max(1, m.num_kv_heads)) if not m.mla else 1
     return StepModel(xs, linear, head, kernels, eager.launch_s, eager.forward_s, m.num_layers, m.num_heads / tp,
                      m.head_dim, kv_bytes_per_token(m, kv_b, tp) / m.num_layers, act_b, n_rep,
                      tflops * 1e12 * attention_efficiency(m.head_dim), tflops * 1e12, bw,
-                     kernel_eng.matmul_min_s, engine, sm_count(hw), _tile_s(hw, compute), att_kernels,
-                     grid[0][0], [list(c) for c in zip(*(g[1] for g in grid))], grid[0][2], [g[3] for g in grid],
-                     [g[4] for g in grid])
-
-
-def _serial_tables(times, layers: int, launch_s: float, comm_s: float):
-    """(kernels of each per-layer op, their GPU seconds per layer, the attention's index among them, the per-forward
-    ops and the TP all-reduces as max(launches, GPU) seconds, the head's the same) of one grid point's op times."""
-    kernels, secs, att_at, once, head = [], [], 0, comm_s, 0.0
-    for x in times:
-        if x.kind in SKIP:
-            if x.kind == "attention":
-                att_at = len(kernels)
-            continue
-        if x.count == layers and x.name not in HEAD:
-            kernels.append(x.kernels // layers)
-            secs.append(x.gpu_s / layers)
-        elif x.name in HEAD:
-            head += max(x.kernels * launch_s, x.gpu_s)
-        else:
-            once += max(x.kernels * launch_s, x.gpu_s)
-    return kernels, secs, att_at, once, head
+                     kernel_eng.matmul_min_s, engine, sm_count(hw), _tile_s(hw, compute))
 
 
 def _tile_s(hw, compute: str) -> float:
