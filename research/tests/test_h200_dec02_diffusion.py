@@ -5,7 +5,11 @@ its stored inputs, on the catalog h200 (a bare-metal host: 17.2 us a kernel) and
 (h200-gvisor-host.toml: 45.05 us a kernel, set by an LLM decode measured apart, call4/decode_batch.out).
 
 Each error (planned / measured - 1) is asserted as diffusion.md reports it (to 0.005), and every row is either
-inside issue 25's targets (5% peak allocated, 15% time) or listed in KNOWN_MISSES with its mechanism."""
+inside issue 25's targets (5% peak allocated, 15% time) or listed in KNOWN_MISSES with its mechanism.
+
+The errors are those of the planner after research/results/2026-12-02-h200-c/diffusion.md (norms, GEGLU and the
+other memory-bound kernels priced by their kernel path, convolutions at the GEMM rate from their own kernels, the
+VAE's wide-head attention from its own kernel); diffusion.md of this folder gives the values of its own commit."""
 
 from __future__ import annotations
 
@@ -27,40 +31,40 @@ TARGET = {"peak": 0.05, "step": 0.15, "gpu_busy": 0.15, "vae": 0.15, "total": 0.
 # (point, metric): (error on the catalog h200, error on the run's host); peak and gpu_busy do not depend on the host
 REPORTED = {
     ("sdxl/denoiser-b1-512x512-fp16", "peak"): (-0.021, -0.021),
-    ("sdxl/denoiser-b1-512x512-fp16", "step"): (-0.688, -0.188),
-    ("sdxl/denoiser-b1-512x512-fp16", "gpu_busy"): (-0.090, -0.090),
+    ("sdxl/denoiser-b1-512x512-fp16", "step"): (-0.695, -0.206),
+    ("sdxl/denoiser-b1-512x512-fp16", "gpu_busy"): (-0.052, -0.052),
     ("sdxl/denoiser-b2-512x512-fp16", "peak"): (-0.019, -0.019),
-    ("sdxl/denoiser-b2-512x512-fp16", "step"): (-0.621, -0.021),
-    ("sdxl/denoiser-b2-512x512-fp16", "gpu_busy"): (-0.123, -0.123),
+    ("sdxl/denoiser-b2-512x512-fp16", "step"): (-0.630, -0.043),
+    ("sdxl/denoiser-b2-512x512-fp16", "gpu_busy"): (-0.084, -0.084),
     ("sdxl/denoiser-b4-512x512-fp16", "peak"): (-0.016, -0.016),
-    ("sdxl/denoiser-b4-512x512-fp16", "step"): (-0.525, 0.136),
-    ("sdxl/denoiser-b4-512x512-fp16", "gpu_busy"): (0.007, 0.007),
+    ("sdxl/denoiser-b4-512x512-fp16", "step"): (-0.536, 0.111),
+    ("sdxl/denoiser-b4-512x512-fp16", "gpu_busy"): (0.038, 0.038),
     ("sdxl/denoiser-b8-512x512-fp16", "peak"): (-0.012, -0.012),
-    ("sdxl/denoiser-b8-512x512-fp16", "step"): (-0.358, -0.030),
-    ("sdxl/denoiser-b8-512x512-fp16", "gpu_busy"): (-0.013, -0.013),
+    ("sdxl/denoiser-b8-512x512-fp16", "step"): (-0.338, -0.057),
+    ("sdxl/denoiser-b8-512x512-fp16", "gpu_busy"): (0.017, 0.017),
     ("sdxl/denoiser-b1-1024x1024-fp16", "peak"): (-0.016, -0.016),
-    ("sdxl/denoiser-b1-1024x1024-fp16", "step"): (-0.619, -0.114),
-    ("sdxl/denoiser-b1-1024x1024-fp16", "gpu_busy"): (-0.029, -0.029),
+    ("sdxl/denoiser-b1-1024x1024-fp16", "step"): (-0.588, -0.132),
+    ("sdxl/denoiser-b1-1024x1024-fp16", "gpu_busy"): (0.066, 0.066),
     ("sdxl/denoiser-b2-1024x1024-fp16", "peak"): (-0.012, -0.012),
-    ("sdxl/denoiser-b2-1024x1024-fp16", "step"): (-0.367, -0.118),
-    ("sdxl/denoiser-b2-1024x1024-fp16", "gpu_busy"): (-0.005, -0.005),
+    ("sdxl/denoiser-b2-1024x1024-fp16", "step"): (-0.325, -0.130),
+    ("sdxl/denoiser-b2-1024x1024-fp16", "gpu_busy"): (0.062, 0.062),
     ("sdxl/denoiser-b4-1024x1024-fp16", "peak"): (-0.004, -0.004),
-    ("sdxl/denoiser-b4-1024x1024-fp16", "step"): (-0.050, -0.044),
-    ("sdxl/denoiser-b4-1024x1024-fp16", "gpu_busy"): (-0.021, -0.021),
+    ("sdxl/denoiser-b4-1024x1024-fp16", "step"): (-0.005, 0.000),
+    ("sdxl/denoiser-b4-1024x1024-fp16", "gpu_busy"): (0.025, 0.025),
     ("sdxl/denoiser-b8-1024x1024-fp16", "peak"): (0.007, 0.007),
-    ("sdxl/denoiser-b8-1024x1024-fp16", "step"): (-0.022, -0.020),
-    ("sdxl/denoiser-b8-1024x1024-fp16", "gpu_busy"): (0.007, 0.007),
+    ("sdxl/denoiser-b8-1024x1024-fp16", "step"): (0.011, 0.013),
+    ("sdxl/denoiser-b8-1024x1024-fp16", "gpu_busy"): (0.041, 0.041),
     ("sdxl/vae-decode-b1-1024x1024-fp16", "peak"): (-0.003, -0.003),
-    ("sdxl/vae-decode-b1-1024x1024-fp16", "vae"): (0.008, 0.015),
+    ("sdxl/vae-decode-b1-1024x1024-fp16", "vae"): (-0.008, -0.005),
     ("svd-xt/denoiser-b1-576x1024x14f-fp16", "peak"): (-0.004, -0.004),
-    ("svd-xt/denoiser-b1-576x1024x14f-fp16", "step"): (-0.150, -0.148),
-    ("svd-xt/denoiser-b1-576x1024x14f-fp16", "gpu_busy"): (-0.148, -0.148),
+    ("svd-xt/denoiser-b1-576x1024x14f-fp16", "step"): (-0.057, -0.055),
+    ("svd-xt/denoiser-b1-576x1024x14f-fp16", "gpu_busy"): (-0.054, -0.054),
     ("svd-xt/denoiser-b1-576x1024x25f-fp16", "peak"): (-0.003, -0.003),
-    ("svd-xt/denoiser-b1-576x1024x25f-fp16", "step"): (-0.116, -0.115),
-    ("svd-xt/denoiser-b1-576x1024x25f-fp16", "gpu_busy"): (-0.116, -0.116),
+    ("svd-xt/denoiser-b1-576x1024x25f-fp16", "step"): (-0.017, -0.016),
+    ("svd-xt/denoiser-b1-576x1024x25f-fp16", "gpu_busy"): (-0.016, -0.016),
     ("sdxl/pipeline-b1-1024x1024-s30-fp16", "peak"): (-0.011, -0.011),
-    ("sdxl/pipeline-b1-1024x1024-s30-fp16", "vae"): (0.021, 0.023),
-    ("sdxl/pipeline-b1-1024x1024-s30-fp16", "total"): (-0.503, 0.097),
+    ("sdxl/pipeline-b1-1024x1024-s30-fp16", "vae"): (0.164, 0.166),
+    ("sdxl/pipeline-b1-1024x1024-s30-fp16", "total"): (-0.461, 0.082),
     ("sdxl/pipeline-b1-1024x1024-s30-fp16", "text"): (-0.483, 0.294),
 }
 
@@ -76,6 +80,11 @@ KNOWN_MISSES = {
         "text encoding: 22 ms measured, 29 ms at 45 us a kernel; the host's per-launch cost varies 36-52 us",
     ("sdxl/denoiser-b1-512x512-fp16", "step", "run_host"):
         "host noise: 52 us a kernel in this row against 36-46 us in the other host-bound rows (spread 8%)",
+    # since research/results/2026-12-02-h200-c/diffusion.md (the kernel-path re-split): the fp32 decode inside the
+    # pipeline is planned from the fp16 decode's kernel table (GroupNorm's latency-bound moments at the same element
+    # rate, TF32 convolutions, the wide head's 3xTF32 attention); its own kernels are not tabled yet
+    **{("sdxl/pipeline-b1-1024x1024-s30-fp16", "vae", h): "the fp32 upcast decode: +16%, no fp32 kernel table"
+       for h in ("catalog", "run_host")},
 }
 
 

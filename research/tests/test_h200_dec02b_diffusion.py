@@ -6,7 +6,11 @@ kernel, set by an LLM decode measured apart).
 
 Each error (planned / measured - 1) is asserted as diffusion.md reports it (to 0.005); every row is inside issue
 25's targets (5% memory, 15% time) or listed in KNOWN_MISSES with its mechanism. The constants the offload model
-takes from these runs' session are checked against their sources."""
+takes from these runs' session are checked against their sources.
+
+The errors are those of the planner after research/results/2026-12-02-h200-c/diffusion.md (its kernel-path
+re-split: the SVD-XT rows and the sequential-offload VAE decode came inside the targets, no longer listed as misses;
+diffusion.md of this folder gives the values of its own commit)."""
 
 from __future__ import annotations
 
@@ -33,24 +37,19 @@ SVD = "svd-xt/denoiser-b1-576x1024x14f-fp16"
 REPORTED = {
     (SEQ, "peak"): (-0.004, -0.004), (SEQ, "peak_text"): (-0.007, -0.007),
     (SEQ, "peak_denoise"): (0.023, 0.023), (SEQ, "peak_vae"): (-0.004, -0.004),
-    (SEQ, "text"): (-0.248, -0.012), (SEQ, "loop_step"): (-0.248, -0.054),
-    (SEQ, "vae"): (-0.244, -0.165), (SEQ, "total"): (-0.248, -0.056),
+    (SEQ, "text"): (-0.248, -0.012), (SEQ, "loop_step"): (-0.246, -0.055),
+    (SEQ, "vae"): (-0.165, -0.087), (SEQ, "total"): (-0.241, -0.052),
     (TEXT, "peak"): (-0.005, -0.005), (TEXT, "text"): (-0.168, 1.083),
-    (SVD, "peak"): (-0.004, -0.004), (SVD, "step"): (-0.152, -0.150), (SVD, "gpu_busy"): (-0.155, -0.155),
+    (SVD, "peak"): (-0.004, -0.004), (SVD, "step"): (-0.060, -0.058), (SVD, "gpu_busy"): (-0.062, -0.062),
 }
 SEQ_HOST = ("sequential offload's host cost per weight tensor scales with the host's launch cost: the catalog's "
             "bare-metal 17.2 us plans 76 us a tensor where this gVisor VM took ~200")
 KNOWN_MISSES = {
     **{(SEQ, m, "catalog"): SEQ_HOST for m in ("text", "loop_step", "vae", "total")},
-    (SEQ, "vae", "run_host"): ("the fp32 upcast under sequential offload: accelerate casts each fp16 CPU tensor to "
-                               "fp32 on the host before copying it (set_module_tensor_to_device), not modelled"),
     (TEXT, "text", "catalog"): ("host-bound CLIPs: ~300 us of host time per encoder layer (17.6 and 22.1 us a "
                                 "kernel) against 241-275 us planned"),
     (TEXT, "text", "run_host"): ("the run host's 45.05 us a kernel is an LLM decode's (transformers Llama); the "
                                  "CLIPs on the same machine took 17.6-22.1 us a kernel"),
-    **{(SVD, m, h): ("GPU time: group and layer norms ran at 0.12-0.25 of the copy bandwidth (planned 0.63), "
-                     "the GEGLU's GELU and multiply on non-contiguous halves; convolutions faster than planned")
-       for m in ("step", "gpu_busy") for h in ("catalog", "run_host")},
 }
 
 
@@ -141,20 +140,23 @@ def _plan_without_offload(name: str) -> dict:
     return plan_diffusion(req, load_hardware(HOSTS["run_host"]), limits=False).to_json()
 
 
-def test_svd_kernel_table_norms_are_the_largest_gap():
-    """The SVD-XT UNet's kernel table: its group and layer norm kernels took >= 3x the plan's norm time (the
-    planned op count is the profile's call count: 105 GroupNorms, 112 LayerNorms)."""
+def test_svd_kernel_table_norms_as_priced():
+    """The SVD-XT UNet's kernel table: its group and layer norm kernels (105 GroupNorms, 112 LayerNorms: the
+    planned op counts) took 55.7 ms, 15% of the forward; since the kernel-path re-split
+    (research/results/2026-12-02-h200-c/diffusion.md) the plan prices them within 5% of that (it planned 14.6 ms
+    before, under 0.015 s, which this test asserted until then)."""
     r = _result(SVD)
     rows = r["kernel_table"]
     req = DiffusionRequest(model="svd-xt", batch=1, height=576, width=1024, frames=14, cfg=True, component="denoiser")
     ops = plan_diffusion(req, load_hardware("h200"), limits=False).costs[0].forward["times"]
     norms = [o for o in ops if o.kind == "elementwise" and o.name.split(".")[-1].startswith(("norm", "conv_norm"))]
     planned_ln = [o for o in norms if "transformer_blocks" in o.name]
-    assert (len(norms) - len(planned_ln), len(planned_ln)) == (105, 112)
-    assert sum(o.gpu_s for o in norms) < 0.015
+    moments = [o for o in ops if o.name.endswith(".moments")]  # GroupNorm's row moments, one per GroupNorm
+    assert (len(norms) - len(planned_ln), len(planned_ln), len(moments)) == (105, 112, 105)
     gn = sum(x["s"] for x in rows if "RowwiseMoments" in x["name"] or "GroupNorm" in x["name"])
     ln = sum(x["s"] for x in rows if "layer_norm" in x["name"])
     assert sum(x["calls"] for x in rows if "RowwiseMoments" in x["name"]) == 105
     assert sum(x["calls"] for x in rows if "layer_norm" in x["name"]) == 112
     assert gn + ln > 0.15 * r["device_busy_s"]
     assert (gn, ln) == (pytest.approx(0.0356, abs=0.001), pytest.approx(0.0201, abs=0.001))
+    assert sum(o.gpu_s for o in norms + moments) == pytest.approx(gn + ln, rel=0.05)

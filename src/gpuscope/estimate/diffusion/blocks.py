@@ -32,15 +32,15 @@ def resnet2d(t: Trace, name: str, n: int, pix: int, cin: int, cout: int, temb: i
     is counted once)."""
     own = 0 if input_held else n * pix * cin
     t.hold(own)
-    t.norm(f"{name}.norm1", n * pix * cin, cin)
+    t.group_norm(f"{name}.norm1", n, cin, pix)
     t.ew(f"{name}.act1", n * pix * cin)
     t.conv(f"{name}.conv1", n, cin, cout, pix, pix)
     if temb:
         rows = temb_rows or n
         t.ew(f"{name}.temb_act", rows * temb)
         t.linear(f"{name}.time_emb_proj", rows, temb, cout)
-        t.ew(f"{name}.temb_add", n * pix * cout, rw=3)
-    t.norm(f"{name}.norm2", n * pix * cout, cout)
+        t.ew(f"{name}.temb_add", n * pix * cout, path="nonvec")  # h + temb[:, :, None, None]: a broadcast
+    t.group_norm(f"{name}.norm2", n, cout, pix)
     t.ew(f"{name}.act2", n * pix * cout)
     t.conv(f"{name}.conv2", n, cout, cout, pix, pix)
     t.hold(n * pix * cout)  # conv2's output
@@ -53,18 +53,22 @@ def resnet2d(t: Trace, name: str, n: int, pix: int, cin: int, cout: int, temb: i
     t.release(own)
 
 
-def temporal_resnet(t: Trace, name: str, n: int, pix: int, ch: int, temb: int | None) -> None:
+def temporal_resnet(t: Trace, name: str, n: int, pix: int, ch: int, temb: int | None, clips: int | None = None
+                    ) -> None:
     """TemporalResnetBlock: like ResnetBlock2D with (3, 1, 1) Conv3d over frames, on a permuted (b, c, f, h, w)
-    tensor; in == out channels (no shortcut)."""
+    tensor; in == out channels (no shortcut). Its GroupNorms see ``clips`` images of frames x pixels each (one
+    moments row per (clip, group)); norm1's input is the permuted view, which GroupNorm first makes contiguous
+    (the caller's ``permute_in`` copy)."""
+    clips = clips or n
     t.hold(n * pix * ch)
-    t.norm(f"{name}.norm1", n * pix * ch, ch)
+    t.group_norm(f"{name}.norm1", clips, ch, n * pix / clips)
     t.ew(f"{name}.act1", n * pix * ch)
     t.conv(f"{name}.conv1", n, ch, ch, pix, pix, k=1, kt=3)
     if temb:
         t.ew(f"{name}.temb_act", n * temb)
         t.linear(f"{name}.time_emb_proj", n, temb, ch)
-        t.ew(f"{name}.temb_add", n * pix * ch, rw=3)
-    t.norm(f"{name}.norm2", n * pix * ch, ch)
+        t.ew(f"{name}.temb_add", n * pix * ch, path="nonvec")
+    t.group_norm(f"{name}.norm2", clips, ch, n * pix / clips)
     t.ew(f"{name}.act2", n * pix * ch)
     t.conv(f"{name}.conv2", n, ch, ch, pix, pix, k=1, kt=3)
     t.ew(f"{name}.residual", n * pix * ch, rw=3)
@@ -72,21 +76,31 @@ def temporal_resnet(t: Trace, name: str, n: int, pix: int, ch: int, temb: int | 
 
 
 def spatio_temporal_resnet(t: Trace, name: str, n: int, pix: int, cin: int, cout: int, temb: int | None,
-                           input_held: bool = False) -> None:
-    """SpatioTemporalResBlock: a ResnetBlock2D over every frame, a TemporalResnetBlock over the frames, and an
-    AlphaBlender (one learned mix factor) that mixes the two; the permutes around the temporal block copy."""
+                           input_held: bool = False, clips: int | None = None) -> None:
+    """SpatioTemporalResBlock: a ResnetBlock2D over every frame, a TemporalResnetBlock over the frames of each of
+    ``clips`` clips, and an AlphaBlender (one learned mix factor) that mixes the two. The temporal block's first
+    GroupNorm copies its permuted input (strided reads: the non-vectorized path); the mixer reads that permuted view
+    and a per-frame alpha (non-vectorized too)."""
     resnet2d(t, f"{name}.spatial_res_block", n, pix, cin, cout, temb, input_held=input_held)
-    t.ew(f"{name}.permute_in", n * pix * cout)
-    temporal_resnet(t, f"{name}.temporal_res_block", n, pix, cout, temb)
+    t.ew(f"{name}.permute_in", n * pix * cout, path="nonvec")
+    temporal_resnet(t, f"{name}.temporal_res_block", n, pix, cout, temb, clips)
     t.weights_only(1)  # time_mixer.mix_factor
-    t.ew(f"{name}.time_mixer", n * pix * cout, rw=4, kernels=4)  # sigmoid, alpha * x, (1 - alpha) * y, add
-    t.ew(f"{name}.permute_out", n * pix * cout)
+    time_mixer(t, f"{name}.time_mixer", n * pix * cout)
+    # permute_out is a view: the mixer's output takes its first operand's (the permuted view's) layout, so the
+    # permute back to (b x f, c, h, w) is contiguous and reshape copies nothing
+
+
+def time_mixer(t: Trace, name: str, elems: float) -> None:
+    """AlphaBlender: alpha * x_spatial + (1 - alpha) * x_temporal with alpha one value per frame: four kernels
+    (the alpha's own, tiny, counted as one; two broadcast multiplies, reading and writing each element; the add,
+    two reads and a write): 7 elements moved per output element, on the non-vectorized path."""
+    t.ew(name, elems, rw=7 / 4, kernels=4, live=4 * elems, path="nonvec")
 
 
 def attention(t: Trace, name: str, n: int, lq: int, dim: int, heads: int, head_dim: int, kv_dim: int | None = None,
               lk: int | None = None, qkv_bias: bool = False, out_bias: bool = True, out_dim: int | None = None) -> None:
-    """diffusers Attention with AttnProcessor2_0: to_q, to_k, to_v, the attention core, the head merge (a copy),
-    to_out[0], and the division by rescale_output_factor. ``kv_dim``: cross-attention's context width."""
+    """diffusers Attention with AttnProcessor2_0: to_q, to_k, to_v, the attention core, the head merge (a copy
+    only after the math path's bmm), to_out[0], and the division by rescale_output_factor. ``kv_dim``: cross-attention's context width."""
     inner = heads * head_dim
     lk = lk or lq
     t.linear(f"{name}.to_q", n * lq, dim, inner, qkv_bias)
@@ -96,7 +110,8 @@ def attention(t: Trace, name: str, n: int, lq: int, dim: int, heads: int, head_d
     t.linear(f"{name}.to_v", n * lk, kv_dim or dim, inner, qkv_bias)
     t.release(n * (lq + lk) * inner)  # the core's live set counts q, k, v and its output
     t.attention(f"{name}.core", n, heads, lq, lk, head_dim)
-    t.ew(f"{name}.merge_heads", n * lq * inner)
+    if t.attn_impl == "math":  # batch_to_head_dim copies bmm's output; SDPA's output is laid out (b, L, h, d)
+        t.ew(f"{name}.merge_heads", n * lq * inner)  # already, so its transpose + reshape is a view
     t.linear(f"{name}.to_out", n * lq, inner, out_dim or dim, out_bias)
     t.ew(f"{name}.rescale", n * lq * (out_dim or dim))
 
@@ -109,8 +124,9 @@ def feed_forward(t: Trace, name: str, rows: int, dim: int, act: str = "geglu", m
     if act == "geglu":
         t.linear(f"{name}.proj", rows, dim, 2 * inner, bias)
         t.hold(rows * 2 * inner)
-        t.ew(f"{name}.gelu", rows * inner)
-        t.ew(f"{name}.gate_mul", rows * inner, rw=3, live=2 * rows * inner)
+        # both read a strided half of the projection (chunk(2, dim=-1)): non-vectorized kernels (time.py)
+        t.ew(f"{name}.gelu", rows * inner, path="geglu_gelu")
+        t.ew(f"{name}.gate_mul", rows * inner, rw=3, live=2 * rows * inner, path="geglu_mul")
         t.release(rows * 2 * inner)
     else:
         t.linear(f"{name}.proj", rows, dim, inner, bias)
@@ -144,20 +160,20 @@ def transformer2d(t: Trace, name: str, n: int, pix: int, ch: int, heads: int, la
     (b, hw, c) permute, ``layers`` BasicTransformerBlocks, proj_out and the residual add."""
     head_dim = ch // heads
     t.hold(n * pix * ch)
-    t.norm(f"{name}.norm", n * pix * ch, ch)
+    t.group_norm(f"{name}.norm", n, ch, pix)
     if linear_proj:
-        t.ew(f"{name}.to_tokens", n * pix * ch)
+        t.ew(f"{name}.to_tokens", n * pix * ch, path="nonvec")
         t.linear(f"{name}.proj_in", n * pix, ch, ch)
     else:
         t.conv(f"{name}.proj_in", n, ch, ch, pix, pix, k=1)
-        t.ew(f"{name}.to_tokens", n * pix * ch)
+        t.ew(f"{name}.to_tokens", n * pix * ch, path="nonvec")
     for i in range(layers):
         basic_transformer_block(t, f"{name}.transformer_blocks.{i}", n, pix, ch, heads, head_dim, ctx_dim, ctx_len)
     if linear_proj:
         t.linear(f"{name}.proj_out", n * pix, ch, ch)
-        t.ew(f"{name}.to_image", n * pix * ch)
+        t.ew(f"{name}.to_image", n * pix * ch, path="nonvec")
     else:
-        t.ew(f"{name}.to_image", n * pix * ch)
+        t.ew(f"{name}.to_image", n * pix * ch, path="nonvec")
         t.conv(f"{name}.proj_out", n, ch, ch, pix, pix, k=1)
     t.ew(f"{name}.residual", n * pix * ch, rw=3)
     t.release(n * pix * ch)
@@ -180,8 +196,8 @@ def upsample(t: Trace, name: str, n: int, pix_in: int, ch: int) -> None:
 def vae_attention(t: Trace, name: str, n: int, pix: int, ch: int) -> None:
     """The VAE mid-block's single-head Attention (group_norm inside, biased q/k/v, residual_connection)."""
     t.hold(n * pix * ch)
-    t.ew(f"{name}.to_tokens", n * pix * ch)
-    t.norm(f"{name}.group_norm", n * pix * ch, ch)
+    t.ew(f"{name}.to_tokens", n * pix * ch, path="nonvec")
+    t.group_norm(f"{name}.group_norm", n, ch, pix)
     attention(t, name, n, pix, ch, 1, ch, qkv_bias=True)
     t.ew(f"{name}.residual", n * pix * ch, rw=3)
     t.ew(f"{name}.to_image", n * pix * ch)

@@ -46,7 +46,7 @@ def trace_component(comp: ComponentSpec, s: Shapes, act_b: float, w_b: float, at
     elif cls == "AutoencoderKL":
         vae.autoencoder_kl(t, cfg, s.images, s.latent_h, s.latent_w)
     elif cls == "AutoencoderKLTemporalDecoder":
-        vae.autoencoder_temporal(t, cfg, s.images * s.frames, s.latent_h, s.latent_w)
+        vae.autoencoder_temporal(t, cfg, s.images * s.frames, s.latent_h, s.latent_w, clips=s.images)
     elif cls == "AutoencoderKLCogVideoX":
         vae.autoencoder_cogvideox(t, cfg, s.images, s.frames, s.latent_h, s.latent_w)
     elif cls in ("CLIPTextModel", "CLIPTextModelWithProjection"):

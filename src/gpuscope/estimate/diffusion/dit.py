@@ -6,7 +6,10 @@ models/transformers/transformer_sd3.py, attention.py JointTransformerBlock), Flu
 Tokens: SD3 patchifies the latent (p x p patches of the 8x-downsampled image); FLUX packs 2x2 latent pixels into
 one token before the transformer (in_channels 64 = 16 x 4, patch_size 1); CogVideoX patchifies every latent frame.
 All three run joint attention over the image tokens and the text tokens together; adaLN modulations come from the
-timestep (and pooled text) embedding, one linear per block (rows = batch).
+timestep (and pooled text) embedding, one linear per block (rows = batch). Applying them (x * (1 + scale) + shift,
+gate * out + residual) broadcasts a (batch, 1, dim) row over the tokens: TensorIterator's non-vectorized kernels
+(path "nonvec", priced in time.py; SD3.5-medium's H200 kernel table: 17.8 ms of them in a 79 ms forward,
+research/results/2026-12-02-h200-c/diffusion.md).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ def _modulated_norm(t: Trace, name: str, n: int, rows: int, dim: int, temb: int,
     t.ew(f"{name}.silu", n * temb)
     t.linear(f"{name}.linear", n, temb, chunks * dim)
     t.norm(f"{name}.norm", rows * dim, dim, affine=affine)
-    t.ew(f"{name}.modulate", rows * dim, rw=3, kernels=2)
+    t.ew(f"{name}.modulate", rows * dim, rw=3, kernels=2, path="nonvec")
 
 
 def _qk_norm(t: Trace, name: str, rows: int, heads: int, head_dim: int, kind: str | None) -> None:
@@ -57,9 +60,9 @@ def _joint_attention(t: Trace, name: str, n: int, li: int, lc: int, dim: int, he
 def _gated_ff(t: Trace, name: str, rows: int, dim: int) -> None:
     """norm2 + modulation, GELU(tanh) FeedForward (4 x dim), the gate multiply and the residual add."""
     t.norm(f"{name}.norm", rows * dim, dim, affine=False)
-    t.ew(f"{name}.modulate", rows * dim, rw=3, kernels=2)
+    t.ew(f"{name}.modulate", rows * dim, rw=3, kernels=2, path="nonvec")
     b.feed_forward(t, f"{name}.ff", rows, dim, act="gelu")
-    t.ew(f"{name}.gate_residual", rows * dim, rw=3, kernels=2)
+    t.ew(f"{name}.gate_residual", rows * dim, rw=3, kernels=2, path="nonvec")
 
 
 def _joint_block(t: Trace, name: str, n: int, li: int, lc: int, dim: int, heads: int, hd: int, qk: str | None,
@@ -77,17 +80,17 @@ def _joint_block(t: Trace, name: str, n: int, li: int, lc: int, dim: int, heads:
     t.hold(ctx)
     _joint_attention(t, f"{name}.attn", n, li, lc, dim, heads, hd, qk, not last, rope=rope)
     t.hold(img + ctx)  # attn_output, context_attn_output
-    t.ew(f"{name}.attn_gate_residual", img, rw=3, kernels=2)
+    t.ew(f"{name}.attn_gate_residual", img, rw=3, kernels=2, path="nonvec")
     t.hold(img)  # the image stream after the residual add
     if dual:
         b.attention(t, f"{name}.attn2", n, li, dim, heads, hd, qkv_bias=True)
         _qk_norm(t, f"{name}.attn2.norm_q", n * li, heads, hd, qk)
         _qk_norm(t, f"{name}.attn2.norm_k", n * li, heads, hd, qk)
         t.hold(img)  # attn_output2
-        t.ew(f"{name}.attn2_gate_residual", img, rw=3, kernels=2)
+        t.ew(f"{name}.attn2_gate_residual", img, rw=3, kernels=2, path="nonvec")
     _gated_ff(t, f"{name}.ff_block", n * li, dim)
     if not last:
-        t.ew(f"{name}.context_attn_gate_residual", ctx, rw=3, kernels=2)
+        t.ew(f"{name}.context_attn_gate_residual", ctx, rw=3, kernels=2, path="nonvec")
         _gated_ff(t, f"{name}.ff_context_block", n * lc, dim)
     t.release(img * (4 + (2 if dual else 0)) + 3 * ctx)
 
@@ -168,7 +171,7 @@ def _flux_single(t: Trace, name: str, n: int, L: int, dim: int, heads: int, hd: 
     t.ew(f"{name}.cat", rows * 5 * dim, live=rows * 6 * dim)  # attn_output + the cat (mlp is held)
     t.release(rows * 5 * dim)
     t.linear(f"{name}.proj_out", rows, 5 * dim, dim)
-    t.ew(f"{name}.gate_residual", rows * dim, rw=3, kernels=2)
+    t.ew(f"{name}.gate_residual", rows * dim, rw=3, kernels=2, path="nonvec")
     t.release(rows * dim)
 
 
@@ -195,7 +198,7 @@ def cogvideox(t: Trace, cfg, n: int, latent_frames: int, h: int, w: int, ctx_len
             t.ew(f"{name}.{norm}.silu", n * temb)
             t.linear(f"{name}.{norm}.linear", n, temb, 6 * dim)
             t.norm(f"{name}.{norm}.norm", n * L * dim, dim)
-            t.ew(f"{name}.{norm}.modulate", n * L * dim, rw=3, kernels=4)
+            t.ew(f"{name}.{norm}.modulate", n * L * dim, rw=3, kernels=4, path="nonvec")
             if norm == "norm1":
                 b.attention(t, f"{name}.attn1", n, L, dim, heads, hd, qkv_bias=cfg.get("attention_bias", True))
                 _qk_norm(t, f"{name}.attn1.norm_q", n * L, heads, hd, "layer_norm")
@@ -204,12 +207,12 @@ def cogvideox(t: Trace, cfg, n: int, latent_frames: int, h: int, w: int, ctx_len
                     t.ew(f"{name}.attn1.rotary", 2 * n * li * dim, rw=4, kernels=8)
             else:
                 b.feed_forward(t, f"{name}.ff", n * L, dim, act="gelu")
-            t.ew(f"{name}.{norm}.gate_residual", n * L * dim, rw=3, kernels=4)
+            t.ew(f"{name}.{norm}.gate_residual", n * L * dim, rw=3, kernels=4, path="nonvec")
         t.release(n * L * dim)
     t.norm("norm_final", n * L * dim, dim)
     t.ew("norm_out.silu", n * temb)
     t.linear("norm_out.linear", n, temb, 2 * dim)
     t.norm("norm_out.norm", n * li * dim, dim)
-    t.ew("norm_out.modulate", n * li * dim, rw=3, kernels=2)
+    t.ew("norm_out.modulate", n * li * dim, rw=3, kernels=2, path="nonvec")
     t.linear("proj_out", n * li, dim, p * p * cfg.get("out_channels", 16))
     t.ew("unpatchify", n * li * p * p * cfg.get("out_channels", 16))

@@ -42,6 +42,7 @@ class ComponentCost:
     inputs_bytes: float = 0.0  # tensors alive beside its activations (latents, embeddings)
     run_bytes: float = 0.0  # weights of the layers a forward runs (sequential offload copies them in each forward)
     run_tensors: int = 0  # their parameter tensors
+    tensors: int = 0  # every parameter tensor of the module (model offload moves each on its own)
 
 
 def phase_bytes(c: ComponentCost, resident_weights: float, offload: str) -> float:

@@ -11,10 +11,20 @@ micro_lowp.json, the same session as the offload runs: pinned 54.0 GB/s both way
 the day before, 2026-12-02-h200/call3: pinned 55.4, pageable 9.4 and 16.6). That host is a gVisor VM; a bare-metal host's pageable copies
 are likely faster (not measured here).
 
-- model: a module moves in (its weights at the H2D rate) when it runs, and the module before it moves out (at
-  the D2H rate) just before that; at the end of the call maybe_free_model_hooks moves the last one out. So a
-  phase holds its own components' moves in, and the moves out of the module before each; the VAE's phase also
-  its own move out. Nothing moves during the denoising steps (the denoiser stays in).
+- model: a module moves in (its weights at the H2D rate) when it runs, and the module before it moves out just
+  before that; at the end of the call maybe_free_model_hooks moves the last one out. So a phase holds its own
+  components' moves in, and the moves out of the module before each; the VAE's phase also its own move out.
+  Nothing moves during the denoising steps (the denoiser stays in). A move out is ``module.to("cpu")``: every
+  tensor lands in freshly allocated pageable host memory, slower than `bench micro`'s pageable copy into a
+  reused buffer: FRESH_D2H_FACTOR (the bench's own probe of that move, the SDXL UNet's 5.13 GB at 8.42 GB/s,
+  against micro's 14.3). Between the two, accelerate's hook empties PyTorch's cache
+  (CpuOffload.pre_forward: prev_module_hook.offload(), then clear_device_cache(): torch.cuda.empty_cache()), so
+  the module before gives its blocks back to the driver (a cudaFree each) and the module coming in gets new ones
+  (a cudaMalloc each): ALLOC_LAUNCHES host launch costs per tensor of both, on top of the copies. The first
+  module of a call (nothing before it) moves in with no emptied cache. ALLOC_LAUNCHES 10.7 is set by the
+  denoising phase of SDXL at 1024x1024 under model offload on an H200 (2.257 s for 2 steps: what the copies
+  and the two forwards do not take, over the 1,680 + 517 tensors of the UNet and CLIP-bigG, at 45.05 us a launch:
+  0.48 ms a tensor; research/results/2026-12-02-h200-c/diffusion.md); its text and VAE phases are the checks.
 - sequential: each layer's weights are copied in just before it runs, one tensor at a time, and dropped after,
   at every forward: the weights of the layers that run (a VAE decode runs its decoder only) at the H2D rate, plus
   TENSOR_LAUNCHES host launch costs per tensor (accelerate's set_module_tensor_to_device: the copy call, the
@@ -30,6 +40,8 @@ from gpuscope.estimate.train import host_link_gbs
 
 PAGEABLE_FRACTION = {"h2d": 6.0 / 54.0, "d2h": 14.3 / 54.0}
 TENSOR_LAUNCHES = 4.4
+FRESH_D2H_FACTOR = 8.42 / 14.3  # module.to("cpu") into new host memory / a pageable copy into a reused buffer
+ALLOC_LAUNCHES = 10.7  # model offload: host launch costs per tensor given back to or taken from the driver
 PHASE = {"text_encoder": "text_encode", "image_encoder": "text_encode", "denoiser": "denoise", "vae": "vae_decode"}
 ORDER = ("text_encoder", "image_encoder", "denoiser", "vae")  # diffusers' model_cpu_offload_seq
 
@@ -48,8 +60,13 @@ def moves(costs: list, offload: str, hw, launch_s: float) -> dict[str, float]:
     h2d, d2h = pageable_gbs(hw, "h2d") * 1e9, pageable_gbs(hw, "d2h") * 1e9
     ordered = sorted(costs, key=lambda c: ORDER.index(c.role))
     if offload == "model":
+        d2h *= FRESH_D2H_FACTOR
+        alloc = ALLOC_LAUNCHES * launch_s
         for i, c in enumerate(ordered):
-            out[PHASE[c.role]] += c.weight_bytes / h2d + (ordered[i - 1].weight_bytes / d2h if i else 0.0)
+            out[PHASE[c.role]] += c.weight_bytes / h2d
+            if i:  # the module before moves out, the cache is emptied, this one's tensors are allocated anew
+                prev = ordered[i - 1]
+                out[PHASE[c.role]] += prev.weight_bytes / d2h + (prev.tensors + c.tensors) * alloc
         last = ordered[-1]
         out[PHASE[last.role]] += last.weight_bytes / d2h
         return out

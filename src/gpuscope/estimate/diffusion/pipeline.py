@@ -93,7 +93,8 @@ def _cost(comp: ComponentSpec, shapes: Shapes, dtype: str, req: DiffusionRequest
         fwd = {**fwd, "wall_s": fwd["wall_s"] * repeat, "gpu_s": fwd["gpu_s"] * repeat,
                "host_s": fwd["host_s"] * repeat, "kernels": fwd["kernels"] * repeat, "flops": fwd["flops"] * repeat}
     return ComponentCost(comp.name, comp.role, comp.class_name, t.params, weight_bytes, t.peak, t.peak_op,
-                         t.seq_peak, fwd, passes, inputs, t.run_params * w_b, t.run_tensors)
+                         t.seq_peak, fwd, passes, inputs, t.run_params * w_b, t.run_tensors,
+                         t.tensors)
 
 
 def component_costs(spec: PipelineSpec, r: Resolved, req: DiffusionRequest, hw, timed: bool = True

@@ -3,25 +3,43 @@
 Per op on the GPU (roofline.py): t = max(flops / F, bytes / B, kernels x t_min), with
 - GEMMs (Linear) at the dtype's achievable rate x wave quantization (roofline.wave_efficiency);
 - convolutions as implicit GEMMs (M = images x output pixels, N = out channels, K = in channels x kernel volume)
-  at CONV_EFFICIENCY x that rate (cuDNN's implicit-GEMM kernels gather the im2col tiles in the K-loop; NVIDIA
-  "Convolutional Layers User's Guide"), plus cuDNN's NCHW<->NHWC layout copies around each (trace.py).
-  CONV_EFFICIENCY 0.7 is set by the SDXL UNet's GPU time on an H200: the planned GPU time of its six
-  GPU-heavy points (512x512 at batch 4 and 8, 1024x1024 at batch 1-8, CFG) against the device-busy time of
-  their profiles is -0.9% on average at 0.7, max |error| 2.9% (-3.4%, max 5.3%, at the 0.8 assumed before); the SVD-XT
-  UNet (temporal Conv3d, other shapes) is the check (research/results/2026-12-02-h200/diffusion.md).
+  at CONV_EFFICIENCY x that rate, plus cuDNN's NCHW<->NHWC layout copies around each and the bias added by a
+  kernel of its own (trace.py). CONV_EFFICIENCY 1.0: the SDXL VAE decode's convolution kernels alone (its H200
+  kernel table, 1024x1024 fp16: 13.28 ms for 9.89 TFLOP, 745 TFLOP/s, 1.05 x the 737 of a cuBLAS GEMM; kept at
+  the GEMM rate). It was 0.7, set on SDXL UNet totals that hid the norms' and broadcasts' own time; checks: the
+  SVD-XT UNet's convolutions at 14 and 20 frames (planned 45 / 63 ms, measured at least 36 / 50 in the top 25).
 - attention (SDPA flash / memory-efficient) at roofline.attention_efficiency(head_dim) x the GEMM rate (measured
   on the H200 for causal prefill, causal FLOPs counted; bidirectional attention's tiles are all full, so this is a
   floor on its rate);
-- elementwise kernels at roofline.ELEMENTWISE_BW_FRACTION of the copy bandwidth.
+- memory-bound kernels by their kernel path (trace.KOp.path, ``kernel_paths``), as fractions of the copy
+  bandwidth, each from the H200 kernel tables of research/results/2026-12-02-h200-c/diffusion.md:
+  * "vec", TensorIterator's vectorized kernels on these large tensors (SiLU, contiguous adds, scalar multiplies):
+    VEC_BW_FRACTION 0.93 (the SDXL VAE decode's: 4.57 ms for the 17.5 GB the walkers count), not the LLM
+    profile's 0.63 (roofline.ELEMENTWISE_BW_FRACTION, short kernels); check: SVD-XT's.
+  * "nonvec", an operand broadcast or strided (a conv bias, a time embedding, adaLN's shift and scale, a permuted
+    view copied): ``elementwise_kernel<128, 4>``; "gn_apply", GroupNorm's apply (its scale and shift broadcast):
+    NONVEC_BW_FRACTION 0.35 (the SDXL VAE decode's apply and bias adds, 10.96 ms for 15.95 GB); checks: SVD-XT's
+    208 adds at 0.355, the SDXL UNet's at 768x768.
+  * GEGLU's GELU and gating multiply, both on ``chunk(2, dim=-1)`` halves: GEGLU_BW_FRACTION 0.324 and 0.56
+    (SVD-XT's UNet at 14 frames: the GELU kernel 26.1 ms for 34.9 GB; the multiplies 30.6 ms less its time
+    mixer's at the non-vectorized rate); checks: SVD-XT at 20 frames, the SDXL UNet (70 each).
+  * "layer_norm", the native LayerNorm kernel (one block of 128 threads per row): LAYER_NORM_BW_FRACTION 0.25
+    (SVD-XT's 112 LayerNorms at 14 frames, 20.1 ms for 20.4 GB); checks: 20 frames, the SDXL UNet's 210.
+  * "gn_moments", GroupNorm's RowwiseMomentsCUDAKernel: one 512-thread block per (image, group) row walking it
+    with one load in flight per thread (a Welford loop), so latency-bound: each block reads GN_BLOCK_FRACTION
+    of an SM's share of the copy bandwidth (in 16-bit elements: the rate is per element, whatever the dtype),
+    GN_BLOCKS_PER_SM of them resident (2,048 threads), in ceil(rows / (SMs x 4)) waves of one row each. At batch 1
+    a GroupNorm has 32 rows for 132 SMs: the SDXL VAE decode at 1024x1024 spends 44.7 ms of its 85.6 in them
+    (it sets 0.082: 1.29 G elements/s a block); checks: the same decode at 768x768 batch 2 (64 rows, -2%), SVD-XT
+    at 14 and 20 frames (64 and 896-1,280 rows, -4% and -6%).
 - attention wider than WIDE_HEAD_DIM (the VAEs' single-head mid-block attention, head_dim 512): PyTorch's flash
-  kernels stop at head_dim 256, so SDPA runs another kernel, taken at WIDE_HEAD_FP32_FRACTION of the device's
-  fp32 rate whatever the dtype. Set by the SDXL VAE decode at 1024x1024 fp16 on an H200 (86.7 ms measured; the
-  rest of the decode plans 37.3 ms, leaving 49.4 ms for its 0.55 TFLOP of attention: 11.1 TFLOP/s, 0.22 of the
-  achievable fp32 49.9). Attributed by elimination, not by a kernel profile: the same decode in fp32 (inside the
-  full pipeline, SDXL's force_upcast) measured 122.1 ms, ~50 ms above what its other ops plan, again; one
-  dtype-blind op of that size, and only the attention changes kernel at this head_dim. Check: that fp32 decode
-  plans within 2.1% with the constant (research/results/2026-12-02-h200/diffusion.md). Measured on NVIDIA only;
-  other vendors' SDPA kernels are assumed to fall back the same way.
+  kernels stop at head_dim 256, so SDPA runs the memory-efficient (cutlass) kernel, at WIDE_HEAD_FRACTION 0.2 of
+  the dtype's GEMM rate (the SDXL VAE decode's one fmha_cutlassF kernel: 3.68 ms for 0.55 TFLOP, 149 TFLOP/s;
+  check: 768x768 batch 2, -22%). In fp32 that kernel multiplies in 3xTF32 on Tensor Cores (PyTorch
+  mem_eff_attention/gemm_kernel_utils.h, DefaultGemmType<Sm80+, float>: OpMultiplyAddFastF32), so its rate is
+  the fraction of a third of the TF32 rate. It was WIDE_HEAD_FP32_FRACTION 0.22 of the fp32 rate, attributed by
+  elimination: the kernel table put that time in GroupNorm's moments instead. Measured on NVIDIA only; other
+  vendors' kernels are assumed to behave the same way.
 
 In fp32, convolutions run on TF32 Tensor Cores where the device has them: PyTorch's
 torch.backends.cudnn.allow_tf32 defaults to True (matmuls' allow_tf32 defaults to False, so Linear layers stay
@@ -33,12 +51,12 @@ ahead of the GPU on one in-order stream. ``timeline`` walks the ops in forward o
 the host has launched them and the GPU has finished the op before, so a forward takes between max(GPU, host)
 and their sum; where the two are close, the GPU idles while the host launches a run of small kernels (the host
 never waits: no sync inside a forward). A small batch is host-bound: SDXL's UNet at 512x512, batch 1 with CFG,
-traces 2,139 kernels (cuDNN's layout copies included, trace.py), 37 ms of host time at 17.2 us each against
-15 ms of GPU work. Checks (research/results/2026-12-02-h200/diffusion.md): the GPU time against the H200
-profile's device-busy time of the same forwards (within 12.3% at all eight SDXL UNet points, 16-268 ms); on
-that machine's host, a gVisor VM whose launch costs ~45 us (an LLM decode forward's host time per kernel,
-measured apart: research/results/2026-12-02-h200/h200-gvisor-host.toml), the host-bound steps (within 14% but
-one, -19%).
+traces 2,091 kernels (cuDNN's layout copies, GroupNorm's three, included: trace.py; the profile counted 2,270),
+36 ms of host time at 17.2 us each against 15 ms of GPU work. Checks (research/results/2026-12-02-h200/
+diffusion.md, 2026-12-02-h200-c/diffusion.md): the GPU time against the H200 profile's device-busy time of the
+same forwards (within 8.4% at all eight SDXL UNet points, 16-268 ms); on that machine's host, a gVisor VM whose
+launch costs ~45 us (an LLM decode forward's host time per kernel, measured apart:
+research/results/2026-12-02-h200/h200-gvisor-host.toml), the host-bound steps (within 14% but one, -21%).
 
 Per denoising step the pipeline adds its own kernels: the CFG batch cat and the guidance combine (chunk, sub, mul,
 add), the scheduler's step (EulerDiscrete / FlowMatchEuler: sigma lookups, a multiply-add, dtype casts):
@@ -47,16 +65,23 @@ STEP_KERNELS, launched like the rest.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import replace
 
 from gpuscope.estimate.engines import EngineModel
 from gpuscope.estimate.ops import Op
-from gpuscope.estimate.roofline import OpTime, attention_efficiency, sm_count, time_ops
+from gpuscope.estimate.roofline import ELEMENTWISE_BW_FRACTION, OpTime, attention_efficiency, sm_count, time_ops
 
-CONV_EFFICIENCY = 0.7
+CONV_EFFICIENCY = 1.0  # cuDNN's implicit-GEMM kernels / the GEMM rate (module docstring)
 WIDE_HEAD_DIM = 256  # the largest head_dim of PyTorch's flash-attention kernels
-WIDE_HEAD_FP32_FRACTION = 0.22  # a wider head's attention rate / achievable fp32 rate (module docstring)
+WIDE_HEAD_FRACTION = 0.2  # a wider head's attention rate / the dtype's achievable GEMM rate (module docstring)
+VEC_BW_FRACTION = 0.93  # TensorIterator's vectorized kernels on these large tensors / copy bandwidth (docstring)
+NONVEC_BW_FRACTION = 0.35  # TensorIterator's non-vectorized kernels / copy bandwidth (module docstring)
+GEGLU_BW_FRACTION = {"geglu_gelu": 0.324, "geglu_mul": 0.56}  # GEGLU's two kernels on chunk halves (docstring)
+LAYER_NORM_BW_FRACTION = 0.25  # the native LayerNorm kernel / copy bandwidth (module docstring)
+GN_BLOCKS_PER_SM = 4  # RowwiseMomentsCUDAKernel: 512-thread blocks, 2,048 resident threads per SM
+GN_BLOCK_FRACTION = 0.082  # one moments block's 16-bit element rate x 2 B / one SM's share of the bandwidth
 STEP_KERNELS = 16  # the pipeline's own kernels per denoising step (see the module docstring)
 
 
@@ -75,10 +100,39 @@ def _as_roofline_ops(ops: list[Op], wide_slowdown: float = 1.0) -> list[Op]:
 
 def wide_head_slowdown(hw, dtype: str, head_dim: int) -> float:
     """How much longer than roofline's attention rate a head of ``head_dim`` takes (1 up to WIDE_HEAD_DIM)."""
-    if head_dim <= WIDE_HEAD_DIM or not hw.supports("fp32"):
+    if head_dim <= WIDE_HEAD_DIM:
         return 1.0
-    flash = hw.achievable_tflops(dtype) * attention_efficiency(head_dim)
-    return max(1.0, flash / (WIDE_HEAD_FP32_FRACTION * hw.achievable_tflops("fp32")))
+    rate = WIDE_HEAD_FRACTION * hw.achievable_tflops(dtype)
+    if dtype == "fp32" and hw.supports("tf32"):  # the fp32 kernel multiplies in 3xTF32 (module docstring)
+        rate = WIDE_HEAD_FRACTION * hw.achievable_tflops("tf32") / 3.0
+    return max(1.0, hw.achievable_tflops(dtype) * attention_efficiency(head_dim) / rate)
+
+
+def kernel_paths(ops: list[Op], hw, sms: int | None) -> list[Op]:
+    """Memory-bound ops priced by their kernel path (trace.KOp.path; module docstring), as the bytes that take
+    their time at roofline's elementwise rate: the non-vectorized path and LayerNorm at their fractions of the copy
+    bandwidth; GroupNorm's moments at one block per row, GN_BLOCKS_PER_SM resident per SM, each reading at
+    GN_BLOCK_FRACTION of an SM's share of the bandwidth (latency-bound: counted in elements), or at the
+    elementwise rate if that is slower."""
+    bw = hw.achievable_bw_gbs() * 1e9
+    out = []
+    for o in ops:
+        path = getattr(o, "path", "vec")
+        if path == "vec" and o.kind == "elementwise" and not o.name.endswith(".layout"):
+            o = replace(o, bytes=o.bytes * ELEMENTWISE_BW_FRACTION / VEC_BW_FRACTION)
+        elif path in ("nonvec", "gn_apply"):
+            o = replace(o, bytes=o.bytes * ELEMENTWISE_BW_FRACTION / NONVEC_BW_FRACTION)
+        elif path in GEGLU_BW_FRACTION:
+            o = replace(o, bytes=o.bytes * ELEMENTWISE_BW_FRACTION / GEGLU_BW_FRACTION[path])
+        elif path == "layer_norm":
+            o = replace(o, bytes=o.bytes * ELEMENTWISE_BW_FRACTION / LAYER_NORM_BW_FRACTION)
+        elif path == "gn_moments" and sms:
+            per_block = GN_BLOCK_FRACTION * bw / sms / 2.0  # elements a second
+            waves = math.ceil(o.rows / (sms * GN_BLOCKS_PER_SM))
+            t = waves * (o.elems / o.rows) / per_block
+            o = replace(o, bytes=max(o.bytes, t * ELEMENTWISE_BW_FRACTION * bw))
+        out.append(o)
+    return out
 
 
 def head_dim_of(heads_dims: list[int]) -> int:
@@ -111,7 +165,10 @@ def forward_seconds(ops: list[Op], hw, dtype: str, heads_dims: list[int], engine
     timed: dict[int, OpTime] = {}
     for d, group in groups.items():
         slow = wide_head_slowdown(hw, d, hd) if eager else 1.0
-        for o, t in zip(group, time_ops(_as_roofline_ops(group, slow), hw.achievable_tflops(d), bw, engine, sms, hd)):
+        priced = _as_roofline_ops(group, slow)
+        if eager and engine.cpu is None:  # PyTorch's own GPU kernels
+            priced = kernel_paths(priced, hw, sms)
+        for o, t in zip(group, time_ops(priced, hw.achievable_tflops(d), bw, engine, sms, hd)):
             timed[id(o)] = t
     times = [timed[id(o)] for o in ops]  # forward order
     gpu = sum(t.gpu_s for t in times) + extra_kernels * engine.kernel_min_s
@@ -119,7 +176,18 @@ def forward_seconds(ops: list[Op], hw, dtype: str, heads_dims: list[int], engine
     host = kernels * engine.launch_s + engine.forward_s
     wall = timeline(times, engine.launch_s, engine.forward_s, extra_kernels * engine.kernel_min_s)
     return {"wall_s": wall, "gpu_s": gpu, "host_s": host, "kernels": kernels,
-            "flops": sum(o.flops for o in ops), "bound": "host" if host > gpu else "gpu", "times": times}
+            "flops": sum(o.flops for o in ops), "bound": "host" if host > gpu else "gpu", "times": times,
+            "classes": [kernel_class(o) for o in ops]}
+
+
+def kernel_class(o: Op) -> str:
+    """What kind of kernel an op runs (the classes of a --profile kernel table): conv, gemm, attention, layout
+    (cuDNN's NCHW<->NHWC copies) or the op's kernel path (trace.KOp.path)."""
+    if o.kind in ("conv", "attention"):
+        return o.kind
+    if o.kind == "matmul":
+        return "gemm"
+    return "layout" if o.name.endswith(".layout") else getattr(o, "path", "vec")
 
 
 def timeline(times: list[OpTime], launch_s: float, forward_s: float, tail_gpu_s: float = 0.0) -> float:

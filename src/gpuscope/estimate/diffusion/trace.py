@@ -32,6 +32,15 @@ Conventions (FLOPs, bytes, memory):
   the kernel count of SDXL's UNet at 512x512, denoiser batch 2, goes from 2,037 to 2,139 (51 convolutions)
   against the 2,270 the H200's profile counted. Other vendors' libraries (MIOpen, oneDNN) are assumed to reorder
   the same way; not measured. A CPU forward has no such copies (``nchw_copies`` False: the profiler tests).
+  On that cuDNN path PyTorch adds a convolution's bias after the convolution (aten::_convolution: output.add_ of
+  a (1, C, 1, 1) view), a kernel of its own that reads and writes the output (``<conv>.bias``).
+- The kernel path of each memory-bound op (``KOp.path``, priced in time.py): "vec" (TensorIterator's vectorized
+  kernel: every operand contiguous), "nonvec" (an operand broadcast or strided: a bias, a time embedding, a
+  permuted view, a ``chunk`` half; ``elementwise_kernel<128, 4>``), "layer_norm" (the native LayerNorm kernel),
+  "gn_moments" (GroupNorm's RowwiseMomentsCUDAKernel: one block per (image, group) row, ``rows``).
+- GroupNorm (``group_norm``) is three kernels (aten/src/ATen/native/cuda/group_norm_kernel.cu): the row moments
+  (reads the input once), the fused per-channel scale and shift (tiny), and the apply (reads and writes every
+  element, its scale and shift broadcast: the non-vectorized path).
 """
 
 from __future__ import annotations
@@ -39,6 +48,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gpuscope.estimate.ops import Op
+
+
+@dataclass(frozen=True)
+class KOp(Op):
+    """An op with the PyTorch kernel path that prices it on a GPU (module docstring; time.py)."""
+    path: str = "vec"  # "vec", "nonvec", "layer_norm", "gn_moments", "gn_apply", "geglu_gelu", "geglu_mul"
+    rows: int = 0  # gn_moments: the kernel's blocks, images x groups
+    elems: float = 0.0  # gn_moments: the elements it reads
 
 
 @dataclass
@@ -56,6 +73,7 @@ class Trace:
     _op_w: int = 0  # parameters of the layer being added (until its live tensors are counted)
     run_params: int = 0  # parameters of the layers this forward runs (what sequential offload copies in)
     run_tensors: int = 0  # their parameter tensors (a weight, a bias: sequential offload copies each on its own)
+    tensors: int = 0  # every parameter tensor of the module (model offload moves each on its own)
     heads_dims: list[int] = field(default_factory=list)
 
     # ---- bookkeeping ---------------------------------------------------------------------------------------
@@ -75,6 +93,7 @@ class Trace:
 
     def _weights(self, n: int, tensors: int = 1, runs: bool = True) -> None:
         self.params += n
+        self.tensors += tensors
         if runs:
             self.run_params += n
             self.run_tensors += tensors
@@ -99,23 +118,40 @@ class Trace:
         kvol = k * k * kt
         self._weights(cin * cout * kvol + (cout if bias else 0), 2 if bias else 1)
         act = images * (pix_in * cin + pix_out * cout) * self.act_b
+        split = self.nchw_copies and bias  # the cuDNN path: the bias added by a kernel of its own
         self.ops.append(Op(name, "conv", 2.0 * images * pix_out * cout * cin * kvol, act + cin * cout * kvol * self.w_b,
-                           2 if bias else 1, 1, (max(1, int(images * pix_out)), cout, cin * kvol)))
+                           2 if bias and not split else 1, 1, (max(1, int(images * pix_out)), cout, cin * kvol)))
         self._live(name, 2.0 * act if self.nchw_copies else act)
         if self.nchw_copies:
             self.ops.append(Op(name + ".layout", "elementwise", 0.0, 2.0 * act, 2, 1))
+        if split:
+            self.ops.append(KOp(name + ".bias", "elementwise", 0.0, 2.0 * images * pix_out * cout * self.act_b, 1, 1,
+                                path="nonvec"))
 
     def norm(self, name: str, elems: float, channels: int, affine: bool = True, params_per_channel: int = 2,
              kernels: int = 1) -> None:
-        """GroupNorm / LayerNorm (native kernels: read and write each element once); RMSNorm: pass 1 parameter
-        per channel and its eager kernel count."""
+        """LayerNorm (the native kernel: reads and writes each element once); RMSNorm: pass 1 parameter per
+        channel and its eager kernel count (plain vectorized kernels)."""
         if affine:
             self._weights(params_per_channel * channels, params_per_channel)
-        self.ew(name, elems, kernels=kernels)
+        self.ew(name, elems, kernels=kernels, path="layer_norm" if params_per_channel == 2 and kernels == 1 else "vec")
 
-    def ew(self, name: str, elems: float, rw: float = 2.0, kernels: int = 1, live: float | None = None) -> None:
-        """An elementwise kernel (or ``kernels`` of them) reading and writing ``rw`` elements per output element."""
-        self.ops.append(Op(name, "elementwise", 0.0, elems * rw * self.act_b * kernels, kernels, 1))
+    def group_norm(self, name: str, images: float, channels: int, pix: float, groups: int = 32,
+                   affine: bool = True) -> None:
+        """GroupNorm over ``images`` of ``channels`` x ``pix`` (a 5-D video tensor: images = clips, pix = frames x
+        pixels): the row moments, the fused parameters, the apply (module docstring)."""
+        if affine:
+            self._weights(2 * channels, 2)
+        elems = images * channels * pix
+        self.ops.append(KOp(name + ".moments", "elementwise", 0.0, elems * self.act_b, 2, 1, path="gn_moments",
+                            rows=max(1, int(images * groups)), elems=elems))
+        self.ew(name, elems, path="gn_apply")  # priced as the non-vectorized path
+
+    def ew(self, name: str, elems: float, rw: float = 2.0, kernels: int = 1, live: float | None = None,
+           path: str = "vec") -> None:
+        """An elementwise kernel (or ``kernels`` of them) reading and writing ``rw`` elements per output element;
+        ``path``: the kernel path that prices it (module docstring)."""
+        self.ops.append(KOp(name, "elementwise", 0.0, elems * rw * self.act_b * kernels, kernels, 1, path=path))
         self._live(name, elems * rw * self.act_b if live is None else live * self.act_b)
 
     def attention(self, name: str, batch: float, heads: int, lq: float, lk: float, head_dim: int) -> None:

@@ -74,7 +74,7 @@ def unet2d(t: Trace, cfg, n: int, h: int, w: int, ctx_len: int) -> None:
         prev = c
     _mid2d(t, cfg, g, n, pix, temb, ctx_len, linear)
     _up2d(t, cfg, g, n, pix, temb, ctx_len, linear, skips)
-    t.norm("conv_norm_out", n * h * w * ch[0], ch[0])
+    t.group_norm("conv_norm_out", n, ch[0], h * w)
     t.ew("conv_act", n * h * w * ch[0])
     t.conv("conv_out", n, ch[0], cfg.get("out_channels", 4), h * w, h * w)
 
@@ -134,18 +134,18 @@ def _temporal_transformer(t: Trace, name: str, batch: int, frames: int, pix: int
     head_dim = ch // heads
     ctx_rows = batch * pix * ctx_len * ctx_dim  # time_context: reshape of a broadcast, a copy per pixel
     t.hold(rows * ch + ctx_rows)
-    t.ew(f"{name}.time_context", ctx_rows)
-    t.norm(f"{name}.norm", rows * ch, ch)
-    t.ew(f"{name}.to_tokens", rows * ch)
+    t.ew(f"{name}.time_context", ctx_rows, path="nonvec")
+    t.group_norm(f"{name}.norm", n, ch, pix)
+    t.ew(f"{name}.to_tokens", rows * ch, path="nonvec")
     t.linear(f"{name}.proj_in", rows, ch, ch)
     b.timesteps(t, f"{name}.time_proj", n, ch)
     b.timestep_embedding(t, f"{name}.time_pos_embed", n, ch, ch * 4, out_dim=ch)
     b.basic_transformer_block(t, f"{name}.transformer_blocks.0", n, pix, ch, heads, head_dim, ctx_dim, ctx_len)
     t.hold(rows * ch)  # the spatial output
-    t.ew(f"{name}.add_time_pos", rows * ch, rw=3)
+    t.ew(f"{name}.add_time_pos", rows * ch, path="nonvec")  # + emb, one row per frame: a broadcast
     t.hold(rows * ch)  # hidden_states_mix
     tb = f"{name}.temporal_transformer_blocks.0"
-    t.ew(f"{tb}.to_frames", rows * ch)
+    t.ew(f"{tb}.to_frames", rows * ch, path="nonvec")
     t.hold(2 * rows * ch)  # residual (the permuted copy) and the running stream
     t.norm(f"{tb}.norm_in", rows * ch, ch)
     b.feed_forward(t, f"{tb}.ff_in", rows, ch)
@@ -161,12 +161,12 @@ def _temporal_transformer(t: Trace, name: str, batch: int, frames: int, pix: int
     b.feed_forward(t, f"{tb}.ff", rows, ch)
     t.ew(f"{tb}.add3", rows * ch, rw=3)
     t.release(4 * rows * ch)
-    t.ew(f"{tb}.to_pixels", rows * ch)
+    t.ew(f"{tb}.to_pixels", rows * ch, path="nonvec")
     t.weights_only(1)  # time_mixer.mix_factor
-    t.ew(f"{name}.time_mixer", rows * ch, rw=4, kernels=4)
+    b.time_mixer(t, f"{name}.time_mixer", rows * ch)
     t.release(2 * rows * ch)
     t.linear(f"{name}.proj_out", rows, ch, ch)
-    t.ew(f"{name}.to_image", rows * ch)
+    t.ew(f"{name}.to_image", rows * ch, path="nonvec")
     t.ew(f"{name}.residual", rows * ch, rw=3)
     t.release(rows * ch + ctx_rows)
 
@@ -192,7 +192,7 @@ def unet_svd(t: Trace, cfg, batch: int, frames: int, h: int, w: int, ctx_len: in
         cross = "CrossAttn" in g["down"][i]
         for j in range(layers):
             b.spatio_temporal_resnet(t, f"down_blocks.{i}.resnets.{j}", n, pix, prev if j == 0 else c, c, temb,
-                                     input_held=True)  # every down resnet's input is a skip, held already
+                                     input_held=True, clips=batch)  # every down resnet's input is a skip, held already
             if cross:
                 _temporal_transformer(t, f"down_blocks.{i}.attentions.{j}", batch, frames, pix, c, g["heads"][i],
                                       g["ctx"], ctx_len)
@@ -205,11 +205,11 @@ def unet_svd(t: Trace, cfg, batch: int, frames: int, h: int, w: int, ctx_len: in
             t.hold(skips[-1])
         prev = c
     c = ch[-1]
-    b.spatio_temporal_resnet(t, "mid_block.resnets.0", n, pix, c, c, temb, input_held=True)
+    b.spatio_temporal_resnet(t, "mid_block.resnets.0", n, pix, c, c, temb, input_held=True, clips=batch)
     _temporal_transformer(t, "mid_block.attentions.0", batch, frames, pix, c, g["heads"][-1], g["ctx"], ctx_len)
-    b.spatio_temporal_resnet(t, "mid_block.resnets.1", n, pix, c, c, temb)
+    b.spatio_temporal_resnet(t, "mid_block.resnets.1", n, pix, c, c, temb, clips=batch)
     _up_svd(t, g, batch, frames, pix, temb, ctx_len, skips)
-    t.norm("conv_norm_out", n * h * w * ch[0], ch[0])
+    t.group_norm("conv_norm_out", n, ch[0], h * w)
     t.ew("conv_act", n * h * w * ch[0])
     t.conv("conv_out", n, ch[0], cfg.get("out_channels", 4), h * w, h * w)
 
@@ -229,7 +229,7 @@ def _up_svd(t: Trace, g: dict, batch: int, frames: int, pix: int, temb: int, ctx
         for j in range(layers + 1):
             cin = (prev if j == 0 else c) + skip_ch.pop()
             t.ew(f"up_blocks.{i}.cat.{j}", n * pix * cin)
-            b.spatio_temporal_resnet(t, f"up_blocks.{i}.resnets.{j}", n, pix, cin, c, temb)
+            b.spatio_temporal_resnet(t, f"up_blocks.{i}.resnets.{j}", n, pix, cin, c, temb, clips=batch)
             if cross:
                 _temporal_transformer(t, f"up_blocks.{i}.attentions.{j}", batch, frames, pix, c, rheads[i],
                                       g["ctx"], ctx_len)

@@ -9,6 +9,8 @@ upsampled (2 x block_out_channels[0])-channel image and writes block_out_channel
 
 from __future__ import annotations
 
+from functools import partial
+
 from gpuscope.estimate.diffusion import blocks as b
 from gpuscope.estimate.diffusion.trace import Trace
 
@@ -17,8 +19,9 @@ def _channels(cfg) -> tuple[list[int], int, int]:
     return list(cfg.get("block_out_channels", [64])), cfg.get("layers_per_block", 1), cfg.get("latent_channels", 4)
 
 
-def _encoder_params(cfg, temporal: bool = False) -> int:
-    """Parameters of the 2-D Encoder (conv_in, DownEncoderBlock2Ds, mid block, conv_norm_out, conv_out to 2L)."""
+def _encoder_params(cfg, temporal: bool = False) -> tuple[int, int]:
+    """(parameters, parameter tensors) of the 2-D Encoder (conv_in, DownEncoderBlock2Ds, mid block, conv_norm_out,
+    conv_out to 2L)."""
     ch, layers, lat = _channels(cfg)
     t = Trace()
     t.conv("conv_in", 1, cfg.get("in_channels", 3), ch[0], 1, 1)
@@ -30,9 +33,9 @@ def _encoder_params(cfg, temporal: bool = False) -> int:
             t.conv("down", 1, c, c, 4, 1)
         prev = c
     _mid(t, "mid", 1, 1, ch[-1], cfg.get("mid_block_add_attention", True))
-    t.norm("conv_norm_out", 1, ch[-1])
+    t.group_norm("conv_norm_out", 1, ch[-1], 1)
     t.conv("conv_out", 1, ch[-1], 2 * lat, 1, 1)
-    return t.params
+    return t.params, t.tensors
 
 
 def _mid(t: Trace, name: str, n: int, pix: int, c: int, attn: bool = True, input_held: bool = False) -> None:
@@ -45,9 +48,9 @@ def _mid(t: Trace, name: str, n: int, pix: int, c: int, attn: bool = True, input
 def autoencoder_kl(t: Trace, cfg, n: int, h: int, w: int) -> None:
     """AutoencoderKL.decode over ``n`` latents of h x w (post_quant_conv, Decoder); the encoder's parameters."""
     ch, layers, lat = _channels(cfg)
-    t.weights_only(_encoder_params(cfg), runs=False)
+    t.weights_only(*_encoder_params(cfg), runs=False)
     if cfg.get("use_quant_conv", True):
-        t.weights_only(2 * lat * 2 * lat + 2 * lat, runs=False)
+        t.weights_only(2 * lat * 2 * lat + 2 * lat, 2, runs=False)
     pix = h * w
     if cfg.get("use_post_quant_conv", True):
         t.conv("post_quant_conv", n, lat, lat, pix, pix, k=1)
@@ -57,7 +60,7 @@ def autoencoder_kl(t: Trace, cfg, n: int, h: int, w: int) -> None:
     _mid(t, "decoder.mid_block", n, pix, rch[0], cfg.get("mid_block_add_attention", True), input_held=True)
     t.release(n * pix * rch[0])
     pix = _up_blocks(t, n, pix, rch, layers, b.resnet2d)
-    t.norm("decoder.conv_norm_out", n * pix * ch[0], ch[0])
+    t.group_norm("decoder.conv_norm_out", n, ch[0], pix)
     t.ew("decoder.conv_act", n * pix * ch[0])
     t.conv("decoder.conv_out", n, ch[0], cfg.get("out_channels", 3), pix, pix)
 
@@ -80,22 +83,24 @@ def _up_blocks(t: Trace, n: int, pix: int, rch, layers: int, resnet) -> int:
     return pix
 
 
-def autoencoder_temporal(t: Trace, cfg, n: int, h: int, w: int) -> None:
+def autoencoder_temporal(t: Trace, cfg, n: int, h: int, w: int, clips: int | None = None) -> None:
     """AutoencoderKLTemporalDecoder.decode over ``n`` = clips x frames latents (one chunk of decode_chunk_size)."""
     ch, layers, lat = _channels(cfg)
-    t.weights_only(_encoder_params(cfg) + 2 * lat * 2 * lat + 2 * lat, runs=False)  # encoder + quant_conv
+    st_resnet = partial(b.spatio_temporal_resnet, clips=clips)
+    enc, enc_tensors = _encoder_params(cfg)
+    t.weights_only(enc + 2 * lat * 2 * lat + 2 * lat, enc_tensors + 2, runs=False)  # encoder + quant_conv
     pix = h * w
     rch = ch[::-1]
     t.conv("decoder.conv_in", n, lat, rch[0], pix, pix)
     t.hold(n * pix * rch[0])  # TemporalDecoder.forward's `sample`: each block's input until it returns
-    b.spatio_temporal_resnet(t, "decoder.mid_block.resnets.0", n, pix, rch[0], rch[0], None, input_held=True)
+    st_resnet(t, "decoder.mid_block.resnets.0", n, pix, rch[0], rch[0], None, input_held=True)
     for j in range(1, layers):
         b.vae_attention(t, f"decoder.mid_block.attentions.{j - 1}", n, pix, rch[0])
-        b.spatio_temporal_resnet(t, f"decoder.mid_block.resnets.{j}", n, pix, rch[0], rch[0], None)
+        st_resnet(t, f"decoder.mid_block.resnets.{j}", n, pix, rch[0], rch[0], None)
     t.release(n * pix * rch[0])
-    pix = _up_blocks(t, n, pix, rch, layers, b.spatio_temporal_resnet)
+    pix = _up_blocks(t, n, pix, rch, layers, st_resnet)
     out = cfg.get("out_channels", 3)
-    t.norm("decoder.conv_norm_out", n * pix * ch[0], ch[0])
+    t.group_norm("decoder.conv_norm_out", n, ch[0], pix)
     t.ew("decoder.conv_act", n * pix * ch[0])
     t.conv("decoder.conv_out", n, ch[0], out, pix, pix)
     t.conv("decoder.time_conv_out", n, out, out, pix, pix, k=1, kt=3)
@@ -103,10 +108,12 @@ def autoencoder_temporal(t: Trace, cfg, n: int, h: int, w: int) -> None:
 
 # ---- CogVideoX ------------------------------------------------------------------------------------------------
 
-def _cog_norm(t: Trace, name: str, n: int, pix: int, c: int, zq: int | None) -> None:
+def _cog_norm(t: Trace, name: str, n: int, pix: int, c: int, zq: int | None, clips: int | None = None) -> None:
     """GroupNorm, or CogVideoXSpatialNorm3D: GroupNorm(f) * conv_y(zq) + conv_b(zq) (1x1x1 convs of the
-    latent interpolated to this resolution)."""
-    t.norm(f"{name}.norm_layer", n * pix * c, c)
+    latent interpolated to this resolution). The GroupNorm runs on the 5-D (clips, c, frames, h, w) tensor: one
+    moments row per (clip, group)."""
+    clips = clips or n
+    t.group_norm(f"{name}.norm_layer", clips, c, n * pix / clips)
     if zq:
         t.ew(f"{name}.zq_interpolate", n * pix * zq)
         t.conv(f"{name}.conv_y", n, zq, c, pix, pix, k=1)
@@ -114,15 +121,16 @@ def _cog_norm(t: Trace, name: str, n: int, pix: int, c: int, zq: int | None) -> 
         t.ew(f"{name}.modulate", n * pix * c, rw=4, kernels=2)
 
 
-def _cog_resnet(t: Trace, name: str, n: int, pix: int, cin: int, cout: int, zq: int | None) -> None:
+def _cog_resnet(t: Trace, name: str, n: int, pix: int, cin: int, cout: int, zq: int | None,
+                clips: int | None = None) -> None:
     """CogVideoXResnetBlock3D (no time embedding): norm, SiLU, causal 3x3x3 conv (after a cat of the cached
     frames), twice; a 1x1x1 shortcut when the widths differ; the residual add."""
     t.hold(n * pix * cin)
-    _cog_norm(t, f"{name}.norm1", n, pix, cin, zq)
+    _cog_norm(t, f"{name}.norm1", n, pix, cin, zq, clips)
     t.ew(f"{name}.act1", n * pix * cin)
     t.ew(f"{name}.pad1", n * pix * cin)
     t.conv(f"{name}.conv1", n, cin, cout, pix, pix, k=3, kt=3)
-    _cog_norm(t, f"{name}.norm2", n, pix, cout, zq)
+    _cog_norm(t, f"{name}.norm2", n, pix, cout, zq, clips)
     t.ew(f"{name}.act2", n * pix * cout)
     t.ew(f"{name}.pad2", n * pix * cout)
     t.conv(f"{name}.conv2", n, cout, cout, pix, pix, k=3, kt=3)
@@ -132,7 +140,7 @@ def _cog_resnet(t: Trace, name: str, n: int, pix: int, cin: int, cout: int, zq: 
     t.release(n * pix * cin)
 
 
-def _cog_encoder_params(cfg) -> int:
+def _cog_encoder_params(cfg) -> tuple[int, int]:
     ch, layers, lat = _channels(cfg)
     t = Trace()
     t.conv("conv_in", 1, cfg.get("in_channels", 3), ch[0], 1, 1, k=3, kt=3)
@@ -145,9 +153,9 @@ def _cog_encoder_params(cfg) -> int:
         prev = c
     for j in range(2):
         _cog_resnet(t, "mid", 1, 1, ch[-1], ch[-1], None)
-    t.norm("norm_out", 1, ch[-1])
+    t.group_norm("norm_out", 1, ch[-1], 1)
     t.conv("conv_out", 1, ch[-1], 2 * lat, 1, 1, k=3, kt=3)
-    return t.params
+    return t.params, t.tensors
 
 
 def autoencoder_cogvideox(t: Trace, cfg, clips: int, latent_frames: int, h: int, w: int) -> None:
@@ -156,9 +164,9 @@ def autoencoder_cogvideox(t: Trace, cfg, clips: int, latent_frames: int, h: int,
     conv's last frames. The traced ops are those of all frames (time); the activation peak is that of one frame
     batch (at most 3 latent frames) plus the decoded frames kept for the final cat."""
     ch, layers, lat = _channels(cfg)
-    t.weights_only(_cog_encoder_params(cfg), runs=False)
+    t.weights_only(*_cog_encoder_params(cfg), runs=False)
     if cfg.get("use_quant_conv", False):
-        t.weights_only(4 * lat * lat + 2 * lat, runs=False)
+        t.weights_only(4 * lat * lat + 2 * lat, 2, runs=False)
     _cog_decoder(t, cfg, clips, latent_frames, h, w)
     first = min(latent_frames, 2 + latent_frames % 2)
     if first < latent_frames:
@@ -180,12 +188,12 @@ def _cog_decoder(t: Trace, cfg, clips: int, latent_frames: int, h: int, w: int) 
     n = clips * frames
     t.conv("decoder.conv_in", n, lat, rch[0], pix, pix, k=3, kt=3)
     for j in range(2):
-        _cog_resnet(t, f"decoder.mid_block.resnets.{j}", n, pix, rch[0], rch[0], lat)
+        _cog_resnet(t, f"decoder.mid_block.resnets.{j}", n, pix, rch[0], rch[0], lat, clips)
     prev = rch[0]
     for i, c in enumerate(rch):
         n = clips * frames
         for j in range(layers + 1):
-            _cog_resnet(t, f"decoder.up_blocks.{i}.resnets.{j}", n, pix, prev if j == 0 else c, c, lat)
+            _cog_resnet(t, f"decoder.up_blocks.{i}.resnets.{j}", n, pix, prev if j == 0 else c, c, lat, clips)
         if i < len(rch) - 1:
             if i < levels:
                 frames = 1 + 2 * (frames - 1) if frames > 1 else 1  # compress_time: the first frame is kept apart
@@ -194,6 +202,6 @@ def _cog_decoder(t: Trace, cfg, clips: int, latent_frames: int, h: int, w: int) 
             t.conv(f"decoder.up_blocks.{i}.upsamplers.0.conv", clips * frames, c, c, pix, pix)
         prev = c
     n = clips * frames
-    _cog_norm(t, "decoder.norm_out", n, pix, ch[0], lat)
+    _cog_norm(t, "decoder.norm_out", n, pix, ch[0], lat, clips)
     t.ew("decoder.conv_act", n * pix * ch[0])
     t.conv("decoder.conv_out", n, ch[0], cfg.get("out_channels", 3), pix, pix, k=3, kt=3)

@@ -1,0 +1,251 @@
+"""Diffusion on one H200, the third set (research/results/2026-12-02-h200-c/diffusion.md): every point of
+call1/gpu_diffusion2 (the SDXL pipeline at 1024x1024 under model CPU offload, 2 steps; the SDXL VAE decode at
+1024x1024 with its kernel table) and call2/gpu_diffusion3 (kernel tables of the SVD-XT UNet at 20 frames, the SDXL
+VAE decode at 768x768 batch 2, the SDXL UNet at 768x768 and the SD3.5-medium transformer at 1024x1024, CFG; fp16)
+planned again from its stored inputs on the catalog h200 and on the run host of the first set
+(research/results/2026-12-02-h200/h200-gvisor-host.toml: 45.05 us a kernel, set by an LLM decode measured apart).
+
+Each error (planned / measured - 1) is asserted as diffusion.md reports it (to 0.005); every row is inside issue
+25's targets (5% memory, 15% time) or listed in KNOWN_MISSES with its mechanism. The kernel-path constants of
+estimate/diffusion/time.py are derived again from the tables that set them, and each kernel class of the other
+tables is compared with its plan (the independent checks)."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+from rowcheck import check_reported
+
+from gpuscope.estimate.diffusion import DiffusionRequest, plan_diffusion
+from gpuscope.estimate.diffusion import time as dtime
+from gpuscope.estimate.diffusion.offload import ALLOC_LAUNCHES, FRESH_D2H_FACTOR, PAGEABLE_FRACTION
+from gpuscope.specs.hardware import load_hardware
+
+RESULTS = Path(__file__).resolve().parents[1] / "results"
+RUN = RESULTS / "2026-12-02-h200-c"
+SVD14 = RESULTS / "2026-12-02-h200-b" / "call1" / "gpu_diffusion2" / "svd_unet14_profile.out"
+HOSTS = {"catalog": "h200", "run_host": str(RESULTS / "2026-12-02-h200" / "h200-gvisor-host.toml")}
+MEMORY = ("peak", "peak_text", "peak_denoise", "peak_vae")
+MODEL = "sdxl/pipeline-b1-1024x1024-s2-fp16-offload-model"
+VAE = "sdxl/vae-decode-b1-1024x1024-fp16"
+SVD20 = "svd-xt/denoiser-b1-576x1024x20f-fp16"
+VAE2 = "sdxl/vae-decode-b2-768x768-fp16"
+UNET = "sdxl/denoiser-b1-768x768-fp16"
+SD3 = "sd-3.5-medium/denoiser-b1-1024x1024-fp16"
+
+# (point, metric): (error on the catalog h200, error on the run's host)
+REPORTED = {
+    (MODEL, "peak"): (-0.016, -0.016), (MODEL, "peak_text"): (-0.002, -0.002),
+    (MODEL, "peak_denoise"): (-0.016, -0.016), (MODEL, "peak_vae"): (-0.004, -0.004),
+    (MODEL, "text"): (-0.241, 0.157), (MODEL, "denoise"): (-0.337, -0.002),
+    (MODEL, "vae"): (-0.390, -0.096), (MODEL, "total"): (-0.347, -0.021),
+    (VAE, "peak"): (-0.003, -0.003), (VAE, "gpu_busy"): (-0.001, -0.001), (VAE, "vae"): (0.002, 0.005),
+    (SVD20, "peak"): (-0.003, -0.003), (SVD20, "step"): (-0.028, -0.026), (SVD20, "gpu_busy"): (-0.031, -0.031),
+    (VAE2, "peak"): (0.170, 0.170), (VAE2, "gpu_busy"): (-0.266, -0.266), (VAE2, "vae"): (-0.266, -0.261),
+    (UNET, "peak"): (-0.019, -0.019), (UNET, "step"): (-0.433, 0.437), (UNET, "gpu_busy"): (-0.122, -0.122),
+    (SD3, "peak"): (-0.091, -0.091), (SD3, "step"): (-0.084, 0.059), (SD3, "gpu_busy"): (-0.054, -0.054),
+}
+PER_CALL_HOST = ("model offload's copies and allocator calls scale with the host's launch cost: the catalog's "
+                 "bare-metal 17.2 us plans 0.18 ms a tensor where this gVisor VM took ~0.47")
+CHANNELS_LAST = ("at batch 2 the channels-last view of the VAE attention's output (transpose + reshape of "
+                 "(b, hw, c)) runs on through the up blocks (NHWC upsample kernels): 17 strided copies (19.0 ms) "
+                 "and 53 mixed-layout adds (12.2 ms) where batch 1 has 5 and 44, and cuDNN convolves NHWC "
+                 "input in place (no layout buffers: the peak)")
+KNOWN_MISSES = {
+    **{(MODEL, m, "catalog"): PER_CALL_HOST for m in ("text", "denoise", "vae", "total")},
+    (MODEL, "text", "run_host"): ("the check of ALLOC_LAUNCHES: CLIP-L's 196 small tensors share the allocator's "
+                                  "2 MB blocks, so the emptied cache frees fewer segments than tensors"),
+    **{(VAE2, m, h): CHANNELS_LAST for m in ("peak", "gpu_busy", "vae") for h in ("catalog", "run_host")},
+    (UNET, "step", "catalog"): "host-bound step: the bench host (gVisor) is not the catalog's bare-metal host",
+    (UNET, "step", "run_host"): ("host-bound step: this call's host issued 2,344 kernels in 64.6 ms, 27.6 us a "
+                                 "kernel, against the run host TOML's 45.05 (another session's host)"),
+    **{(SD3, "peak", h): "not found here: SD3.5-medium's forward holds 0.49 GB more than the walker counts"
+       for h in ("catalog", "run_host")},
+}
+
+
+@lru_cache(maxsize=None)
+def _measurements() -> tuple:
+    out = []
+    for path in sorted(RUN.glob("call*/gpu_diffusion*/gpu_diffusion*/*.out")):
+        out += [{**m, "name": m["name"].removeprefix("diffusion/")} for m in json.loads(path.read_text())["measurements"]]
+    return tuple(out)
+
+
+def _result(name: str) -> dict:
+    return next(m["result"] for m in _measurements() if m["name"] == name and m["status"] == "ok")
+
+
+def _request(name: str, r: dict) -> DiffusionRequest:
+    offload = next((o for o in ("model", "sequential") if name.endswith(f"-offload-{o}")), "none")
+    return DiffusionRequest(model=name.split("/")[0], batch=r["batch"], height=r["height"], width=r["width"],
+                            frames=r["frames"], steps=r.get("steps"), cfg=r["cfg"], dtype=r["dtype"],
+                            component=r["component"], offload=offload)
+
+
+@lru_cache(maxsize=None)
+def _plan(name: str, host: str):
+    return plan_diffusion(_request(name, _result(name)), load_hardware(HOSTS[host]), limits=False)
+
+
+def errors(name: str, host: str) -> dict[str, float]:
+    """planned / measured - 1 per metric the point measured."""
+    r, plan = _result(name), _plan(name, host)
+    p = plan.to_json()
+    t, phases = p["time"], p["memory"]["phases_bytes"]
+    busy = plan.costs[0].forward["gpu_s"] if r["component"] in ("denoiser", "vae-decode") else None
+    pairs = {"peak": (p["memory"]["peak_bytes_per_gpu"], r["peak_bytes"]),
+             "peak_text": (phases.get("text_encode"), r.get("peak_text_bytes")),
+             "peak_denoise": (phases.get("denoise"), r.get("peak_denoise_bytes")),
+             "peak_vae": (phases.get("vae_decode"), r.get("peak_vae_bytes")),
+             "step": (t["step_s"], r.get("denoiser_step_s")), "gpu_busy": (busy, r.get("device_busy_s")),
+             "text": (t["text_encode_s"], r.get("text_encode_s")), "denoise": (t["denoise_s"], r.get("denoise_s")),
+             "vae": (t["vae_decode_s"], r.get("vae_decode_s")), "total": (t["total_s"], r.get("total_s"))}
+    return {k: e / m - 1 for k, (e, m) in pairs.items() if e and m}
+
+
+def test_every_stored_point_is_reported():
+    names = {m["name"] for m in _measurements()}
+    assert all(m["status"] == "ok" for m in _measurements())
+    assert names == {MODEL, VAE, SVD20, VAE2, UNET, SD3}
+    assert {(n, k) for n in names for k in errors(n, "catalog")} == set(REPORTED)
+
+
+@pytest.mark.parametrize("host", ["catalog", "run_host"])
+@pytest.mark.parametrize("key", sorted(REPORTED))
+def test_error_as_reported(key, host):
+    name, metric = key
+    check_reported(key, host, errors(name, host)[metric], REPORTED, KNOWN_MISSES,
+                   0.05 if metric in MEMORY else 0.15)
+
+
+# ---- kernel classes ------------------------------------------------------------------------------------------
+
+def measured_class(kernel: str) -> str:
+    """The class of a profiled kernel, by its name (the planner's time.kernel_class; GEGLU's multiply is not told
+    apart from the other non-vectorized multiplies by its name: both count as "nonvec")."""
+    if "RowwiseMoments" in kernel or "ComputeFusedParams" in kernel:
+        return "gn_moments"
+    if "GroupNormKernelImpl" in kernel:
+        return "gn_apply"
+    if "layer_norm" in kernel:
+        return "layer_norm"
+    if any(k in kernel for k in ("nchwToNhwc", "nhwcToNchw", "tensorTransform")):
+        return "layout"
+    if any(k in kernel for k in ("sdpa", "flash", "fmha")):
+        return "attention"
+    if "fprop" in kernel or "convolve" in kernel:
+        return "conv"
+    if "nvjet" in kernel or "gemm" in kernel.lower() or "gemv" in kernel.lower():
+        return "gemm"
+    if kernel.startswith("void at::native::elementwise_kernel<128, 4,"):
+        return "geglu_gelu" if "Gelu" in kernel else "nonvec"
+    return "vec"
+
+
+def measured_classes(r: dict) -> dict[str, float]:
+    out: dict[str, float] = defaultdict(float)
+    for k in r["kernel_table"]:
+        out[measured_class(k["name"])] += k["s"]
+    return out
+
+
+def planned_classes(req: DiffusionRequest) -> dict[str, float]:
+    fwd = plan_diffusion(req, load_hardware("h200"), limits=False).costs[0].forward
+    out: dict[str, float] = defaultdict(float)
+    for t, c in zip(fwd["times"], fwd["classes"]):
+        out["nonvec" if c == "geglu_mul" else c] += t.gpu_s
+    return out
+
+
+@lru_cache(maxsize=None)
+def _classes(name: str) -> tuple[dict, dict]:
+    if name == "svd14":
+        r = json.loads(SVD14.read_text())["measurements"][0]["result"]
+    else:
+        r = _result(name)
+    return planned_classes(_request("svd-xt/denoiser-14f" if name == "svd14" else name, r)), measured_classes(r)
+
+
+def test_vae_table_sets_the_moments_convolutions_broadcasts_and_wide_head():
+    """The SDXL VAE decode at 1024x1024 (batch 1, fp16; its top 25 kernels are all of it): each constant it sets,
+    derived again (the planned time of a class scales as 1 / its constant)."""
+    plan, meas = _classes(VAE)
+    assert sum(meas.values()) == pytest.approx(_result(VAE)["device_busy_s"], rel=1e-6)
+    assert meas["gn_moments"] / _result(VAE)["device_busy_s"] > 0.5  # GroupNorm's moments: half the decode
+    assert dtime.GN_BLOCK_FRACTION * plan["gn_moments"] / meas["gn_moments"] == pytest.approx(0.082, abs=0.001)
+    conv = dtime.CONV_EFFICIENCY * plan["conv"] / meas["conv"]
+    assert conv == pytest.approx(1.047, abs=0.005) and dtime.CONV_EFFICIENCY == 1.0  # kept at the GEMM rate
+    nonvec = dtime.NONVEC_BW_FRACTION * (plan["gn_apply"] + plan["nonvec"]) / (meas["gn_apply"] + meas["nonvec"])
+    assert nonvec == pytest.approx(dtime.NONVEC_BW_FRACTION, abs=0.005)
+    assert dtime.VEC_BW_FRACTION * plan["vec"] / meas["vec"] == pytest.approx(dtime.VEC_BW_FRACTION, abs=0.005)
+    assert dtime.WIDE_HEAD_FRACTION * plan["attention"] / meas["attention"] == pytest.approx(0.2, abs=0.005)
+
+
+def test_wide_head_attention_is_not_where_the_vae_time_went():
+    """The first set attributed 49.4 ms of this decode to its head_dim-512 attention by elimination; the kernel
+    table gives that kernel 3.7 ms and GroupNorm's moments 44.7."""
+    _, meas = _classes(VAE)
+    assert meas["attention"] == pytest.approx(0.00368, abs=0.0001)
+    assert meas["gn_moments"] == pytest.approx(0.0447, abs=0.0002)
+
+
+def test_svd_table_sets_layer_norm_and_geglu():
+    """SVD-XT's UNet at 14 frames (the second set's table): LayerNorm and GEGLU's GELU derived again; GEGLU's
+    multiply is what its non-vectorized kernels leave after the other non-vectorized ops at NONVEC_BW_FRACTION."""
+    plan, meas = _classes("svd14")
+    assert dtime.LAYER_NORM_BW_FRACTION * plan["layer_norm"] / meas["layer_norm"] == pytest.approx(0.245, abs=0.005)
+    gelu = dtime.GEGLU_BW_FRACTION["geglu_gelu"]
+    assert gelu * plan["geglu_gelu"] / meas["geglu_gelu"] == pytest.approx(gelu, abs=0.002)
+    fwd = plan_diffusion(DiffusionRequest(model="svd-xt", height=576, width=1024, frames=14, cfg=True,
+                                          component="denoiser"), load_hardware("h200"), limits=False).costs[0].forward
+    mul = sum(t.gpu_s for t, c in zip(fwd["times"], fwd["classes"]) if c == "geglu_mul")
+    frac = dtime.GEGLU_BW_FRACTION["geglu_mul"]
+    assert frac * mul / (meas["nonvec"] - (plan["nonvec"] - mul)) == pytest.approx(frac, abs=0.01)
+
+
+# (point, class): planned / measured - 1 at the points no constant was set on (top 25 kernels; convolutions are
+# partly outside SVD-XT's top 25, so its row is an upper bound on the planned side)
+CLASS_CHECKS = {
+    (SVD20, "gn_moments"): -0.055, (SVD20, "layer_norm"): -0.011, (SVD20, "geglu_gelu"): -0.005,
+    (SVD20, "nonvec"): -0.010, (SVD20, "gn_apply"): 0.069, (SVD20, "attention"): -0.009, (SVD20, "gemm"): -0.069,
+    (SVD20, "vec"): 0.133, (SVD20, "layout"): -0.159, (SVD20, "conv"): 0.261,
+    (VAE2, "gn_moments"): -0.020, (VAE2, "conv"): 0.009, (VAE2, "gn_apply"): 0.090, (VAE2, "attention"): -0.219,
+    (VAE2, "layout"): 0.168, (VAE2, "nonvec"): -0.785, (VAE2, "vec"): -0.150,
+    (UNET, "gemm"): 0.022, (UNET, "layer_norm"): 0.050, (UNET, "gn_apply"): -0.006, (UNET, "geglu_gelu"): -0.144,
+    (UNET, "nonvec"): -0.143, (UNET, "vec"): -0.035, (UNET, "attention"): -0.162, (UNET, "conv"): -0.143,
+    (UNET, "gn_moments"): 0.363, (UNET, "layout"): -0.724,
+    (SD3, "gemm"): 0.052, (SD3, "attention"): 0.405, (SD3, "layer_norm"): 0.839, (SD3, "nonvec"): -0.306,
+    (SD3, "vec"): -0.436,
+}
+
+
+@pytest.mark.parametrize("key", sorted(CLASS_CHECKS))
+def test_kernel_class_at_the_independent_points(key):
+    name, cls = key
+    plan, meas = _classes(name)
+    assert plan[cls] / meas[cls] - 1 == pytest.approx(CLASS_CHECKS[key], abs=0.005)
+
+
+# ---- model offload -------------------------------------------------------------------------------------------
+
+def test_model_offload_constants_from_this_run():
+    """FRESH_D2H_FACTOR: the bench's probe of the UNet's move out (module.to("cpu"), fresh host memory) against
+    `bench micro`'s pageable D2H of the second set (14.3 GB/s); ALLOC_LAUNCHES: the denoising phase less its
+    planned copies and forwards, per tensor given back (CLIP-bigG's 517) and taken anew (the UNet's 1,680), in
+    run-host launches (45.05 us)."""
+    r = _result(MODEL)
+    assert FRESH_D2H_FACTOR == pytest.approx(r["offload_d2h_gbs"] / 14.3, rel=0.005)
+    assert r["offload_h2d_gbs"] == pytest.approx(54.0 * PAGEABLE_FRACTION["h2d"], rel=0.05)  # the copy in: micro's
+    plan = _plan(MODEL, "run_host")
+    c = {x.name: x for x in plan.costs}
+    launch = 45.05e-6
+    copies = (c["unet"].weight_bytes / (54e9 * PAGEABLE_FRACTION["h2d"])
+              + c["text_encoder_2"].weight_bytes / (54e9 * PAGEABLE_FRACTION["d2h"] * FRESH_D2H_FACTOR))
+    forwards = plan.times["denoise_s"] - copies - (c["unet"].tensors + c["text_encoder_2"].tensors) * ALLOC_LAUNCHES * launch
+    left = r["denoise_s"] - copies - forwards
+    assert left / (1680 + 517) / launch == pytest.approx(ALLOC_LAUNCHES, abs=0.05)
