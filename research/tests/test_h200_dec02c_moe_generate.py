@@ -200,3 +200,130 @@ def test_prefill_gpu_time_within_target_at_the_large_tile(model):
             continue
         est = estimate_infer(_spec(cfg, name), H200, batch=c["batch"], prompt=c["prompt"], gen=2, engine="eager")
         assert est.time["prefill_gpu_s"] == pytest.approx(c["profile"]["busy_us"] / 1e6, rel=0.15), c["batch"]
+
+
+# ---- call 2: independent checks at other sizes ----------------------------------------------------------------------
+
+def test_full_8b_host_per_op_is_the_same_at_batch_8_and_1():
+    """Llama-3.1-8B at its 32 layers, prompt 2,048: the record_shapes host tables of batch 8 and batch 1 hold the
+    same per-op self time (29 ops with 16+ calls a step: 0.85-1.03x) and the same sum (30.75 vs 30.74 ms a
+    profiled step); 1,542 kernels a step in both."""
+    _, cases = _host_cases("call2", "host")
+    b8, b1 = [c["profile"] for c in cases if "profile" in c]
+    assert (cases[1]["batch"], cases[4]["batch"]) == (8, 1)
+    h1 = {r["name"]: r for r in b1["host_top"]}
+    h8 = {r["name"]: r for r in b8["host_top"]}
+    ratios = [h8[n]["per_step_us"] / h1[n]["per_step_us"] for n in h1 if n in h8 and h1[n]["per_step_count"] >= 16]
+    assert len(ratios) >= 25 and all(0.8 < r < 1.15 for r in ratios)
+    assert sum(r["per_step_us"] for r in b8["host_top"]) == pytest.approx(
+        sum(r["per_step_us"] for r in b1["host_top"]), rel=0.02)
+    assert b8["kernels_per_step"] == b1["kernels_per_step"]
+
+
+@pytest.mark.parametrize("part,name", [("host", "llama-3.1-8b"), ("host7b", "qwen2.5-7b")])
+def test_full_depth_plan_with_the_level_of_the_first_case(part, name):
+    """The host level set on each run's first case (batch 1, 1,024) plans its other cases' decode steps (median step,
+    device events between generate's steps) within the decode target, 20%: Llama-3.1-8B (32 layers) batch 8 x
+    2,048 +12%, 16 x 1,024 -6%, 4 x 2,048 -17%, 1 x 2,048 -18%, and the first case again -15% (the level moved
+    1.18x within the run with nothing changed: what bounds this check); Qwen2.5-7B (28 layers, another family)
+    batch 8 x 2,048 -2%, the repeat +1%. Batch 8 x 2,048 is the issue's check; the faster of the two runs'
+    steps came at batch 8."""
+    d, cases = _host_cases("call2", part)
+    m = _spec(d["config"], name)
+    first = dict(cases[0], tpot_s=cases[0]["device_step_median_s"])
+    hw, launch = _level_hw(m, first)
+    assert 15e-6 < launch < 20e-6
+    for c in cases[1:]:
+        est = estimate_infer(m, hw, batch=c["batch"], prompt=c["prompt"], gen=c["gen"], engine="eager")
+        assert est.time["decode_s_per_token"] == pytest.approx(c["device_step_median_s"], rel=0.20), c["batch"]
+    repeat = cases[-1]
+    assert (repeat["batch"], repeat["prompt"]) == (cases[0]["batch"], cases[0]["prompt"])
+
+
+def test_generates_own_host_per_step_is_a_constant_of_the_model_config_not_of_batch():
+    """Host time between one decode forward's exit and the next one's entry (generate's logits processors, stopping
+    criteria, its ~53 kernels a step and bookkeeping), 15 cases of both calls, batch 1-16, prompts 128-4,096,
+    16/28/32 layers: 1.14-1.45 ms (the planner's step_s: 0.4 ms, set on tiny models; not changed: it holds for
+    their rows)."""
+    outs = []
+    for call, part in (("call1", "host"), ("call2", "host"), ("call2", "host7b")):
+        outs += [c["outside_forward_host_median_s"] for c in _host_cases(call, part)[1][1:]]
+    assert len(outs) >= 13
+    assert all(1.1e-3 < x < 1.5e-3 for x in outs), outs
+
+
+def _case(call: str, model: str, batch: int, prompt: int):
+    (hit,) = [(cfg, c) for n, cfg, c in _moe_cases(call) if n == model and (c["batch"], c["prompt"]) == (batch, prompt)]
+    return hit
+
+
+@pytest.mark.parametrize("model,batch,prompt,tol", [
+    ("deepseek-v2-lite", 4, 1024, 0.10), ("deepseek-v2-lite", 8, 512, 0.10), ("deepseek-v2-lite", 1, 2048, 0.15),
+    ("deepseek-v2-lite", 1, 512, 0.15), ("mixtral-8x7b", 4, 1024, 0.05), ("mixtral-8x7b", 1, 4096, 0.05),
+    ("qwen1.5-moe-a2.7b", 2, 4096, 0.10), ("qwen1.5-moe-a2.7b", 1, 512, 0.16)])
+def test_call2_prefill_gpu_time(model, batch, prompt, tol):
+    """The profiled forward's GPU busy time at sizes the planner was not set on: DeepSeek-V2-Lite (1 dense + 3 MoE
+    layers; MLA, 64 experts of 1,408, top-6, 2 shared) -5.9% / -6.0% at 4,096 tokens, -13.9% / -12.1% at 2,048 /
+    512; Mixtral -0.7% / +0.2%; Qwen1.5-MoE -7.2% at 8,192 tokens, -15.2% at 512 (small tiles, weight-bound)."""
+    cfg, c = _case("call2", model, batch, prompt)
+    est = estimate_infer(_spec(cfg, model), H200, batch=batch, prompt=prompt, gen=2, engine="eager")
+    assert est.time["prefill_gpu_s"] == pytest.approx(c["profile"]["busy_us"] / 1e6, rel=tol)
+
+
+@pytest.mark.parametrize("call", ["call1", "call2"])
+def test_fp32_routing_weights_as_priced(call):
+    """The routed rows' weight multiply in fp32 (Mixtral, DeepSeek-V2: estimate/moe.FP32_ROUTING_FAMILIES), read
+    from each profiled forward: its casting elementwise_kernel<128, 4> over (2 + 4) h bytes a routed row at the
+    strided 1.45 TB/s within 10% (Mixtral -8% to +3%, DeepSeek -4% to +3%); Qwen1.5-MoE's router hands back bf16
+    weights and runs none."""
+    from gpuscope.estimate.moe import FP32_ROUTING_FAMILIES
+
+    n = 0
+    for name, cfg, c in _moe_cases(call):
+        h, _, _, k = _dims(cfg)
+        moe_layers = cfg["num_hidden_layers"] - cfg.get("first_k_dense_replace", 0)
+        rows = [r for r in c["profile"]["kernels_top"]
+                if "BinaryFunctor<float, float, float" in r["name"] and "elementwise_kernel<128, 4" in r["name"]]
+        if _spec(cfg, name).family not in FP32_ROUTING_FAMILIES:
+            assert not rows
+            continue
+        priced = 6.0 * h * c["batch"] * c["prompt"] * k * moe_layers / 1.45e12
+        assert sum(r["us"] for r in rows) / 1e6 == pytest.approx(priced, rel=0.10)
+        n += 1
+    assert n >= 6
+
+
+def test_small_tile_grouped_gemm_streams_each_units_weights():
+    """Independent checks of GROUPED_STREAM_EFFICIENCY (set on call 1's Qwen1.5-MoE b1 p1024 balanced forward):
+    at b1 p512 (DeepSeek-V2-Lite 48 rows an expert, Qwen1.5-MoE 34), random and balanced routers, the grouped
+    GEMMs' time is their 128-row units' weights at 0.72 of the copy rate within 5% (as read -3% to +1%)."""
+    bw = H200.achievable_bw_gbs() * 1e9
+    for model in ("deepseek-v2-lite", "qwen1.5-moe-a2.7b"):
+        cfg, c = _case("call2", model, 1, 512)
+        h, w, e, k = _dims(cfg)
+        assert moemod.row_unit(512 * k, e, 2 * w) == moemod.SMALL_UNIT == 128
+        layers = len(c["rows_per_expert"])
+        for rows, t in ((c["rows_per_expert"], c["profile"]["groups_us"]["grouped_gemm"]),
+                        (_balanced_rows(cfg, 512, layers), c["balanced"]["profile"]["groups_us"]["grouped_gemm"])):
+            units = sum(math.ceil(r / 128) for layer in rows for r in layer)
+            model_s = units * 3 * h * w * 2 / (moemod.GROUPED_STREAM_EFFICIENCY * bw)
+            assert model_s == pytest.approx(t / 1e6, rel=0.05), model
+
+
+@pytest.mark.parametrize("model,batch,prompt", [("deepseek-v2-lite", 1, 2048), ("deepseek-v2-lite", 1, 512),
+                                                ("qwen1.5-moe-a2.7b", 1, 512)])
+def test_small_moe_prefill_is_host_bound_and_planned_short(model, batch, prompt):
+    """Known, not modelled: a small MoE prefill is host-bound (forward within 15% of the host time until it returns,
+    GPU busy under half of it), and the MoE prefill's host runs 21-36 us a kernel on this VM (the decode path of
+    the same calls: 16-22), with the level climbing 1.6-1.9x over one run's cases (DeepSeek's attention blocks
+    0.61 -> 1.16 ms a layer, its MoE blocks 0.90 -> 1.49); the plan's forward (max of GPU and host: its host at
+    the catalog's 17.2 us a kernel) is 0.47-0.49 of the measured one, its TTFT 0.53-0.63. Bounded here so that it is
+    seen if it gets worse or goes."""
+    cfg, c = _case("call2", model, batch, prompt)
+    fwd, host = c["forward_s_median"], c["host_enqueue_s_median"]
+    assert host == pytest.approx(fwd, rel=0.15)
+    assert c["profile"]["busy_us"] / 1e6 < 0.55 * fwd
+    m = _spec(cfg, model)
+    t = _timing(m, H200, batch, prompt, 2, "bf16", "bf16", "eager", 1, 2.0, False, False, True)
+    planned = max(sum(o.gpu_s for o in t.pre_times), t.time["prefill_s"] - t.eng.step_s - t.eng.setup_s)
+    assert 0.4 * fwd < planned < 0.6 * fwd
