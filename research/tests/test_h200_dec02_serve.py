@@ -34,9 +34,9 @@ PLAN_HW_FILE = RES.parent / "2026-12-02-h200-c" / "h200-gvisor-host.toml"
 RUNS = {  # run file -> the errors (tok/s, TTFT p50, TPOT p50), planned / measured - 1, as replanned with the cuDNN
     # graph build and launches apart (research/results/2026-12-02-h200-c/serve.md; this folder's serve.md: the plan of
     # its time)
-    "call2/gpu_serve/serve_8b_n256_p512_g128.out": (+0.026, +0.025, -0.033),
-    "call2/gpu_serve/serve_32b_n128_p512_g128.out": (+0.061, -0.005, -0.058),
-    "call4/gpu_serve/serve_8b_n64_p2048_g256.out": (+0.020, +0.036, -0.025),
+    "call2/gpu_serve/serve_8b_n256_p512_g128.out": (+0.018, +0.025, -0.024),
+    "call2/gpu_serve/serve_32b_n128_p512_g128.out": (+0.053, -0.005, -0.049),
+    "call4/gpu_serve/serve_8b_n64_p2048_g256.out": (+0.011, +0.036, -0.015),
 }
 METRICS = (("throughput", "output_tokens_per_s"), ("latency", "ttft_p50_s"), ("latency", "tpot_p50_s"))
 

@@ -8,7 +8,7 @@ Targets (issue 21): output tokens/s and TPOT p50 within 15%, TTFT p50 within 25%
   visible in its NVML power samples: 21 s a wave where that plan had 12.4 s. The same miss showed in the offline
   runs' drains (20-960 requests decoding, some finishing every step): planned steps 13-49% short. Replanned with the
   cuDNN SDPA graph build of every step in series (research/results/2026-12-02-h200-c/serve.md): the arrival runs no
-  longer fit their limits, the wave is 16.5 s, the drain steps 19-43% short (finishing requests' host work).
+  longer fit their limits, the wave is 16.6 s, the drain steps 18-43% short (finishing requests' host work).
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ def test_1024_requests_full_batch_decode_steps(hw):
 
 def test_known_miss_the_drain_of_the_1024_request_run(hw):
     """Known miss: as the run drains (~60 requests finish every step), the steps of 58-834 requests take 18-49%
-    longer than max(GPU, launches) planned (serve.md); 19-43% (2026-12-02-h200-c/serve.md: the finishing requests'
+    longer than max(GPU, launches) planned (serve.md); 18-43% (2026-12-02-h200-c/serve.md: the finishing requests'
     host work is not modelled)."""
     step = prepare(ServeRequest(LLAMA, 1024, 128, 128), hw)[-1]
     drain = [(n, kv, dt) for n, kv, dt, first in _steps(_measurement(N1024)["result"]) if n < 1000 and not first]
@@ -137,7 +137,7 @@ def _bursts(samples: list[dict], watts: float = 500.0) -> list[float]:
 def test_known_miss_closed_loop_waves(hw):
     """The closed loop of 64 runs in waves (all 64 finish on one step and are replaced together): their prefill
     bursts in the NVML power samples are 21 s apart; the plan's wave (64 x 512/128 offline) was 12.4 s with
-    max(GPU, launches), 16.5 s with the cuDNN graph build in series (2026-12-02-h200-c/serve.md)."""
+    max(GPU, launches), 16.6 s with the cuDNN graph build in series (2026-12-02-h200-c/serve.md)."""
     res = _measurement("call2/gpu_serve3/serve_8b_n192_p512_g128_c64.out")["result"]
     starts = _bursts(res["nvml_samples"])
     assert len(starts) == 3

@@ -56,14 +56,14 @@ EXTRA_SDPA_KERNELS = 10
 # SDPA_TILE_S, one such tile (QK^T and PV of 64 x 64 x head_dim 128, its mask tile, the online softmax) with what
 # the copies below leave out: the kernel profile of Llama-3.1-8B decode steps under transformers 5.17 on an H200
 # (research/results/2026-12-02-h200-c/call1/gpu_serve4, prof): the attention's device time a step (the SDPA kernel,
-# the KV gathers and copies) 49.9 ms at 64 requests and 33.5k KV tokens, 45.5 ms at 16 and 33.0k: per layer 1.559 /
-# 1.422 ms, less the copies as modelled (0.373 / 0.366 ms), over ceil(N_k / 64) tiles: 2.26 / 2.05 us, 2.15 us.
+# the KV gathers and copies) 49.9 ms at 64 requests and 33.5k KV tokens, 47.5 ms at 16 and 33.0k: per layer 1.559 /
+# 1.483 ms, less the copies as modelled (0.373 / 0.366 ms), over ceil(N_k / 64) tiles: 2.24 / 2.16 us, 2.20 us.
 # The profile splits it otherwise: the SDPA kernel 1.45 us a tile and four copy kernels a layer as long as the
 # repeated K or V, twice the copies' bytes below; that split puts the 1024-request full-batch steps (research/
 # results/2026-12-02-h200-b) 11-16% high, so the total is what is kept (research/results/2026-12-02-h200-c/serve.md).
 # Another GPU takes the tile in proportion to its dense peak per SM (assumed, not measured there).
 SDPA_KEY_TILE = 64
-SDPA_TILE_S = 2.15e-6
+SDPA_TILE_S = 2.20e-6
 REPEATED_KV_PASSES = 1  # passes over the repeated K and V after repeat_kv's own copy (the profile shows one more)
 # The packed prefill's masked SDPA (throughput-bound: 8192 queries against every key of the batch, its FLOPs or its
 # K/V re-read per 64-query tile) runs faster than roofline.MASKED_SDPA_FRACTION (the memory-efficient kernel at
