@@ -167,3 +167,7 @@ def test_fsdp2_worker_world_of_one_with_foreach(tmp_path):
     assert res["status"] == "ok" and res["world_size"] == 1
     assert res["optimizer_impl"] == "foreach" and res["optimizer_fused"] is False
     assert res["param_types"] == ["DTensor"]
+    # one timed step: its phases add up to it; the host's own time per phase is there too
+    assert set(res["phase_s"]) == set(res["host_phase_s"]) == {"forward", "backward", "optimizer"}
+    assert sum(res["phase_s"].values()) == pytest.approx(res["step_s"], rel=1e-6)
+    assert all(v > 0 for v in res["host_phase_s"].values())

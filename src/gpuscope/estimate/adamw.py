@@ -10,6 +10,8 @@ under FSDP2 alike (its DTensor parameters are of a foreach-supported type; measu
 
 from __future__ import annotations
 
+import math
+
 from gpuscope.errors import UserError
 from gpuscope.specs.axes import Precision
 from gpuscope.specs.model import ModelSpec
@@ -103,12 +105,24 @@ def optimizer_bytes(P: float, optimizer: str, precision: str, impl: str) -> floa
     return passes * P * p.state_bytes + master
 
 
-def launch_s(m: ModelSpec, impl: str, kernel_s: float) -> tuple[float, float]:
-    """(launch seconds added to the step, launch seconds that overlap the step's memory traffic). foreach: ~12
-    list ops over ~12 tensors a layer, each a kernel per chunk of tensors, added to the traffic. for-loop:
-    LOOP_KERNELS a tensor, issued ahead of the GPU, so the step takes max(traffic, launches)."""
-    if impl == "foreach":
-        return 12 * m.num_layers * 12 * kernel_s, 0.0
+# torch's multi_tensor_apply (aten/src/ATen/native/cuda/MultiTensorApply.cuh): a _foreach kernel takes at most
+# depth_to_max_tensors[depth - 1] tensors per list (36 for the four lists of addcdiv_ / addcmul_) and 320 blocks of
+# kChunkSize = 65536 elements, and launches again when either fills.
+FOREACH_MAX_TENSORS = 36
+FOREACH_LAUNCH_ELEMENTS = 320 * 65536
+
+
+def launch_s(m: ModelSpec, impl: str, kernel_s: float, local_params: float) -> float:
+    """Host seconds of the optimizer's kernel launches, issued ahead of the GPU (the step takes max(traffic, host)).
+    for-loop: LOOP_KERNELS a tensor. foreach: the same eight ops as list ops, each launching once per
+    FOREACH_MAX_TENSORS tensors or FOREACH_LAUNCH_ELEMENTS elements, whichever fills first. Fused: in the fused
+    step's measured host cost (engines.TrainHost). FSDP2 at world size 1 on an H200 read foreach and the for-loop
+    at the same step, their 20 accesses a parameter at full bandwidth (Llama-3.2-1B mb4: 0.198 s both;
+    research/results/2026-12-02-h200-c/fsdp.md)."""
     if impl == "for-loop":
-        return 0.0, LOOP_KERNELS * param_tensors(m) * kernel_s
-    return 0.0, 0.0
+        return LOOP_KERNELS * param_tensors(m) * kernel_s
+    if impl == "foreach":
+        per_op = max(math.ceil(param_tensors(m) / FOREACH_MAX_TENSORS),
+                     math.ceil(local_params / FOREACH_LAUNCH_ELEMENTS))
+        return LOOP_KERNELS * per_op * kernel_s
+    return 0.0

@@ -309,11 +309,11 @@ def _step_time(m, hw, pc, micro_batch, seq, precision, optimizer, recompute, gra
     # FSDP2 casts and copies the parameters it gathers and the gradients it reduces instead (memory_train.py)
     cast_bytes = (fsdp_copy_bytes(pc, precision, shard) if fsdp
                   else 12.0 * (P - pc.embedding) if (amp and offload == "none") else 0.0)
-    foreach_launch_s, loop_launch_s = adamw_launch_s(m, impl, train_engine.launch_s)
+    opt_launch_s = adamw_launch_s(m, impl, train_engine.launch_s, P / (shard if fsdp else 1))
     # bf16-master launches two kernels per tensor (the grad's fp32 cast and the copy back to bf16)
     master_launch_s = (2 * (m.num_layers * (9 if m.gated_mlp else 12) + 4) * train_engine.launch_s
                        if precision == Precision.BF16_MASTER.value else 0.0)
-    opt_s = max(opt_bytes / (bw * 1e9), host["optimizer"] + master_launch_s + loop_launch_s) + foreach_launch_s
+    opt_s = max(opt_bytes / (bw * 1e9), host["optimizer"] + master_launch_s + opt_launch_s)
     if cpu is not None:  # torch's AdamW on a CPU: no fused kernel, its single-tensor loop (estimate/cpu.py)
         loop_s, fresh_s = cpu_step_s(m, optimizer_bytes(P, optimizer, precision, "for-loop"), w_b, micro_batch * seq,
                                      cpu, train_engine.launch_s)

@@ -38,7 +38,9 @@ from __future__ import annotations
 
 import math
 import socket
+import statistics
 import sys
+import time
 from functools import partial
 
 import torch
@@ -52,10 +54,16 @@ from gpuscope.measure.models.hf_model import build_model, case_config, model_byt
 from gpuscope.measure.models.train_step import (PRECISIONS, enable_recompute, grad_scaler, instrumented_step,
                                                 matmul_settings, step_functions)
 
+PHASES = ("forward", "backward", "optimizer")
 METRIC_FORMULAS = {
     "rank_step_s": "per rank: median over `steps` back-to-back timed steps (after a barrier) of forward + backward "
                    "(with gradient all-reduce / reduce-scatter) + optimizer.step + zero_grad(set_to_none=True)",
     "step_s": "max over ranks of rank_step_s (the slowest rank sets the pace)",
+    "phase_s": "the slowest rank's median over the timed steps of each phase (forward; backward with its gradient "
+               "reduction; optimizer.step + zero_grad): device time between the marks recorded when the host "
+               "reached each phase boundary (events on CUDA, perf_counter + synchronize elsewhere)",
+    "host_phase_s": "the slowest rank's median host time per phase: perf_counter at the same boundaries, no "
+                    "synchronize (equal to phase_s where the host sets the pace)",
     "tokens_per_s": "world_size * micro_batch * seq / step_s (all ranks)",
     "tokens_per_s_per_gpu": "micro_batch * seq / step_s",
     "peak_*_bytes": "max over ranks of each rank's max_memory_allocated in that phase (reset before); per rank in "
@@ -140,20 +148,31 @@ def _load_and_wrap(case: dict, dev: Device, state: dict, rank: int):
     return model, config, wrapped, ac_dtype, shared, mine
 
 
-def _timed_steps(dev: Device, steps: int, fns) -> tuple[list[float], float, float]:
-    """``steps`` back-to-back steps after a barrier, timed on this rank; returns (seconds, wall, last loss)."""
+def _timed_steps(dev: Device, steps: int, fns) -> tuple[list[float], float, float, dict]:
+    """``steps`` back-to-back steps after a barrier, timed on this rank, with a mark at every phase boundary:
+    returns (step seconds, wall, last loss, {"phase_s", "host_phase_s"}: METRIC_FORMULAS)."""
     forward, backward, opt_step = fns
     dist.barrier()
     dev.reset_peak()
     st = dev.step_timer()
     st.start()
+    host = [time.perf_counter()]
     for _ in range(steps):
         loss = forward()
+        st.mark()
+        host.append(time.perf_counter())
         backward(loss)
+        st.mark()
+        host.append(time.perf_counter())
         opt_step()
         st.mark()
-    times = st.times_s()
-    return times, st.wall_s, float(loss.detach().float())
+        host.append(time.perf_counter())
+    marks = st.times_s()
+    host_d = [b - a for a, b in zip(host, host[1:])]
+    phases = {"phase_s": {p: statistics.median(marks[j::3]) for j, p in enumerate(PHASES)},
+              "host_phase_s": {p: statistics.median(host_d[j::3]) for j, p in enumerate(PHASES)}}
+    times = [sum(marks[i:i + 3]) for i in range(0, len(marks), 3)]
+    return times, st.wall_s, float(loss.detach().float()), phases
 
 
 def train_dist(case: dict, dev: Device, state: dict) -> tuple[dict, dict]:
@@ -187,7 +206,8 @@ def train_dist(case: dict, dev: Device, state: dict) -> tuple[dict, dict]:
     mine.update(instrumented_step(dev, forward, backward, opt_step, partial(_local_grad_bytes, wrapped))[0])
 
     stage[0] = "timed"
-    times, wall_s, loss_last = _timed_steps(dev, steps, fns)
+    times, wall_s, loss_last, phases = _timed_steps(dev, steps, fns)
+    mine.update(phases)
     mine["peak_bytes"] = dev.peak_allocated()
     mine["peak_reserved_bytes"] = dev.peak_reserved()
     mine["loss_last"] = loss_last
@@ -242,6 +262,8 @@ def combine(case: dict, shared: dict, ranks: list[dict], baseline: dict | None, 
     res.update(shared)
     res["step_s"] = step
     res["rank_step_s"] = [r.get("step_s") for r in ranks]
+    slowest = max(ranks, key=lambda r: r.get("step_s") or 0.0)
+    res["phase_s"], res["host_phase_s"] = slowest.get("phase_s"), slowest.get("host_phase_s")
     res["step_s_rank_spread"] = (step - min(res["rank_step_s"])) / step if step else None
     res["tokens_per_s"] = world * B * S / step if step else None
     res["tokens_per_s_per_gpu"] = B * S / step if step else None
