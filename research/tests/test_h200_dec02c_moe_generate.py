@@ -96,7 +96,7 @@ def _level_hw(m, case: dict):
 
 def test_the_plan_with_the_host_level_of_one_case_holds_at_other_batches_and_prompts():
     """The host level set on the third case (batch 1, 1,024: 22.4 us a planner kernel; the catalog's bare-metal
-    host: 17.2) plans the six other cases (batch 1-16, prompts 128-4,096, the issue's batch 8 x 2,048 among them;
+    host: 17.2) plans the seven other cases (batch 1-16, prompts 128-4,096, the issue's batch 8 x 2,048 among them;
     the ballast case too) within the decode target, 20% (as read -10.1% to +5.7%): the plan is flat in batch, as
     the host is; the GPU's 3.1-4.1 ms a step is far below it. The first case is the level moving (-28% against
     it), not a size: left out."""
@@ -224,9 +224,9 @@ def test_full_8b_host_per_op_is_the_same_at_batch_8_and_1():
 def test_full_depth_plan_with_the_level_of_the_first_case(part, name):
     """The host level set on each run's first case (batch 1, 1,024) plans its other cases' decode steps (median step,
     device events between generate's steps) within the decode target, 20%: Llama-3.1-8B (32 layers) batch 8 x
-    2,048 +12%, 16 x 1,024 -6%, 4 x 2,048 -17%, 1 x 2,048 -18%, and the first case again -15% (the level moved
-    1.18x within the run with nothing changed: what bounds this check); Qwen2.5-7B (28 layers, another family)
-    batch 8 x 2,048 -2%, the repeat +1%. Batch 8 x 2,048 is the issue's check; the faster of the two runs'
+    2,048 +11.1%, 16 x 1,024 -6.5%, 4 x 2,048 -17.2%, 1 x 2,048 -19.0%, and the first case again -15.0% (the level
+    moved 1.18x within the run with nothing changed: what bounds this check); Qwen2.5-7B (28 layers, another
+    family) batch 8 x 2,048 -2.3%, the repeat +0.2%. Batch 8 x 2,048 is the issue's check; the faster of the two runs'
     steps came at batch 8."""
     d, cases = _host_cases("call2", part)
     m = _spec(d["config"], name)
@@ -243,8 +243,8 @@ def test_full_depth_plan_with_the_level_of_the_first_case(part, name):
 def test_generates_own_host_per_step_is_a_constant_of_the_model_config_not_of_batch():
     """Host time between one decode forward's exit and the next one's entry (generate's logits processors, stopping
     criteria, its ~53 kernels a step and bookkeeping), 15 cases of both calls, batch 1-16, prompts 128-4,096,
-    16/28/32 layers: 1.14-1.45 ms (the planner's step_s: 0.4 ms, set on tiny models; not changed: it holds for
-    their rows)."""
+    16/28/32 layers: 1.18-1.40 ms (the planner's step_s: 0.4 ms, set on tiny models; not changed: raised to
+    1.25 ms it broke 6 of their manifest rows)."""
     outs = []
     for call, part in (("call1", "host"), ("call2", "host"), ("call2", "host7b")):
         outs += [c["outside_forward_host_median_s"] for c in _host_cases(call, part)[1][1:]]
