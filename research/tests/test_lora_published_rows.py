@@ -27,7 +27,9 @@
    Reproduced: 8B 8 GB out of memory, 12-80 GB -7.3%, +3.5%, +7.5%, +8.9%, +9.2%, +9.7%; 70B 48 GB out of
    memory, 80 GB +0.6%. The planner's line through the rows' lengths, in those units, is 10.05 GiB + 2.241 GiB a
    1,000 tokens against the column's 9.70 + 2.471: the fixed part 4% high, the per-token part 9% short (0.25 MB a
-   token HF held that is not modelled, not found), which is why the errors grow from -7% to +10% with the card. The rows hang on prepare_model_for_kbit_training: without it (the stack bench runs,
+   token HF held that is not modelled: about one bf16 copy of the logits, 2 V bytes = 0.26 MB, but no such tensor
+   was found in transformers 4.46-4.47's loss path; not modelled), which is why the errors grow from -7% to +10%
+   with the card. The rows hang on prepare_model_for_kbit_training: without it (the stack bench runs,
    transformers 5 / peft 0.21 / bitsandbytes 0.50, held within 1% on the H200) the same reading gives +29% to
    +168% (8B) and +72% (70B 80 GB), and the earlier reading (10^9 bytes of the whole need, CUDA's context
    included) +17% to +60% and +40%: the gap grew with the model because the fp32 stream and fp32 head do.
