@@ -8,7 +8,7 @@ import pytest
 
 from gpuscope.errors import UserError
 from gpuscope.estimate.adamw import ADAMW_IMPLS, largest_tensors, resolve_impl, step_temporary_bytes
-from gpuscope.estimate.memory_train import fsdp_copy_bytes
+from gpuscope.estimate.fsdp_time import fsdp_copy_bytes
 from gpuscope.estimate.params import count_params
 from gpuscope.estimate.runtime import TRAIN_WORKSPACE_BYTES
 from gpuscope.estimate.train import estimate_train
@@ -110,3 +110,19 @@ def test_optimizer_launches_per_implementation():
     assert launch_s(m, "foreach", 1.0, 3.2e9) == 8 * 153  # elements decide: ceil(3.2e9 / 20,971,520)
     assert launch_s(m, "foreach", 1.0, 1e6) == 8 * -(-n // 36)  # a small shard: the tensor count decides
     assert launch_s(m, "fused", 1.0, 3.2e9) == 0.0
+
+
+def test_fsdp_hooks_on_the_host_and_copies_on_the_gpu():
+    """FSDP2's micro-batch: the plain HF host time + FSDP_HOST_LAYER_LAUNCHES launches a layer, the GPU's + its
+    copies; at 128 tokens the step is the host's and grows with the layer count."""
+    from gpuscope.estimate.engines import engine_for
+    from gpuscope.estimate.fsdp_time import FSDP_HOST_LAYER_LAUNCHES
+
+    m = load_model("llama-3.2-3b")
+    kw = dict(micro_batch=1, seq=128, precision="amp-bf16", adamw_impl="fused")
+    f = estimate_train(m, H200, num_gpus=1, strategy="fsdp", **kw)
+    launch = engine_for("eager", H200).launch_s
+    hooks = FSDP_HOST_LAYER_LAUNCHES * launch * m.num_layers
+    assert f.time["host_s_per_micro_batch"] > hooks > f.time["gpu_s_per_micro_batch"]
+    f1 = estimate_train(load_model("llama-3.2-1b"), H200, num_gpus=1, strategy="fsdp", **kw)
+    assert f.time["step_s"] - f1.time["step_s"] > (28 - 16) * FSDP_HOST_LAYER_LAUNCHES * launch

@@ -219,26 +219,6 @@ def ddp_bucket_bytes(pc: ParamCounts, precision: str) -> float:
     return pc.total * precision_bytes(precision)[0]
 
 
-def fsdp_copy_bytes(pc: ParamCounts, precision: str, num_gpus: int) -> float:
-    """Bytes FSDP2's own copies move in one step (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py), beside
-    the collectives' traffic (estimate/train.py). Per element gathered: the bf16 mixed-precision policy's cast of
-    the local fp32 shard into a flat bf16 buffer (_get_param_all_gather_inputs' _foreach_copy_: 4 + 2, none for
-    bf16 shards), its copy into the all-gather buffer (all_gather_copy_in: 2 + 2), both over the 1/N local shard,
-    and the copy out of the gathered buffer into the unsharded parameters (split_with_sizes_copy: 2 + 2, full size).
-    Decoder layers are gathered twice (forward, and backward after reshard_after_forward), the root once. Per
-    gradient element: the copy of the unsharded bf16 gradient into the reduce-scatter buffer in reduce_dtype
-    (foreach_reduce_scatter_copy_in: 2 + 4 under the policy, 2 + 2 in bf16), and at N = 1, where foreach_reduce
-    skips the collective, reduce_output.copy_(input) (2 x the reduce dtype). On one H200 (FSDP2 at world size 1,
-    research/results/2026-12-02-h200-c/fsdp.md) this is 42 bytes a layer parameter: 31 ms of a 0.25 s 3B step."""
-    pb = 4.0 if precision == "amp-bf16" else 2.0
-    rb = pb  # reduce_dtype: fp32 under the policy, the parameters' bf16 without one
-    N = num_gpus
-    gather = ((pb + 2.0 if pb != 2.0 else 0.0) + 4.0) / N + 4.0
-    reduce = 2.0 + rb + (2.0 * rb if N == 1 else 0.0)
-    root = pc.embedding + pc.lm_head + pc.norms
-    return (pc.total - root) * (2.0 * gather + reduce) + root * (gather + reduce)
-
-
 def fsdp_train_memory(m: ModelSpec, pc: ParamCounts, *, num_gpus: int, micro_batch: int, seq: int,
                       optimizer: str, recompute: str, precision: str = "amp-bf16", fused: bool = True,
                       impl: str | None = None) -> TrainMemory:

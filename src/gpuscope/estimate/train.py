@@ -31,8 +31,8 @@ from gpuscope.estimate.engines import TrainHost, engine_for, train_host_for
 from gpuscope.estimate.loss import LOSS_OP, loss_backward_op, loss_op
 from gpuscope.estimate.adamw import IMPL_NOTES, optimizer_bytes, resolve_impl
 from gpuscope.estimate.adamw import launch_s as adamw_launch_s
-from gpuscope.estimate.memory_train import (ddp_bucket_bytes, fsdp_copy_bytes, fsdp_train_memory, precision_bytes,
-                                            train_memory)
+from gpuscope.estimate.fsdp_time import fsdp_micro_batch
+from gpuscope.estimate.memory_train import ddp_bucket_bytes, fsdp_train_memory, precision_bytes, train_memory
 from gpuscope.estimate.params import count_params
 from gpuscope.estimate.platform import platform_for
 from gpuscope.estimate.result import Estimate
@@ -299,6 +299,8 @@ def _step_time(m, hw, pc, micro_batch, seq, precision, optimizer, recompute, gra
     r_gpu = sum(t.gpu_s for o, t in zip(fwd_ops, f_times) if opsmod.in_layers(o)) if full else 0.0
     micro_gpu = f_gpu + b_gpu + r_gpu
     host = train_host_s(fwd_ops, m, train_engine.launch_s, full, train_host_for(hw))
+    if fsdp:  # FSDP2's hooks on the host and its copies on the GPU, inside the micro-batch (estimate/fsdp_time.py)
+        host, micro_gpu = fsdp_micro_batch(host, micro_gpu, m, pc, precision, shard, train_engine.launch_s, bw)
     host_micro = host["forward"] + host["backward"] + host["recompute"]
     cpu = train_engine.cpu  # the device is the CPU: compute and host time in series (estimate/cpu.py)
     micro_s = micro_gpu + host_micro if cpu is not None else max(micro_gpu, host_micro)
@@ -306,9 +308,7 @@ def _step_time(m, hw, pc, micro_batch, seq, precision, optimizer, recompute, gra
     # grads back (read 2, write 4); the optimizer's passes over what it updates (its shard under FSDP) and its
     # kernel launches, per AdamW implementation: estimate/adamw.py.
     opt_bytes = optimizer_bytes(P, optimizer, precision, impl) / (shard if fsdp else 1)
-    # FSDP2 casts and copies the parameters it gathers and the gradients it reduces instead (memory_train.py)
-    cast_bytes = (fsdp_copy_bytes(pc, precision, shard) if fsdp
-                  else 12.0 * (P - pc.embedding) if (amp and offload == "none") else 0.0)
+    cast_bytes = 12.0 * (P - pc.embedding) if (amp and offload == "none" and not fsdp) else 0.0
     opt_launch_s = adamw_launch_s(m, impl, train_engine.launch_s, P / (shard if fsdp else 1))
     # bf16-master launches two kernels per tensor (the grad's fp32 cast and the copy back to bf16)
     master_launch_s = (2 * (m.num_layers * (9 if m.gated_mlp else 12) + 4) * train_engine.launch_s
