@@ -16,6 +16,9 @@ Parts (``--part``; the .sh runs each in its own process under ``timeout``):
   and a CUDA launch probe before and after each case; one case with a 64-tensor ballast of batch 16's cache size
   at batch 1 (does the memory held slow the host?); profiled runs (record_shapes) at batch 1 and 16: host table
   by op and input shapes, kernel table, CUDA runtime calls per step.
+- ``hostmix``: the host's cost of prefill (1 x ``--mix-prompt``) and of a decode step for Llama-3.1-8B,
+  DeepSeek-V2-Lite, Qwen1.5-MoE and Mixtral at ``--layers``, in one process and interleaved rounds: host seconds
+  until each forward returns, the profiled kernel count of each, CPU and launch probes per round.
 - ``graph32``: gs-graph (HF eager kernels replayed from one CUDA graph over a StaticCache) on Qwen2.5-32B at
   ``--layers``, batch 1 and 16 (research/scripts/gpu_decode_batch.one_case: TPOT, profiled replays).
 Output: $OUT/gpu_moe_generate/<part>.json (rewritten after every case) and <part>.cmd (the command line).
@@ -523,8 +526,85 @@ def part_graph32(a, dev: Device, doc: dict, t0: float) -> None:
             _write(doc, a.out, a.file)
 
 
-PARTS = {"moe": part_moe, "host": part_host, "graph32": part_graph32}
-DEFAULT_LAYERS = {"moe": 4, "host": 16, "graph32": 8}
+# ---- part hostmix ---------------------------------------------------------------------------------------------------
+
+def _enqueue_s(dev: Device, fn, reps: int) -> list[float]:
+    """Host seconds until ``fn()`` returns, a synchronize before each and after (not timed)."""
+    out = []
+    for _ in range(reps):
+        dev.synchronize()
+        t = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t)
+        dev.synchronize()
+    return out
+
+
+def _kernel_count(dev: Device, fn) -> int | None:
+    from torch.profiler import profile
+
+    if dev.type != "cuda":
+        return None
+    with profile(activities=_acts(dev)) as prof:
+        fn()
+        dev.synchronize()
+    return kernel_table(prof, {}, top=1)["kernel_count"]
+
+
+def hostmix_model(name: str, a, dev: Device) -> dict:
+    """One model's prefill (1 x prompt) and decode-step forwards, built once, timed later in interleaved rounds."""
+    cfg = config_for(name, a.layers, a.tiny)
+    model, config = build_model(cfg, dev, torch.bfloat16, "sdpa")
+    model.eval()
+    prompt = 16 if a.tiny else a.mix_prompt
+    g = torch.Generator(device=dev.torch_device).manual_seed(prompt)
+    ids = torch.randint(0, config.vocab_size, (1, prompt), device=dev.torch_device, generator=g)
+    mask = torch.ones_like(ids)
+    out = model(input_ids=ids, attention_mask=mask, use_cache=True, logits_to_keep=1)
+    cache, nxt = out.past_key_values, ids[:, -1:]
+
+    def prefill():
+        model(input_ids=ids, attention_mask=mask, use_cache=False, logits_to_keep=1)
+
+    def decode():  # one token on the prompt's cache (it grows by one a call, as in generate)
+        model(input_ids=nxt, past_key_values=cache, use_cache=True)
+
+    prefill(), decode()  # warm-up
+    return {"name": name, "config": cfg, "prompt": prompt, "fns": {"prefill": prefill, "decode": decode},
+            "kernels": {k: _kernel_count(dev, f) for k, f in (("prefill", prefill), ("decode", decode))},
+            "model": model}
+
+
+def part_hostmix(a, dev: Device, doc: dict, t0: float) -> None:
+    """The host's cost of a dense and of MoE prefills beside a decode step, in one process and interleaved rounds,
+    so that the VM's moving level hits each alike: host seconds until each forward returns (no sync inside the timed
+    region), with the profiled kernel count of each forward and the CPU / launch probes per round."""
+    names = ["llama-3.1-8b", "deepseek-v2-lite", "qwen1.5-moe-a2.7b", "mixtral-8x7b"]
+    models = []
+    with torch.no_grad():
+        for name in names:
+            if time.perf_counter() - t0 > a.budget_s / 2:
+                doc["models"].append({"model": name, "status": "skipped (budget)"})
+                continue
+            models.append(hostmix_model(name, a, dev))
+        for entry in models:
+            doc["models"].append({"model": entry["name"], "config": entry["config"], "prompt": entry["prompt"],
+                                  "kernels": entry["kernels"], "rounds": []})
+        for r in range(2 if a.tiny else 4):
+            if time.perf_counter() - t0 > a.budget_s:
+                break
+            probes = {"cpu_probe_s": db.host_probe_s(), "launch_probe_s": launch_probe_s(dev)}
+            for entry, rec in zip(models, doc["models"][-len(models):]):
+                res = {k: _enqueue_s(dev, f, 3 if a.tiny else 7) for k, f in entry["fns"].items()}
+                rec["rounds"].append({"round": r, **probes, **{f"{k}_host_s": v for k, v in res.items()},
+                                      **{f"{k}_host_median_s": statistics.median(v) for k, v in res.items()}})
+                print("hostmix", r, entry["name"], {k: round(statistics.median(v) * 1e3, 3) for k, v in res.items()},
+                      entry["kernels"], flush=True)
+            _write(doc, a.out, a.file)
+
+
+PARTS = {"moe": part_moe, "host": part_host, "graph32": part_graph32, "hostmix": part_hostmix}
+DEFAULT_LAYERS = {"moe": 4, "host": 16, "graph32": 8, "hostmix": 4}
 
 
 def _sizes(text: str) -> list[tuple[int, int]]:
@@ -560,6 +640,7 @@ def main() -> None:
     ap.add_argument("--moe-specs", type=_specs, default=None,
                     help="moe part: 'model:BxP,BxP;model:BxP' (default: Mixtral-8x7B and Qwen1.5-MoE, 10 cases)")
     ap.add_argument("--tag", default="", help="appended to the output names (<part><tag>.json, .cmd)")
+    ap.add_argument("--mix-prompt", type=int, default=512, help="hostmix part: prompt tokens of the prefills")
     ap.add_argument("--no-probe", action="store_true", help="moe part: skip the torch._grouped_mm probe")
     ap.add_argument("--host-model", default="llama-3.1-8b", help="host part: the preset (default llama-3.1-8b)")
     ap.add_argument("--host-sizes", type=_sizes, default=None,
