@@ -290,7 +290,7 @@ def test_sdpa_decode_step_grows_with_kv_layers_not_with_queries():
     at64, at256 = step8.attention_s(64, kv, kv), step8.attention_s(256, kv, kv)
     assert at256 == pytest.approx(at64, rel=0.05)  # 32 and 128 blocks: one wave of lone blocks either way
     floor = step8.layers * math.ceil(kv / SDPA_KEY_TILE) * SDPA_TILE_S
-    assert floor < at256 < 1.5 * floor
+    assert floor < at256 < 2.5 * floor  # the floor and the KV copies (about as long: step_time.REPEATED_KV_PASSES)
     assert step8.attention_s(256, 2 * kv, 2 * kv) == pytest.approx(2 * at256, rel=0.05)
     # the same KV token-layers (147k x 32 against 74k x 64) take about the same attention time
     assert step32.attention_s(128, kv // 2, kv // 2) == pytest.approx(at256, rel=0.1)

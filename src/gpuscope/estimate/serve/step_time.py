@@ -15,8 +15,9 @@ A step is split into what grows with its tokens and what grows with the context 
   few queries leave most SMs idle), and never less than one thread block's own loop over the key tiles
   (SDPA_TILE_S below: at decode the blocks are fewer than the SMs and each streams every key of the batch), plus the
   copies it makes each layer: the cache read-back
-  (index_select of K and V: read + write N_k tokens), repeat_kv out to every query head, the mask (M x N_k in the
-  activation dtype) written and read, at roofline.ELEMENTWISE_BW_FRACTION of the copy bandwidth;
+  (index_select of K and V: read + write N_k tokens), repeat_kv out to every query head and one more pass over the
+  repeated K and V (REPEATED_KV_PASSES), the mask (M x N_k in the activation dtype) written and read, at
+  roofline.ELEMENTWISE_BW_FRACTION of the copy bandwidth;
   paged|eager: the same copies, the scores as two batched GEMMs and ~24 bytes of traffic a score (mask add, fp32
   softmax, cast: ops.py's eager attention);
 - the host: eager steps launch every kernel from Python (engines.EngineModel "eager" launch cost, overlapped with
@@ -53,24 +54,22 @@ EXTRA_SDPA_KERNELS = 10
 # one thread block that loops over all N_k keys in tiles of 64, with no split over the keys. A decode batch has
 # ceil(M / 64) x heads blocks, fewer than the SMs (Llama-3.1-8B, M = 256: 128 blocks on 132 SMs), so a layer lasts
 # ceil(N_k / 64) tiles of one block running alone on its SM, whatever M is: time ~ N_k x layers, not M x N_k.
-# SDPA_TILE_S, one such tile (QK^T and PV of 64 x 64 x head_dim 128, its mask tile, the online softmax) with what
-# the copies below leave out: the kernel profile of Llama-3.1-8B decode steps under transformers 5.17 on an H200
-# (research/results/2026-12-02-h200-c/call1/gpu_serve4, prof): the attention's device time a step (the SDPA kernel,
-# the KV gathers and copies) 49.9 ms at 64 requests and 33.5k KV tokens, 47.5 ms at 16 and 33.0k: per layer 1.559 /
-# 1.483 ms, less the copies as modelled (0.373 / 0.366 ms), over ceil(N_k / 64) tiles: 2.24 / 2.16 us, 2.20 us.
-# The profile splits it otherwise: the SDPA kernel 1.45 us a tile and four copy kernels a layer as long as the
-# repeated K or V, twice the copies' bytes below; that split puts the 1024-request full-batch steps (research/
-# results/2026-12-02-h200-b) 11-16% high, so the total is what is kept (research/results/2026-12-02-h200-c/serve.md).
-# Another GPU takes the tile in proportion to its dense peak per SM (assumed, not measured there).
+# SDPA_TILE_S, one such tile (QK^T and PV of 64 x 64 x head_dim 128, its mask tile, the online softmax): the kernel
+# profile of Llama-3.1-8B decode steps under transformers 5.17 on an H200 (research/results/2026-12-02-h200-c/call1/
+# gpu_serve4, prof): the cuDNN SDPA kernel's own device time, 25.07 ms a step at 64 requests and 33.5k KV tokens,
+# 23.09 ms at 16 and 33.0k, over 32 layers x ceil(N_k / 64) tiles: 1.49 / 1.40 us, 1.45 us. Another GPU takes the
+# tile in proportion to its dense peak per SM (assumed, not measured there).
 SDPA_KEY_TILE = 64
-SDPA_TILE_S = 2.20e-6
-REPEATED_KV_PASSES = 1  # passes over the repeated K and V after repeat_kv's own copy (the profile shows one more)
+SDPA_TILE_S = 1.45e-6
+# The same profile has four elementwise kernels a layer as long as the repeated K or V (0.175 ms each at 33.5k KV
+# tokens, 22.4 ms a step), not two: repeat_kv's copy and one more pass over each repeated tensor (read + write).
+REPEATED_KV_PASSES = 2
 # The packed prefill's masked SDPA (throughput-bound: 8192 queries against every key of the batch, its FLOPs or its
 # K/V re-read per 64-query tile) runs faster than roofline.MASKED_SDPA_FRACTION (the memory-efficient kernel at
 # Phi-3-mini's shape) and the copy bandwidth say: torch 2.11 runs it through cuDNN. The 16 prefill steps of the
 # 1024-request run (research/results/2026-12-02-h200-b/call1/gpu_serve2): the attention time they leave (measured
-# step less the token-linear ops, copies, host loop and graph build) over the planned, median 0.85 (0.80-0.92).
-CUDNN_MASKED_SDPA_SPEEDUP = 1 / 0.85
+# step less the token-linear ops, copies, host loop and graph build) over the planned, median 0.825 (0.78-0.90).
+CUDNN_MASKED_SDPA_SPEEDUP = 1 / 0.825
 SDPA_TILE_PEAK_PER_SM = 989.5e12 / 132  # the H200's dense bf16 peak per SM, where SDPA_TILE_S was measured
 
 
