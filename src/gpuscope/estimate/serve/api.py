@@ -214,6 +214,9 @@ def _assumptions(r: ServeRequest, eng, fmt, kv_dtype: str, kv) -> list[str]:
         out.append("attention as paged|sdpa: one SDPA over the packed batch with a dense mask, so its cost grows "
                    "with (batch tokens) x (all cached tokens read), and at decode, where its thread blocks are fewer "
                    "than the SMs, with all cached tokens read x layers; flash attention (--attn flash) avoids it")
+    if eng.host_graph_build_s and not eng.decode_graph:
+        out.append(f"every step builds a cuDNN SDPA graph for its new (queries, keys) shape on the host: "
+                   f"{eng.host_graph_build_s * 1e3:.1f} ms in series, the GPU idle (torch 2.11 on an H200 host)")
     if r.prompt + r.gen > r.model.max_position_embeddings:
         out.append(f"prompt + gen ({r.prompt + r.gen}) exceeds the model's max_position_embeddings "
                    f"({r.model.max_position_embeddings})")
