@@ -20,7 +20,9 @@ are likely faster (not measured here).
   against micro's 14.3). Between the two, accelerate's hook empties PyTorch's cache
   (CpuOffload.pre_forward: prev_module_hook.offload(), then clear_device_cache(): torch.cuda.empty_cache()), so
   the module before gives its blocks back to the driver (a cudaFree each) and the module coming in gets new ones
-  (a cudaMalloc each): ALLOC_LAUNCHES host launch costs per tensor of both, on top of the copies. The first
+  (a cudaMalloc each): ALLOC_LAUNCHES host launch costs per tensor of both, on top of the copies. The tensor is a
+  proxy: the driver is called per allocator segment (tensors under 1 MB share 2 MB segments, 1-10 MB ones 20 MB
+  segments), so a module of small tensors is overcounted (CLIP-L's text phase: +16%). The first
   module of a call (nothing before it) moves in with no emptied cache. ALLOC_LAUNCHES 10.7 is set by the
   denoising phase of SDXL at 1024x1024 under model offload on an H200 (2.257 s for 2 steps: what the copies
   and the two forwards do not take, over the 1,680 + 517 tensors of the UNet and CLIP-bigG, at 45.05 us a launch:
