@@ -71,7 +71,7 @@ def one(cudnn: bool) -> dict:
         m.add_request([1 + (7 * i + j) % (cfg.vocab_size - 2) for j in range(p)], request_id=f"r{i}",
                       max_new_tokens=g)
     got = 0
-    while got < n and (o := m.get_result(timeout=60)) is not None:
+    while got < n and (o := m.get_result(timeout=20)) is not None:
         got += o.is_finished()
     m.stop(block=True)
     getattr(m, "destroy", lambda: None)()
