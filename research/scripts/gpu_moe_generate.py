@@ -19,6 +19,8 @@ Parts (``--part``; the .sh runs each in its own process under ``timeout``):
 - ``hostmix``: the host's cost of prefill (1 x ``--mix-prompt``) and of a decode step for Llama-3.1-8B,
   DeepSeek-V2-Lite, Qwen1.5-MoE and Mixtral at ``--layers``, in one process and interleaved rounds: host seconds
   until each forward returns, the profiled kernel count of each, CPU and launch probes per round.
+- ``newlen``: generate's decode steps at KV lengths not seen before against the same lengths again (cuDNN SDPA's
+  per-shape execution graphs), by batch, and with cuDNN's SDPA backend off (Llama-3.1-8B at ``--layers``).
 - ``graph32``: gs-graph (HF eager kernels replayed from one CUDA graph over a StaticCache) on Qwen2.5-32B at
   ``--layers``, batch 1 and 16 (research/scripts/gpu_decode_batch.one_case: TPOT, profiled replays).
 Output: $OUT/gpu_moe_generate/<part>.json (rewritten after every case) and <part>.cmd (the command line).
@@ -603,8 +605,57 @@ def part_hostmix(a, dev: Device, doc: dict, t0: float) -> None:
             _write(doc, a.out, a.file)
 
 
-PARTS = {"moe": part_moe, "host": part_host, "graph32": part_graph32, "hostmix": part_hostmix}
-DEFAULT_LAYERS = {"moe": 4, "host": 16, "graph32": 8, "hostmix": 4}
+# ---- part newlen ----------------------------------------------------------------------------------------------------
+
+def _marked_steps(model, ids, mask, n: int, dev: Device) -> list[float]:
+    """Host seconds of each decode step of one generate of ``n`` tokens (StepMarker), the first (prefill) left out."""
+    marker = db.StepMarker(dev)
+    _gen(model, ids, mask, n, [marker])
+    dev.synchronize()
+    return db.timeline(marker)["host_step_s"][1:]
+
+
+def part_newlen(a, dev: Device, doc: dict, t0: float) -> None:
+    """Does a decode step at a KV length not seen before cost the host more (cuDNN SDPA building an execution graph
+    for each new shape)? Per batch: a 4-token warm-up, then a generate of ``--gen`` tokens (its steps from the 4th on
+    are new lengths), the same generate again (every length seen), then the first with cuDNN's SDPA backend off
+    (flash / efficient) at a prompt 64 tokens longer (new lengths again). Host seconds per step, by step."""
+    cfg = config_for(a.host_model, a.layers, a.tiny)
+    doc["config"], doc["model"] = cfg, a.host_model
+    model, _ = build_model(cfg, dev, torch.bfloat16, "sdpa")
+    model.eval()
+    prompt, n = (16, 6) if a.tiny else (1024, a.gen)
+    with torch.no_grad():
+        for b in ([1, 2] if a.tiny else [1, 4, 16]):
+            if time.perf_counter() - t0 > a.budget_s:
+                doc["cases"].append({"batch": b, "status": "skipped (budget)"})
+                continue
+            g = torch.Generator(device=dev.torch_device).manual_seed(b)
+            ids = torch.randint(0, cfg["vocab_size"], (b, prompt + 64), device=dev.torch_device, generator=g)
+            short, mask = ids[:, :prompt], torch.ones_like(ids)
+            _gen(model, short, mask[:, :prompt], 4)  # warm-up: decode lengths prompt+1 .. prompt+3 seen
+            c = {"batch": b, "prompt": prompt, "gen": n,
+                 "new_lengths_s": _marked_steps(model, short, mask[:, :prompt], n, dev),
+                 "seen_lengths_s": _marked_steps(model, short, mask[:, :prompt], n, dev)}
+            if dev.type == "cuda" and hasattr(torch.backends.cuda, "enable_cudnn_sdp"):
+                torch.backends.cuda.enable_cudnn_sdp(False)
+                try:
+                    _gen(model, ids, mask, 4)
+                    c["no_cudnn_new_lengths_s"] = _marked_steps(model, ids, mask, n, dev)
+                    c["no_cudnn_seen_lengths_s"] = _marked_steps(model, ids, mask, n, dev)
+                finally:
+                    torch.backends.cuda.enable_cudnn_sdp(True)
+            # the steps kept start at the 3rd token's; the 5th token's (index 2) is the first at a new KV length
+            for k in [k for k in c if k.endswith("_lengths_s")]:
+                c[k[:-2] + "_median_from_index2_s"] = statistics.median(c[k][2:])
+            doc["cases"].append(c)
+            print("newlen", b, {k: round(v * 1e3, 2) for k, v in c.items() if k.endswith("_index2_s")}, flush=True)
+            _write(doc, a.out, a.file)
+
+
+PARTS = {"moe": part_moe, "host": part_host, "graph32": part_graph32, "hostmix": part_hostmix,
+         "newlen": part_newlen}
+DEFAULT_LAYERS = {"moe": 4, "host": 16, "graph32": 8, "hostmix": 4, "newlen": 16}
 
 
 def _sizes(text: str) -> list[tuple[int, int]]:

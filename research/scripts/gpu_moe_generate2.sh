@@ -14,6 +14,9 @@
 #   hostmix (call 3, not in the default) prefill (1 x 512) and decode-step host time of Llama-3.1-8B, DeepSeek-V2-Lite,
 #         Qwen1.5-MoE and Mixtral at 4 layers in one process, 4 interleaved rounds (60 s): is the MoE prefill's host
 #         level its own, or prefill's, against the decode step's at the same moment?
+#   newlen (call 3, not in the default) Llama-3.1-8B at 16 layers, batch 1 / 4 / 16 at 1,024 tokens: decode steps at KV
+#         lengths not seen before against the same lengths again, and with cuDNN's SDPA off (45 s): does each new
+#         length cost a cuDNN graph build on the host (2026-12-02-h200 call 4's warm-up covered 3 steps of 31)?
 # usage (repo root, on the GPU machine): bash research/scripts/gpu_moe_generate2.sh [PART...] (default: moe host
 #   host7) -> everything packed into ONE file, $OUT/gpu_moe_generate2/gpu_moe_generate2.tgz
 # CPU check (tiny models, same code):    bash research/scripts/gpu_moe_generate2.sh --tiny [PART...]
@@ -39,6 +42,7 @@ for p in "${PARTS[@]}"; do
            "${TINY[@]}" ;;
     host) run host 50 --part host --layers 32 --budget-s 36 --gen 12 \
             --host-sizes 1x1024,8x2048,16x1024,4x2048,1x2048,1x1024 --prof-cases 1,4 "${TINY[@]}" ;;
+    newlen) run newlen 45 --part newlen --layers 16 --budget-s 30 --gen 12 "${TINY[@]}" ;;
     hostmix) run hostmix 60 --part hostmix --layers 4 --budget-s 40 --mix-prompt 512 "${TINY[@]}" ;;
     host7) run host7 30 --part host --tag 7b --host-model qwen2.5-7b --layers 28 --budget-s 18 --gen 12 \
              --host-sizes 1x1024,8x2048,1x1024 --prof-cases "" "${TINY[@]}" ;;
