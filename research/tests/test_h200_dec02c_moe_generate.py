@@ -327,3 +327,21 @@ def test_small_moe_prefill_is_host_bound_and_planned_short(model, batch, prompt)
     t = _timing(m, H200, batch, prompt, 2, "bf16", "bf16", "eager", 1, 2.0, False, False, True)
     planned = max(sum(o.gpu_s for o in t.pre_times), t.time["prefill_s"] - t.eng.step_s - t.eng.setup_s)
     assert 0.4 * fwd < planned < 0.6 * fwd
+
+
+def test_the_issues_slow_steps_were_the_kv_lengths_its_warm_up_had_not_run():
+    """2026-12-02-h200 call 4 (where item 3's 38-67% was read; gpu_decode_batch.py then warmed up with 4 tokens):
+    the timed 32-token generate's steps 2-3 (KV lengths the warm-up had run) took 35.9 / 32.6 / 51.8 ms at batch
+    1 / 4 / 16, every later step (a KV length new to the process) 34.5 / 53.3 / 55.7 ms more (medians; 62.9-117 ms).
+    This session's runs warmed up at the timed length and read 15-31 ms steps flat in batch. A per-shape host cost
+    (cuDNN SDPA building an execution graph for each new KV length: call 3's ``newlen`` part measures it apart) is
+    the mechanism; ~21.5 us a kernel beside it (h200-gvisor-host.toml)."""
+    path = HERE.parent / "2026-12-02-h200" / "call4" / "decode_batch.json"
+    if not path.exists():
+        pytest.skip("2026-12-02-h200/call4/decode_batch.json is not in this checkout")
+    cases = [c for c in json.loads(path.read_text())["cases"] if c["engine"] == "hf-eager"]
+    assert [c["batch"] for c in cases] == [1, 4, 16]
+    for c in cases:
+        steps = c["host_step_s"]
+        seen, new = statistics.mean(steps[1:3]), statistics.median(steps[3:])
+        assert new - seen > 0.030 and min(steps[3:]) > 1.2 * max(steps[1:3]), c["batch"]
