@@ -38,9 +38,9 @@ REPORTED = {
     (SEQ, "peak"): (-0.004, -0.004), (SEQ, "peak_text"): (-0.007, -0.007),
     (SEQ, "peak_denoise"): (0.023, 0.023), (SEQ, "peak_vae"): (-0.004, -0.004),
     (SEQ, "text"): (-0.248, -0.012), (SEQ, "loop_step"): (-0.246, -0.055),
-    (SEQ, "vae"): (-0.165, -0.087), (SEQ, "total"): (-0.241, -0.052),
+    (SEQ, "vae"): (-0.162, -0.083), (SEQ, "total"): (-0.241, -0.051),
     (TEXT, "peak"): (-0.005, -0.005), (TEXT, "text"): (-0.168, 1.083),
-    (SVD, "peak"): (-0.004, -0.004), (SVD, "step"): (-0.060, -0.058), (SVD, "gpu_busy"): (-0.062, -0.062),
+    (SVD, "peak"): (-0.004, -0.004), (SVD, "step"): (-0.064, -0.062), (SVD, "gpu_busy"): (-0.067, -0.067),
 }
 SEQ_HOST = ("sequential offload's host cost per weight tensor scales with the host's launch cost: the catalog's "
             "bare-metal 17.2 us plans 76 us a tensor where this gVisor VM took ~200")

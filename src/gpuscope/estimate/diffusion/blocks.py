@@ -26,12 +26,16 @@ def timestep_embedding(t: Trace, name: str, n: int, fin: int, fout: int, out_dim
 
 
 def resnet2d(t: Trace, name: str, n: int, pix: int, cin: int, cout: int, temb: int | None, temb_rows: int | None = None,
-             input_held: bool = False) -> None:
+             input_held: bool = False, cl_input: bool = False) -> None:
     """ResnetBlock2D: norm1, SiLU, conv1, (+ time_emb_proj(SiLU(temb))), norm2, SiLU, conv2, shortcut, add, /scale.
     The input stays alive (held) until the residual add; ``input_held``: a caller already holds it (the same tensor
-    is counted once)."""
+    is counted once). ``cl_input``: the input is channels-last (a VAE's stream after its attention, vae.py):
+    GroupNorm copies it to NCHW first (its CUDA kernel takes ``input.contiguous()``), the shortcut convolution takes
+    it as it is, and the residual add mixes the two layouts (non-vectorized); the output stays channels-last."""
     own = 0 if input_held else n * pix * cin
     t.hold(own)
+    if cl_input:
+        t.ew(f"{name}.norm1_contiguous", n * pix * cin, live=2 * n * pix * cin, path="transpose")
     t.group_norm(f"{name}.norm1", n, cin, pix)
     t.ew(f"{name}.act1", n * pix * cin)
     t.conv(f"{name}.conv1", n, cin, cout, pix, pix)
@@ -45,10 +49,14 @@ def resnet2d(t: Trace, name: str, n: int, pix: int, cin: int, cout: int, temb: i
     t.conv(f"{name}.conv2", n, cout, cout, pix, pix)
     t.hold(n * pix * cout)  # conv2's output
     if cin != cout:
-        t.conv(f"{name}.conv_shortcut", n, cin, cout, pix, pix, k=1)
+        t.conv(f"{name}.conv_shortcut", n, cin, cout, pix, pix, k=1, nhwc_in=cl_input)
         t.hold(n * pix * cout)
     # (input + h) / output_scale_factor: the sum and the quotient are both alive before the quotient returns
-    t.ew(f"{name}.residual", n * pix * cout, rw=3, kernels=2, live=2 * n * pix * cout)
+    if cl_input:  # the add mixes layouts; the quotient is dense in its own (channels-last) layout
+        t.ew(f"{name}.residual", n * pix * cout, rw=3, live=2 * n * pix * cout, path="nonvec")
+        t.ew(f"{name}.rescale", n * pix * cout, live=2 * n * pix * cout)
+    else:
+        t.ew(f"{name}.residual", n * pix * cout, rw=3, kernels=2, live=2 * n * pix * cout)
     t.release(n * pix * cout * (2 if cin != cout else 1))
     t.release(own)
 
@@ -184,21 +192,30 @@ def downsample(t: Trace, name: str, n: int, pix_in: int, ch: int, cout: int | No
     t.conv(f"{name}.conv", n, ch, cout or ch, pix_in, max(1, pix_in // 4))
 
 
-def upsample(t: Trace, name: str, n: int, pix_in: int, ch: int) -> None:
+def upsample(t: Trace, name: str, n: int, pix_in: int, ch: int, cl_input: bool = False) -> bool:
     """Upsample2D(use_conv): nearest 2x interpolation, then a 3x3 convolution. The input stays alive through the
-    convolution: the calling up block's ``hidden_states = upsampler(hidden_states)`` rebinds it only on return."""
-    t.ew(f"{name}.interpolate", n * pix_in * 4 * ch, rw=1.25)
+    convolution: the calling up block's ``hidden_states = upsampler(hidden_states)`` rebinds it only on return.
+    A channels-last input stays channels-last through the interpolation when the tensor holds more than one image
+    (PyTorch's upsample_nearest2d returns NCHW for a single one: found on the H200's kernel tables, reproduced on a
+    CPU), and then the convolution takes it in place. Returns whether the output is channels-last."""
+    cl = cl_input and n > 1
+    t.ew(f"{name}.interpolate", n * pix_in * 4 * ch, rw=1.25, path="upsample_nhwc" if cl else "upsample")
     t.hold(n * pix_in * ch)
-    t.conv(f"{name}.conv", n, ch, ch, pix_in * 4, pix_in * 4)
+    t.conv(f"{name}.conv", n, ch, ch, pix_in * 4, pix_in * 4, nhwc_in=cl)
     t.release(n * pix_in * ch)
+    return cl
 
 
 def vae_attention(t: Trace, name: str, n: int, pix: int, ch: int) -> None:
-    """The VAE mid-block's single-head Attention (group_norm inside, biased q/k/v, residual_connection)."""
+    """The VAE mid-block's single-head Attention (group_norm inside, biased q/k/v, residual_connection), as
+    AttnProcessor2_0 runs it: the (b, c, hw) -> (b, hw, c) transposes around the group norm are views, so q, k and
+    v read a transposed tensor (each Linear copies it first where it holds more than one image: the batch cannot
+    fold into its rows as a view); the output's transpose + reshape back to (b, c, h, w) is a view too, a
+    channels-last one: the residual add (its first operand) and the decoder after it run channels-last."""
     t.hold(n * pix * ch)
-    t.ew(f"{name}.to_tokens", n * pix * ch, path="nonvec")
     t.group_norm(f"{name}.group_norm", n, ch, pix)
+    if n > 1:
+        t.ew(f"{name}.qkv_input_copies", n * pix * ch, kernels=3, path="transpose")
     attention(t, name, n, pix, ch, 1, ch, qkv_bias=True)
-    t.ew(f"{name}.residual", n * pix * ch, rw=3)
-    t.ew(f"{name}.to_image", n * pix * ch)
+    t.ew(f"{name}.residual", n * pix * ch, rw=3, path="nonvec")
     t.release(n * pix * ch)

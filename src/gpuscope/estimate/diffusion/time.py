@@ -14,15 +14,25 @@ Per op on the GPU (roofline.py): t = max(flops / F, bytes / B, kernels x t_min),
 - memory-bound kernels by their kernel path (trace.KOp.path, ``kernel_paths``), as fractions of the copy
   bandwidth, each from the H200 kernel tables of research/results/2026-12-02-h200-c/diffusion.md:
   * "vec", TensorIterator's vectorized kernels on these large tensors (SiLU, contiguous adds, scalar multiplies):
-    VEC_BW_FRACTION 0.93 (the SDXL VAE decode's: 4.57 ms for the 17.5 GB the walkers count), not the LLM
-    profile's 0.63 (roofline.ELEMENTWISE_BW_FRACTION, short kernels); check: SVD-XT's.
+    VEC_BW_FRACTION 1.0, the copy rate (the SDXL VAE decode's moved the bytes the walkers count at 1.08 x it; kept
+    at the copy rate), not the LLM profile's 0.63 (roofline.ELEMENTWISE_BW_FRACTION, short kernels); checks:
+    SVD-XT's, the SDXL UNet's.
   * "nonvec", an operand broadcast or strided (a conv bias, a time embedding, adaLN's shift and scale, a permuted
-    view copied): ``elementwise_kernel<128, 4>``; "gn_apply", GroupNorm's apply (its scale and shift broadcast):
-    NONVEC_BW_FRACTION 0.35 (the SDXL VAE decode's apply and bias adds, 10.96 ms for 15.95 GB); checks: SVD-XT's
-    208 adds at 0.355, the SDXL UNet's at 768x768.
-  * GEGLU's GELU and gating multiply, both on ``chunk(2, dim=-1)`` halves: GEGLU_BW_FRACTION 0.324 and 0.56
+    view copied, an add of a channels-last and an NCHW tensor): ``elementwise_kernel<128, 4>``; "gn_apply",
+    GroupNorm's apply (its scale and shift broadcast): NONVEC_BW_FRACTION 0.37 (the SDXL VAE decode's apply, bias
+    and mixed-layout adds, 10.7 ms); checks: SVD-XT's 208 adds, the SDXL UNet's at 768x768.
+  * GEGLU's GELU and gating multiply, both on ``chunk(2, dim=-1)`` halves: GEGLU_BW_FRACTION 0.324 and 0.51
     (SVD-XT's UNet at 14 frames: the GELU kernel 26.1 ms for 34.9 GB; the multiplies 30.6 ms less its time
     mixer's at the non-vectorized rate); checks: SVD-XT at 20 frames, the SDXL UNet (70 each).
+  * "upsample" / "upsample_nhwc", nearest 2x interpolation's own kernels (upsample_nearest2d_out_frame, and its
+    channels-last variant where the input is channels-last and holds more than one image: blocks.upsample):
+    UPSAMPLE_BW_FRACTION 0.27 and 0.097 of the copy bandwidth, for the bytes the walkers count (the SDXL VAE
+    decode at 1024x1024 batch 1, 0.97 ms for 1.09 GB; at 768x768 batch 2, 3.08 ms for 1.23 GB).
+  * "transpose", a channels-last tensor copied to NCHW by TensorIterator (GroupNorm's ``input.contiguous()`` on
+    a VAE's channels-last stream, blocks.resnet2d): the reads stride by the channel count, so each warp's loads
+    touch as many cache lines as threads. TRANSPOSE_BW_FRACTION 0.063, set by the SDXL VAE decode at 768x768
+    batch 2 (17 copies, 18.95 ms for 4.94 GB, most of them 75-600 MB at 384-768 pixels); the same decode at
+    1024x1024 batch 1 copies four 16 MB tensors (L2-resident) at 0.12. No independent check yet.
   * "layer_norm", the native LayerNorm kernel (one block of 128 threads per row): LAYER_NORM_BW_FRACTION 0.25
     (SVD-XT's 112 LayerNorms at 14 frames, 20.1 ms for 20.4 GB); checks: 20 frames, the SDXL UNet's 210.
   * "gn_moments", GroupNorm's RowwiseMomentsCUDAKernel: one 512-thread block per (image, group) row walking it
@@ -76,9 +86,11 @@ from gpuscope.estimate.roofline import ELEMENTWISE_BW_FRACTION, OpTime, attentio
 CONV_EFFICIENCY = 1.0  # cuDNN's implicit-GEMM kernels / the GEMM rate (module docstring)
 WIDE_HEAD_DIM = 256  # the largest head_dim of PyTorch's flash-attention kernels
 WIDE_HEAD_FRACTION = 0.2  # a wider head's attention rate / the dtype's achievable GEMM rate (module docstring)
-VEC_BW_FRACTION = 0.93  # TensorIterator's vectorized kernels on these large tensors / copy bandwidth (docstring)
-NONVEC_BW_FRACTION = 0.35  # TensorIterator's non-vectorized kernels / copy bandwidth (module docstring)
-GEGLU_BW_FRACTION = {"geglu_gelu": 0.324, "geglu_mul": 0.56}  # GEGLU's two kernels on chunk halves (docstring)
+VEC_BW_FRACTION = 1.0  # TensorIterator's vectorized kernels on these large tensors / copy bandwidth (docstring)
+NONVEC_BW_FRACTION = 0.37  # TensorIterator's non-vectorized kernels / copy bandwidth (module docstring)
+GEGLU_BW_FRACTION = {"geglu_gelu": 0.324, "geglu_mul": 0.51}  # GEGLU's two kernels on chunk halves (docstring)
+UPSAMPLE_BW_FRACTION = {"upsample": 0.27, "upsample_nhwc": 0.097}  # nearest 2x, NCHW and NHWC kernels (docstring)
+TRANSPOSE_BW_FRACTION = 0.063  # a channels-last -> NCHW copy through TensorIterator / copy bandwidth (docstring)
 LAYER_NORM_BW_FRACTION = 0.25  # the native LayerNorm kernel / copy bandwidth (module docstring)
 GN_BLOCKS_PER_SM = 4  # RowwiseMomentsCUDAKernel: 512-thread blocks, 2,048 resident threads per SM
 GN_BLOCK_FRACTION = 0.082  # one moments block's 16-bit element rate x 2 B / one SM's share of the bandwidth
@@ -122,8 +134,11 @@ def kernel_paths(ops: list[Op], hw, sms: int | None) -> list[Op]:
             o = replace(o, bytes=o.bytes * ELEMENTWISE_BW_FRACTION / VEC_BW_FRACTION)
         elif path in ("nonvec", "gn_apply"):
             o = replace(o, bytes=o.bytes * ELEMENTWISE_BW_FRACTION / NONVEC_BW_FRACTION)
-        elif path in GEGLU_BW_FRACTION:
-            o = replace(o, bytes=o.bytes * ELEMENTWISE_BW_FRACTION / GEGLU_BW_FRACTION[path])
+        elif path == "transpose":
+            o = replace(o, bytes=o.bytes * ELEMENTWISE_BW_FRACTION / TRANSPOSE_BW_FRACTION)
+        elif path in GEGLU_BW_FRACTION or path in UPSAMPLE_BW_FRACTION:
+            frac = GEGLU_BW_FRACTION.get(path) or UPSAMPLE_BW_FRACTION[path]
+            o = replace(o, bytes=o.bytes * ELEMENTWISE_BW_FRACTION / frac)
         elif path == "layer_norm":
             o = replace(o, bytes=o.bytes * ELEMENTWISE_BW_FRACTION / LAYER_NORM_BW_FRACTION)
         elif path == "gn_moments" and sms:

@@ -53,7 +53,7 @@ from gpuscope.estimate.ops import Op
 @dataclass(frozen=True)
 class KOp(Op):
     """An op with the PyTorch kernel path that prices it on a GPU (module docstring; time.py)."""
-    path: str = "vec"  # "vec", "nonvec", "layer_norm", "gn_moments", "gn_apply", "geglu_gelu", "geglu_mul"
+    path: str = "vec"  # vec, nonvec, transpose, layer_norm, gn_moments, gn_apply, geglu_*, upsample(_nhwc)
     rows: int = 0  # gn_moments: the kernel's blocks, images x groups
     elems: float = 0.0  # gn_moments: the elements it reads
 
@@ -113,16 +113,19 @@ class Trace:
         self._live(name, act)
 
     def conv(self, name: str, images: float, cin: int, cout: int, pix_in: float, pix_out: float, k: int = 3,
-             kt: int = 1, bias: bool = True) -> None:
-        """A 2-D (kt=1) or 3-D convolution: ``images`` frames/images of ``pix_in`` -> ``pix_out`` pixels each."""
+             kt: int = 1, bias: bool = True, nhwc_in: bool = False) -> None:
+        """A 2-D (kt=1) or 3-D convolution: ``images`` frames/images of ``pix_in`` -> ``pix_out`` pixels each.
+        ``nhwc_in``: the input is channels-last already, so cuDNN convolves it in place and returns channels-last
+        (no layout copies)."""
         kvol = k * k * kt
         self._weights(cin * cout * kvol + (cout if bias else 0), 2 if bias else 1)
         act = images * (pix_in * cin + pix_out * cout) * self.act_b
         split = self.nchw_copies and bias  # the cuDNN path: the bias added by a kernel of its own
+        copies = self.nchw_copies and not nhwc_in
         self.ops.append(Op(name, "conv", 2.0 * images * pix_out * cout * cin * kvol, act + cin * cout * kvol * self.w_b,
                            2 if bias and not split else 1, 1, (max(1, int(images * pix_out)), cout, cin * kvol)))
-        self._live(name, 2.0 * act if self.nchw_copies else act)
-        if self.nchw_copies:
+        self._live(name, 2.0 * act if copies else act)
+        if copies:
             self.ops.append(Op(name + ".layout", "elementwise", 0.0, 2.0 * act, 2, 1))
         if split:
             self.ops.append(KOp(name + ".bias", "elementwise", 0.0, 2.0 * images * pix_out * cout * self.act_b, 1, 1,

@@ -38,11 +38,14 @@ def _encoder_params(cfg, temporal: bool = False) -> tuple[int, int]:
     return t.params, t.tensors
 
 
-def _mid(t: Trace, name: str, n: int, pix: int, c: int, attn: bool = True, input_held: bool = False) -> None:
+def _mid(t: Trace, name: str, n: int, pix: int, c: int, attn: bool = True, input_held: bool = False) -> bool:
+    """UNetMidBlock2D: resnet, attention, resnet. Returns whether its output is channels-last (after the attention:
+    blocks.vae_attention)."""
     b.resnet2d(t, f"{name}.resnets.0", n, pix, c, c, None, input_held=input_held)
     if attn:
         b.vae_attention(t, f"{name}.attentions.0", n, pix, c)
-    b.resnet2d(t, f"{name}.resnets.1", n, pix, c, c, None)
+    b.resnet2d(t, f"{name}.resnets.1", n, pix, c, c, None, cl_input=attn)
+    return attn
 
 
 def autoencoder_kl(t: Trace, cfg, n: int, h: int, w: int) -> None:
@@ -57,30 +60,36 @@ def autoencoder_kl(t: Trace, cfg, n: int, h: int, w: int) -> None:
     rch = ch[::-1]
     t.conv("decoder.conv_in", n, lat, rch[0], pix, pix)
     t.hold(n * pix * rch[0])  # Decoder.forward's `sample` references each block's input until it returns
-    _mid(t, "decoder.mid_block", n, pix, rch[0], cfg.get("mid_block_add_attention", True), input_held=True)
+    cl = _mid(t, "decoder.mid_block", n, pix, rch[0], cfg.get("mid_block_add_attention", True), input_held=True)
     t.release(n * pix * rch[0])
-    pix = _up_blocks(t, n, pix, rch, layers, b.resnet2d)
+    pix, cl = _up_blocks(t, n, pix, rch, layers, b.resnet2d, cl)
+    if cl:  # GroupNorm's contiguous() of the channels-last stream
+        t.ew("decoder.conv_norm_out_contiguous", n * pix * ch[0], live=2 * n * pix * ch[0], path="transpose")
     t.group_norm("decoder.conv_norm_out", n, ch[0], pix)
     t.ew("decoder.conv_act", n * pix * ch[0])
     t.conv("decoder.conv_out", n, ch[0], cfg.get("out_channels", 3), pix, pix)
 
 
-def _up_blocks(t: Trace, n: int, pix: int, rch, layers: int, resnet) -> int:
+def _up_blocks(t: Trace, n: int, pix: int, rch, layers: int, resnet, cl: bool = False) -> tuple[int, bool]:
     """The decoder's up blocks (``layers + 1`` resnets each, an upsampler but in the last): each block's input is
     held by the decoder's `sample` until the block returns. ``resnet`` is the block kind (2-D, or spatio-temporal
-    for the temporal decoder). Returns the pixels per image after the last block."""
+    for the temporal decoder); ``cl``: the stream coming in is channels-last (2-D resnets only; it stays so
+    through the resnets, and through an upsampler where the tensor holds more than one image: blocks.upsample).
+    Returns the pixels per image after the last block and whether the stream is still channels-last."""
     prev = rch[0]
     for i, c in enumerate(rch):
         held = n * pix * prev
         t.hold(held)
         for j in range(layers + 1):
-            resnet(t, f"decoder.up_blocks.{i}.resnets.{j}", n, pix, prev if j == 0 else c, c, None, input_held=j == 0)
+            kw = {"cl_input": True} if cl else {}
+            resnet(t, f"decoder.up_blocks.{i}.resnets.{j}", n, pix, prev if j == 0 else c, c, None, input_held=j == 0,
+                   **kw)
         if i < len(rch) - 1:
-            b.upsample(t, f"decoder.up_blocks.{i}.upsamplers.0", n, pix, c)
+            cl = b.upsample(t, f"decoder.up_blocks.{i}.upsamplers.0", n, pix, c, cl_input=cl)
             pix *= 4
         t.release(held)
         prev = c
-    return pix
+    return pix, cl
 
 
 def autoencoder_temporal(t: Trace, cfg, n: int, h: int, w: int, clips: int | None = None) -> None:
@@ -98,7 +107,7 @@ def autoencoder_temporal(t: Trace, cfg, n: int, h: int, w: int, clips: int | Non
         b.vae_attention(t, f"decoder.mid_block.attentions.{j - 1}", n, pix, rch[0])
         st_resnet(t, f"decoder.mid_block.resnets.{j}", n, pix, rch[0], rch[0], None)
     t.release(n * pix * rch[0])
-    pix = _up_blocks(t, n, pix, rch, layers, st_resnet)
+    pix, _ = _up_blocks(t, n, pix, rch, layers, st_resnet)
     out = cfg.get("out_channels", 3)
     t.group_norm("decoder.conv_norm_out", n, ch[0], pix)
     t.ew("decoder.conv_act", n * pix * ch[0])
