@@ -100,8 +100,8 @@ def measured_padded_rows(rows_per_expert: list[int], n: int) -> int:
 # multiply promotes the routed rows to fp32 (read 2h, write 4h, TensorIterator's casting elementwise_kernel<128, 4>:
 # the strided rate), the sum reads 4h and writes 4h / k, and a cast back reads 4h / k and writes 2h / k. Read from
 # the same Mixtral table (its 32 fp32 multiplies: 1.09 ms, 1.11 so priced; the bf16 ones are rotary, norms and
-# act x up). Checked on the 2026-12-02-h200-c tables: Mixtral's fp32 multiplies 135-1,206 us a 4-layer forward
-# against -3% to +8% so priced, DeepSeek-V2-Lite's 76-647 us against -3% to +4%, and none in Qwen1.5-MoE's.
+# act x up). Checked on the 2026-12-02-h200-c tables: Mixtral's fp32 multiplies (135-1,206 us a 4-layer forward)
+# priced within -8% to +3%, DeepSeek-V2-Lite's (76-647 us) within -4% to +3%, and none in Qwen1.5-MoE's.
 STRIDED_ROW_BYTES = {"h": 8.0, "w": 12.0}
 PLAIN_ROW_BYTES = {"h": 14.0, "w": 6.0, "h_over_k": 2.0}
 FP32_ROUTING_FAMILIES = ("mixtral", "deepseek_v2", "deepseek_v3")
