@@ -104,6 +104,11 @@ def sd3(t: Trace, cfg, n: int, h: int, w: int, ctx_len: int) -> None:
     dual = set(cfg.get("dual_attention_layers") or ())
     qk = cfg.get("qk_norm")
     t.conv("pos_embed.proj", n, cfg.get("in_channels", 16), dim, h * w, li, k=p)
+    # PatchEmbed's sin-cos table, a persistent buffer of pos_embed_max_size^2 rows (cast with the module; 0.45 GB
+    # for SD3.5's 384 at 1,536 wide in fp16: the H200 run's memory after load less the parameters,
+    # research/results/2026-12-02-h200-c/diffusion.md); each forward crops it (the add's copy)
+    side = cfg.get("pos_embed_max_size") or cfg.get("sample_size", 128) // p
+    t.buffer_elems += side * side * dim
     t.ew("pos_embed.add", n * li * dim, rw=3)
     b.timesteps(t, "time_proj", n, 256)
     b.timestep_embedding(t, "time_text_embed.timestep_embedder", n, 256, dim)

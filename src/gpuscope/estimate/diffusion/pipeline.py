@@ -81,7 +81,7 @@ def _cost(comp: ComponentSpec, shapes: Shapes, dtype: str, req: DiffusionRequest
     # eager PyTorch runs cuDNN on NCHW tensors (layout copies around each convolution, trace.py); the fp8 path
     # stands for a TensorRT engine, which keeps its activations NHWC throughout (no copies)
     t = trace_component(comp, shapes, act_b, w_b, req.attention, nchw_copies=req.dtype != "fp8")
-    weight_bytes = t.params * w_b
+    weight_bytes = t.params * w_b + t.buffer_elems * act_b  # buffers are cast with the module
     if comp.class_name == "T5EncoderModel" and dtype == "fp16":
         weight_bytes += 2.0 * t5_fp32_params(comp.config)
     if timed and not hw.supports(dtype):

@@ -74,6 +74,7 @@ class Trace:
     run_params: int = 0  # parameters of the layers this forward runs (what sequential offload copies in)
     run_tensors: int = 0  # their parameter tensors (a weight, a bias: sequential offload copies each on its own)
     tensors: int = 0  # every parameter tensor of the module (model offload moves each on its own)
+    buffer_elems: float = 0.0  # floating-point buffers the module holds beside its parameters (in the compute dtype)
     heads_dims: list[int] = field(default_factory=list)
 
     # ---- bookkeeping ---------------------------------------------------------------------------------------
