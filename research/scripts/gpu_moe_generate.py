@@ -568,8 +568,11 @@ def hostmix_model(name: str, a, dev: Device) -> dict:
     def prefill():
         model(input_ids=ids, attention_mask=mask, use_cache=False, logits_to_keep=1)
 
-    def decode():  # one token on the prompt's cache (it grows by one a call, as in generate)
+    def decode():  # one token on the prompt's cache, cropped back after it: the same KV length every call (a new
+        # length each call would add a per-shape cost, which part newlen measures apart)
         model(input_ids=nxt, past_key_values=cache, use_cache=True)
+        if hasattr(cache, "crop"):
+            cache.crop(prompt)
 
     prefill(), decode()  # warm-up
     return {"name": name, "config": cfg, "prompt": prompt, "fns": {"prefill": prefill, "decode": decode},
