@@ -571,13 +571,17 @@ def hostmix_model(name: str, a, dev: Device) -> dict:
     def decode():  # one token on the prompt's cache, cropped back after it: the same KV length every call (a new
         # length each call would add a per-shape cost, which part newlen measures apart)
         model(input_ids=nxt, past_key_values=cache, use_cache=True)
-        if hasattr(cache, "crop"):
-            cache.crop(prompt)
+        try:
+            cache.crop(-1)  # drop the token just added (negative: supported by 5.17 and 5.24 alike)
+        except (AttributeError, ValueError, TypeError):
+            cropped[0] = False
+
+    cropped = [True]
 
     prefill(), decode()  # warm-up
     return {"name": name, "config": cfg, "prompt": prompt, "fns": {"prefill": prefill, "decode": decode},
             "kernels": {k: _kernel_count(dev, f) for k, f in (("prefill", prefill), ("decode", decode))},
-            "model": model}
+            "model": model, "cropped": cropped}
 
 
 def part_hostmix(a, dev: Device, doc: dict, t0: float) -> None:
@@ -594,7 +598,8 @@ def part_hostmix(a, dev: Device, doc: dict, t0: float) -> None:
             models.append(hostmix_model(name, a, dev))
         for entry in models:
             doc["models"].append({"model": entry["name"], "config": entry["config"], "prompt": entry["prompt"],
-                                  "kernels": entry["kernels"], "rounds": []})
+                                  "kernels": entry["kernels"], "decode_cache_cropped": entry["cropped"],
+                                  "rounds": []})
         for r in range(2 if a.tiny else 4):
             if time.perf_counter() - t0 > a.budget_s:
                 break
