@@ -1,0 +1,1 @@
+timeout 30 python3 -m gpuscope bench diffusion --gpu h200 --json --db /tmp/gs_diffusion3/gpu_diffusion3.sqlite --model sdxl --component vae-decode --batch 1 --height 1024 --width 1024 --repeats 3 --warmup 1 --profile --dtype fp32 --timeout 26

@@ -1,0 +1,1 @@
+timeout 26 python3 -m torch.distributed.run --standalone --nproc-per-node 1 -m gpuscope.measure.distributed.train --case '{"kind": "train-dist", "strategy": "fsdp", "precision": "amp-bf16", "warmup": 2, "fused": true, "model": "llama-3.2-1b", "micro_batch": 1, "seq": 128, "steps": 10}' --out /tmp/tmp.hk9jkzdzwi/fsdp3.jsonl
