@@ -34,6 +34,7 @@ RES = Path(__file__).resolve().parents[1] / "results"
 C = RES / "2026-12-02-h200-c"
 PROF = C / "call1/gpu_serve4/gpu_serve4/prof/prof.json"
 PROBE = C / "call2/gpu_serve5/gpu_serve5/probe"
+CUDNN = C / "call3/gpu_serve5/gpu_serve5_cudnn/cudnn/cudnn.json"
 RATE10 = C / "call1/gpu_serve4/gpu_serve4/serve2/serve_8b_n128_p512_g128_rate10.out"
 RATE4 = C / "call2/gpu_serve5/gpu_serve5/serve_8b_n96_p1024_g128_rate4.out"
 N1024 = RES / "2026-12-02-h200-b/call1/gpu_serve2/serve_8b_n1024_p128_g128.out"
@@ -194,3 +195,23 @@ def test_profiled_workloads_step_walls(hw):
         errs.append(step.step_s(n, n, kv, kv, n, True) / wall - 1)
     assert errs[0] == pytest.approx(-0.205, abs=0.01) and errs[1] == pytest.approx(-0.062, abs=0.01)
     assert errs[2] == pytest.approx(-0.164, abs=0.01)
+
+
+def test_call3_cudnn_off_has_no_graph_build(hw):
+    """The same workload with torch's cuDNN SDPA on / off / on (call 3): on, each traced step has a host gap of
+    44-68 ms (the build); off (the memory-efficient kernel) the longest is ~3 ms and the step shorter although its
+    GPU time is longer; the first run's decode step is planned within 6%."""
+    d = json.loads(CUDNN.read_text())
+    on1, off, on2 = d["runs"]
+    assert on1["cudnn_sdp"] and not off["cudnn_sdp"] and on2["cudnn_sdp"]
+    assert all(r["finished"] == d["requests"] and r["decode_steps"] >= 10 for r in d["runs"])
+    assert any("cudnn" in k for k in on1["attention_kernels"]) and any("fmha" in k for k in off["attention_kernels"])
+    for r in (on1, on2):
+        assert all(0.040 < g < 0.070 for g in r["longest_host_gaps_s"][:2])
+    assert max(off["longest_host_gaps_s"]) < 0.005
+    assert off["gpu_busy_s_per_step"] > on1["gpu_busy_s_per_step"] + 0.02
+    assert off["wall_s_median"] < on1["wall_s_median"] - 0.01
+    step = prepare(ServeRequest(LLAMA, d["requests"], d["prompt"], d["gen"]), hw)[-1]
+    kv = on1["kv_median"] + d["requests"]
+    n = d["requests"]
+    assert step.step_s(n, n, kv, kv, n, True) / on1["wall_s_median"] - 1 == pytest.approx(-0.053, abs=0.01)
