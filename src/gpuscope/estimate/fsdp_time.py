@@ -8,15 +8,14 @@ from gpuscope.specs.model import ModelSpec
 
 # FSDP2's host time per decoder layer and step (its pre/post-forward and pre/post-backward hooks: the all-gather's
 # copy-in, call and copy-out, the reshard, the reduce-scatter's copy-in and call, the sharded gradients' DTensors),
-# in units of the platform's per-kernel launch cost (engines.EngineModel.launch_s: 17.2 us on the H200 VM). Set
-# from one case, Llama-3.2-3B mb1 x 2048 with foreach AdamW at world size 1 on one H200, whose step is host-bound:
-# 0.2547 s = the planned host time of HF's forward and backward (68.9 ms) + 28 layers x 4.41 ms + the optimizer's
-# traffic (62.3 ms). Independent checks (research/results/2026-12-02-h200-c/fsdp.md): Phi-3-mini mb1 (32 layers,
-# host-bound too), and the GPU-bound Llama-3.2-1B mb4 and -3B mb2, where it hides behind the GPU.
-FSDP_HOST_LAYER_LAUNCHES = 256
-# The forward runs two of the five per-layer hook actions (unshard, reshard); backward three (unshard, reshard,
-# reduce-scatter): an assumption that moves only the forward/backward split, not the step.
-FSDP_HOST_FORWARD_SHARE = 0.4
+# in units of the platform's per-kernel launch cost (engines.EngineModel.launch_s: 17.2 us on the H200 VM), and the
+# share of it in the forward. Set from two cases on one H200 at world size 1 whose GPU work is a fifth of their
+# host time, so every phase is the host's: Llama-3.2-1B and -3B, mb1 x 128 tokens, fused AdamW (the host's time per
+# phase, measured, less the planned plain-HF host time: 207 and 270 launches a layer, forward 41% and 43%; the
+# mean). Independent checks (research/results/2026-12-02-h200-c/fsdp.md): the host-bound Llama-3.2-3B mb1 x 2048
+# (fused and foreach) and Phi-3-mini mb1 x 2048 (foreach), the GPU-bound Llama-3.2-1B mb4 and -3B mb2.
+FSDP_HOST_LAYER_LAUNCHES = 238
+FSDP_HOST_FORWARD_SHARE = 0.42
 
 
 def fsdp_micro_batch(host: dict, gpu_s: float, m: ModelSpec, pc: ParamCounts, precision: str, num_gpus: int,
