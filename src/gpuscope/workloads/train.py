@@ -81,7 +81,10 @@ def estimate(case: TrainCase, hw, **dist):
 
     return estimate_train(model_spec(case), hw, micro_batch=case.micro_batch, seq=case.seq,
                           precision=case.precision.value, optimizer=case.optimizer.value,
-                          recompute=case.recompute.value, fused=case.fused, grad_accum=int(case.grad_accum), **dist)
+                          recompute=case.recompute.value, fused=case.fused, grad_accum=int(case.grad_accum),
+                          # bench runs AdamW(fused=False) when not fused: torch's for-loop, not foreach
+                          # (measure/distributed/optim.py's docstring; estimate/adamw.py prices each path)
+                          adamw_impl=None if case.fused else "for-loop", **dist)
 
 
 def _estimate_lora(case: TrainCase, hw):
