@@ -63,8 +63,8 @@ REPORTED = {
     ("svd-xt/denoiser-b1-576x1024x25f-fp16", "step"): (-0.022, -0.021),
     ("svd-xt/denoiser-b1-576x1024x25f-fp16", "gpu_busy"): (-0.021, -0.021),
     ("sdxl/pipeline-b1-1024x1024-s30-fp16", "peak"): (-0.011, -0.011),
-    ("sdxl/pipeline-b1-1024x1024-s30-fp16", "vae"): (0.170, 0.172),
-    ("sdxl/pipeline-b1-1024x1024-s30-fp16", "total"): (-0.461, 0.082),
+    ("sdxl/pipeline-b1-1024x1024-s30-fp16", "vae"): (-0.028, -0.026),
+    ("sdxl/pipeline-b1-1024x1024-s30-fp16", "total"): (-0.470, 0.073),
     ("sdxl/pipeline-b1-1024x1024-s30-fp16", "text"): (-0.483, 0.294),
 }
 
@@ -80,11 +80,6 @@ KNOWN_MISSES = {
         "text encoding: 22 ms measured, 29 ms at 45 us a kernel; the host's per-launch cost varies 36-52 us",
     ("sdxl/denoiser-b1-512x512-fp16", "step", "run_host"):
         "host noise: 52 us a kernel in this row against 36-46 us in the other host-bound rows (spread 8%)",
-    # since research/results/2026-12-02-h200-c/diffusion.md (the kernel-path re-split): the fp32 decode inside the
-    # pipeline is planned from the fp16 decode's kernel table (GroupNorm's latency-bound moments at the same element
-    # rate, TF32 convolutions, the wide head's 3xTF32 attention); its own kernels are not tabled yet
-    **{("sdxl/pipeline-b1-1024x1024-s30-fp16", "vae", h): "the fp32 upcast decode: +16%, no fp32 kernel table"
-       for h in ("catalog", "run_host")},
 }
 
 

@@ -9,8 +9,8 @@ Each error (planned / measured - 1) is asserted as diffusion.md reports it (to 0
 takes from these runs' session are checked against their sources.
 
 The errors are those of the planner after research/results/2026-12-02-h200-c/diffusion.md (its kernel-path
-re-split: the SVD-XT rows and the sequential-offload VAE decode came inside the targets, no longer listed as misses;
-diffusion.md of this folder gives the values of its own commit)."""
+re-split: the SVD-XT rows came inside the targets, no longer listed as misses; the sequential-offload VAE phase is
+still one, now by the host-side cast alone; diffusion.md of this folder gives the values of its own commit)."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ REPORTED = {
     (SEQ, "peak"): (-0.004, -0.004), (SEQ, "peak_text"): (-0.007, -0.007),
     (SEQ, "peak_denoise"): (0.023, 0.023), (SEQ, "peak_vae"): (-0.004, -0.004),
     (SEQ, "text"): (-0.248, -0.012), (SEQ, "loop_step"): (-0.246, -0.055),
-    (SEQ, "vae"): (-0.162, -0.083), (SEQ, "total"): (-0.241, -0.051),
+    (SEQ, "vae"): (-0.271, -0.192), (SEQ, "total"): (-0.248, -0.059),
     (TEXT, "peak"): (-0.005, -0.005), (TEXT, "text"): (-0.168, 1.083),
     (SVD, "peak"): (-0.004, -0.004), (SVD, "step"): (-0.064, -0.062), (SVD, "gpu_busy"): (-0.067, -0.067),
 }
@@ -46,6 +46,10 @@ SEQ_HOST = ("sequential offload's host cost per weight tensor scales with the ho
             "bare-metal 17.2 us plans 76 us a tensor where this gVisor VM took ~200")
 KNOWN_MISSES = {
     **{(SEQ, m, "catalog"): SEQ_HOST for m in ("text", "loop_step", "vae", "total")},
+    (SEQ, "vae", "run_host"): ("the fp32 upcast under sequential offload: accelerate casts each fp16 CPU tensor to "
+                               "fp32 on the host before copying it (set_module_tensor_to_device), not modelled; "
+                               "with the fp32 decode planned from its own table (2026-12-02-h200-c) that is the "
+                               "43 ms the phase misses"),
     (TEXT, "text", "catalog"): ("host-bound CLIPs: ~300 us of host time per encoder layer (17.6 and 22.1 us a "
                                 "kernel) against 241-275 us planned"),
     (TEXT, "text", "run_host"): ("the run host's 45.05 us a kernel is an LLM decode's (transformers Llama); the "

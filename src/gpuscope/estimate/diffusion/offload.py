@@ -17,16 +17,13 @@ are likely faster (not measured here).
   Nothing moves during the denoising steps (the denoiser stays in). A move out is ``module.to("cpu")``: every
   tensor lands in freshly allocated pageable host memory, slower than `bench micro`'s pageable copy into a
   reused buffer: FRESH_D2H_FACTOR (the bench's own probe of that move, the SDXL UNet's 5.13 GB at 8.42 GB/s,
-  against micro's 14.3). Between the two, accelerate's hook empties PyTorch's cache
-  (CpuOffload.pre_forward: prev_module_hook.offload(), then clear_device_cache(): torch.cuda.empty_cache()), so
-  the module before gives its blocks back to the driver (a cudaFree each) and the module coming in gets new ones
-  (a cudaMalloc each): ALLOC_LAUNCHES host launch costs per tensor of both, on top of the copies. The tensor is a
-  proxy: the driver is called per allocator segment (tensors under 1 MB share 2 MB segments, 1-10 MB ones 20 MB
-  segments), so a module of small tensors is overcounted (CLIP-L's text phase: +16%). The first
-  module of a call (nothing before it) moves in with no emptied cache. ALLOC_LAUNCHES 10.7 is set by the
-  denoising phase of SDXL at 1024x1024 under model offload on an H200 (2.257 s for 2 steps: what the copies
-  and the two forwards do not take, over the 1,680 + 517 tensors of the UNet and CLIP-bigG, at 45.05 us a launch:
-  0.48 ms a tensor; research/results/2026-12-02-h200-c/diffusion.md); its text and VAE phases are the checks.
+  against micro's 14.3). Not modelled: on an H200 (a gVisor VM) each phase of SDXL under model offload took
+  0.3-1.2 s more than its copies at those rates and its forwards (research/results/2026-12-02-h200-c/
+  diffusion.md). Not the allocator: accelerate's hook empties PyTorch's cache between two modules
+  (CpuOffload.pre_forward: clear_device_cache()), but emptying the UNet's 1,680 tensors took 15 ms and moving it
+  in afterwards no longer than with the cache kept (that run's alloc probe). The same probe's first moves out,
+  into host memory the process had not touched, ran at 1.1-1.6 GB/s against 9.8 once resident: first-touch of
+  host pages is the candidate, and whether a move meets fresh pages depends on the host allocator's reuse.
 - sequential: each layer's weights are copied in just before it runs, one tensor at a time, and dropped after,
   at every forward: the weights of the layers that run (a VAE decode runs its decoder only) at the H2D rate, plus
   TENSOR_LAUNCHES host launch costs per tensor (accelerate's set_module_tensor_to_device: the copy call, the
@@ -43,7 +40,6 @@ from gpuscope.estimate.train import host_link_gbs
 PAGEABLE_FRACTION = {"h2d": 6.0 / 54.0, "d2h": 14.3 / 54.0}
 TENSOR_LAUNCHES = 4.4
 FRESH_D2H_FACTOR = 8.42 / 14.3  # module.to("cpu") into new host memory / a pageable copy into a reused buffer
-ALLOC_LAUNCHES = 10.7  # model offload: host launch costs per tensor given back to or taken from the driver
 PHASE = {"text_encoder": "text_encode", "image_encoder": "text_encode", "denoiser": "denoise", "vae": "vae_decode"}
 ORDER = ("text_encoder", "image_encoder", "denoiser", "vae")  # diffusers' model_cpu_offload_seq
 
@@ -63,12 +59,8 @@ def moves(costs: list, offload: str, hw, launch_s: float) -> dict[str, float]:
     ordered = sorted(costs, key=lambda c: ORDER.index(c.role))
     if offload == "model":
         d2h *= FRESH_D2H_FACTOR
-        alloc = ALLOC_LAUNCHES * launch_s
         for i, c in enumerate(ordered):
-            out[PHASE[c.role]] += c.weight_bytes / h2d
-            if i:  # the module before moves out, the cache is emptied, this one's tensors are allocated anew
-                prev = ordered[i - 1]
-                out[PHASE[c.role]] += prev.weight_bytes / d2h + (prev.tensors + c.tensors) * alloc
+            out[PHASE[c.role]] += c.weight_bytes / h2d + (ordered[i - 1].weight_bytes / d2h if i else 0.0)
         last = ordered[-1]
         out[PHASE[last.role]] += last.weight_bytes / d2h
         return out

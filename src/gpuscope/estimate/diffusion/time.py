@@ -46,9 +46,16 @@ Per op on the GPU (roofline.py): t = max(flops / F, bytes / B, kernels x t_min),
   kernels stop at head_dim 256, so SDPA runs the memory-efficient (cutlass) kernel, at WIDE_HEAD_FRACTION 0.2 of
   the dtype's GEMM rate (the SDXL VAE decode's one fmha_cutlassF kernel: 3.68 ms for 0.55 TFLOP, 149 TFLOP/s;
   check: 768x768 batch 2, -22%). In fp32 that kernel multiplies in 3xTF32 on Tensor Cores (PyTorch
-  mem_eff_attention/gemm_kernel_utils.h, DefaultGemmType<Sm80+, float>: OpMultiplyAddFastF32), so its rate is
-  the fraction of a third of the TF32 rate. It was WIDE_HEAD_FP32_FRACTION 0.22 of the fp32 rate, attributed by
-  elimination: the kernel table put that time in GroupNorm's moments instead. Measured on NVIDIA only; other
+  mem_eff_attention/gemm_kernel_utils.h, DefaultGemmType<Sm80+, float>: OpMultiplyAddFastF32):
+  WIDE_HEAD_FP32_FRACTION 0.111 of the TF32 rate (the fp32 decode's fmha_cutlassF_f32 kernel: 13.48 ms, 40.8
+  TFLOP/s; 1.8x under the fp16 kernel's fraction at TF32, not the 3x its MMA count would give). Before the kernel
+  tables the wide head was 0.22 of the fp32 rate in every dtype, attributed by elimination: the fp16 table put
+  that time in GroupNorm's moments instead.
+- In fp32 the element-bound paths (non-vectorized, GroupNorm's apply, transposing copies, upsampling, GEGLU) and
+  cuDNN's layout copies move FP32_ELEMENT_BOUND_FACTOR 1.64 x their 16-bit bytes a second (their time follows the
+  element count more than the bytes: the SDXL VAE decode at 1024x1024 in fp32, 22.3 ms for its non-vectorized
+  adds, apply and layout copies against 18.6 ms in fp16 for half the bytes); the vectorized kernels and the
+  moments are as in 16-bit (bytes, and elements). Check: the same decode inside the SDXL pipeline (the first set). Measured on NVIDIA only; other
   vendors' kernels are assumed to behave the same way.
 
 In fp32, convolutions run on TF32 Tensor Cores where the device has them: PyTorch's
@@ -90,6 +97,9 @@ VEC_BW_FRACTION = 1.0  # TensorIterator's vectorized kernels on these large tens
 NONVEC_BW_FRACTION = 0.37  # TensorIterator's non-vectorized kernels / copy bandwidth (module docstring)
 GEGLU_BW_FRACTION = {"geglu_gelu": 0.324, "geglu_mul": 0.51}  # GEGLU's two kernels on chunk halves (docstring)
 UPSAMPLE_BW_FRACTION = {"upsample": 0.27, "upsample_nhwc": 0.097}  # nearest 2x, NCHW and NHWC kernels (docstring)
+ELEMENT_BOUND = ("nonvec", "gn_apply", "transpose", "upsample", "upsample_nhwc", "geglu_gelu", "geglu_mul")
+FP32_ELEMENT_BOUND_FACTOR = 1.64  # those paths and cuDNN's layout copies: bytes/s in fp32 / in 16-bit (docstring)
+WIDE_HEAD_FP32_FRACTION = 0.111  # the wide head's fp32 (3xTF32) kernel / the achievable TF32 rate (docstring)
 TRANSPOSE_BW_FRACTION = 0.063  # a channels-last -> NCHW copy through TensorIterator / copy bandwidth (docstring)
 LAYER_NORM_BW_FRACTION = 0.25  # the native LayerNorm kernel / copy bandwidth (module docstring)
 GN_BLOCKS_PER_SM = 4  # RowwiseMomentsCUDAKernel: 512-thread blocks, 2,048 resident threads per SM
@@ -111,37 +121,44 @@ def _as_roofline_ops(ops: list[Op], wide_slowdown: float = 1.0) -> list[Op]:
 
 
 def wide_head_slowdown(hw, dtype: str, head_dim: int) -> float:
-    """How much longer than roofline's attention rate a head of ``head_dim`` takes (1 up to WIDE_HEAD_DIM)."""
+    """How much longer than roofline's attention rate a head of ``head_dim`` takes (1 up to WIDE_HEAD_DIM; in fp32
+    the wide head's 3xTF32 kernel is faster than roofline's fp32 rate)."""
     if head_dim <= WIDE_HEAD_DIM:
         return 1.0
     rate = WIDE_HEAD_FRACTION * hw.achievable_tflops(dtype)
     if dtype == "fp32" and hw.supports("tf32"):  # the fp32 kernel multiplies in 3xTF32 (module docstring)
-        rate = WIDE_HEAD_FRACTION * hw.achievable_tflops("tf32") / 3.0
-    return max(1.0, hw.achievable_tflops(dtype) * attention_efficiency(head_dim) / rate)
+        rate = WIDE_HEAD_FP32_FRACTION * hw.achievable_tflops("tf32")
+    return hw.achievable_tflops(dtype) * attention_efficiency(head_dim) / rate  # < 1 in fp32: faster than SIMT
 
 
-def kernel_paths(ops: list[Op], hw, sms: int | None) -> list[Op]:
+def _path_fraction(o: Op) -> float | None:
+    """The fraction of the copy bandwidth an elementwise op's kernel path reaches (module docstring); None for
+    GroupNorm's moments (priced per row) and for what is not elementwise."""
+    path = getattr(o, "path", "vec")
+    if o.kind != "elementwise" or path == "gn_moments":
+        return None
+    if o.name.endswith(".layout"):
+        return ELEMENTWISE_BW_FRACTION  # cuDNN's transforms: roofline's elementwise rate
+    return {"vec": VEC_BW_FRACTION, "nonvec": NONVEC_BW_FRACTION, "gn_apply": NONVEC_BW_FRACTION,
+            "transpose": TRANSPOSE_BW_FRACTION, "layer_norm": LAYER_NORM_BW_FRACTION, **GEGLU_BW_FRACTION,
+            **UPSAMPLE_BW_FRACTION}.get(path)
+
+
+def kernel_paths(ops: list[Op], hw, sms: int | None, elem_b: float = 2.0) -> list[Op]:
     """Memory-bound ops priced by their kernel path (trace.KOp.path; module docstring), as the bytes that take
-    their time at roofline's elementwise rate: the non-vectorized path and LayerNorm at their fractions of the copy
-    bandwidth; GroupNorm's moments at one block per row, GN_BLOCKS_PER_SM resident per SM, each reading at
-    GN_BLOCK_FRACTION of an SM's share of the bandwidth (latency-bound: counted in elements), or at the
-    elementwise rate if that is slower."""
+    their time at roofline's elementwise rate: each path at its fraction of the copy bandwidth (the element-bound
+    ones FP32_ELEMENT_BOUND_FACTOR faster in bytes for 4-byte elements); GroupNorm's moments at one block per row,
+    GN_BLOCKS_PER_SM resident per SM, each reading at GN_BLOCK_FRACTION of an SM's share of the bandwidth
+    (latency-bound: counted in elements), or at the elementwise rate if that is slower."""
     bw = hw.achievable_bw_gbs() * 1e9
     out = []
     for o in ops:
-        path = getattr(o, "path", "vec")
-        if path == "vec" and o.kind == "elementwise" and not o.name.endswith(".layout"):
-            o = replace(o, bytes=o.bytes * ELEMENTWISE_BW_FRACTION / VEC_BW_FRACTION)
-        elif path in ("nonvec", "gn_apply"):
-            o = replace(o, bytes=o.bytes * ELEMENTWISE_BW_FRACTION / NONVEC_BW_FRACTION)
-        elif path == "transpose":
-            o = replace(o, bytes=o.bytes * ELEMENTWISE_BW_FRACTION / TRANSPOSE_BW_FRACTION)
-        elif path in GEGLU_BW_FRACTION or path in UPSAMPLE_BW_FRACTION:
-            frac = GEGLU_BW_FRACTION.get(path) or UPSAMPLE_BW_FRACTION[path]
+        frac = _path_fraction(o)
+        if frac is not None:
+            bound = o.name.endswith(".layout") or getattr(o, "path", "vec") in ELEMENT_BOUND
+            frac *= FP32_ELEMENT_BOUND_FACTOR if bound and elem_b >= 4 else 1.0
             o = replace(o, bytes=o.bytes * ELEMENTWISE_BW_FRACTION / frac)
-        elif path == "layer_norm":
-            o = replace(o, bytes=o.bytes * ELEMENTWISE_BW_FRACTION / LAYER_NORM_BW_FRACTION)
-        elif path == "gn_moments" and sms:
+        elif getattr(o, "path", "") == "gn_moments" and sms:
             per_block = GN_BLOCK_FRACTION * bw / sms / 2.0  # elements a second
             waves = math.ceil(o.rows / (sms * GN_BLOCKS_PER_SM))
             t = waves * (o.elems / o.rows) / per_block
@@ -182,7 +199,7 @@ def forward_seconds(ops: list[Op], hw, dtype: str, heads_dims: list[int], engine
         slow = wide_head_slowdown(hw, d, hd) if eager else 1.0
         priced = _as_roofline_ops(group, slow)
         if eager and engine.cpu is None:  # PyTorch's own GPU kernels
-            priced = kernel_paths(priced, hw, sms)
+            priced = kernel_paths(priced, hw, sms, 4.0 if d == "fp32" else 2.0)
         for o, t in zip(group, time_ops(priced, hw.achievable_tflops(d), bw, engine, sms, hd)):
             timed[id(o)] = t
     times = [timed[id(o)] for o in ops]  # forward order
