@@ -48,3 +48,23 @@ def test_sdpa_step_is_max_of_gpu_and_launches_plus_the_build(hw, n, kv):
 def test_no_build_without_cudnn_sdpa(hw, kw):
     step = prepare(ServeRequest(M, 64, 512, 128, **kw), hw)[-1]
     assert step.engine.host_graph_build_s == 0.0
+
+
+def test_finishing_requests_host_work_adds_to_an_offline_run(hw, monkeypatch):
+    """Offline, each finishing request adds host_per_finish_s to the clock after its last token and the step times do
+    not depend on the clock: the run (first send to last token, metrics.py) lasts (requests - 1) x host_per_finish_s
+    longer than with none; the last request's own finishing work comes after the last token."""
+    import gpuscope.estimate.serve.api as api
+    req = ServeRequest(load_model("llama-3.1-8b"), 64, 256, 16)
+    assert api.prepare(req, hw)[-1].engine.host_per_finish_s == TRANSFORMERS_HOST["host_per_finish_s"] > 0
+    with_cost = api.plan_serve(req, hw).to_json()["simulation"]["duration_s"]
+    orig = api.prepare
+
+    def no_finish_cost(*a, **k):
+        *rest, step = orig(*a, **k)
+        step.engine = replace(step.engine, host_per_finish_s=0.0)
+        return (*rest, step)
+
+    monkeypatch.setattr(api, "prepare", no_finish_cost)
+    without = api.plan_serve(req, hw).to_json()["simulation"]["duration_s"]
+    assert with_cost - without == pytest.approx(63 * TRANSFORMERS_HOST["host_per_finish_s"], rel=1e-6)

@@ -51,6 +51,7 @@ class ServeEngine:
     host_step_s: float = 0.0
     host_per_request_s: float = 0.0
     host_per_kv_token_s: float = 0.0  # building the read indices of every cached token read (transformers sdpa)
+    host_per_finish_s: float = 0.0  # host seconds in series per request that finishes in a step (scheduler._finish)
     host_overlapped: bool = True
     # host seconds of an eager step in series with everything else (step_time.StepModel.step_s): transformers'
     # paged|sdpa builds a cuDNN SDPA graph for each step's new shape
@@ -71,7 +72,15 @@ class ServeEngine:
 # research/results/2026-12-02-h200/call3/serve_cb.json, median error 9%); a CPU probe of the same loop had 17 us a
 # request (no device kernels for the mask) and 150 ns a KV token (research/results/2026-12-02-cpu-serve-host).
 TRANSFORMERS_HOST = dict(host_step_s=1.0e-3, host_per_request_s=56.5e-6, host_per_kv_token_s=146e-9,
-                         host_overlapped=False, host_graph_build_s=42.6e-3)
+                         host_overlapped=False, host_graph_build_s=42.6e-3, host_per_finish_s=0.87e-3)
+# host_per_finish_s: what a request that finishes costs the synchronous loop, after its last token is stamped
+# (update_batch: free_blocks, active_requests.pop, to_generation_output, deliver_batch's queue put; the consumer's
+# get_result in the client thread, under the same GIL). Set by the drain of the 1024 x 128/128 run
+# (research/results/2026-12-02-h200-b/call1/gpu_serve2, 17 decode steps of 2-960 requests after ~60 finish each):
+# the measured step less the planned, over the requests that finished in the step before, median 0.87 ms (0.60-1.87).
+# The code's own Python for it is ~10 us a request (a CPU probe of 5.17's RequestState.to_generation_output and the
+# rest: research/results/2026-12-02-h200-c/serve.md), so ~99% of it is host time the code does not show (the
+# cyclic GC and the GIL hand-off to the client thread are candidates, not measured). Checks: serve.md.
 # host_graph_build_s: torch 2.11 runs paged|sdpa's masked SDPA through cuDNN, whose graph is built for each new
 # (queries, keys) shape and cached; a CB step's shape is new every step (the KV read grows), all layers share it. The
 # trace of three decode steps (research/results/2026-12-02-h200-c/call2/gpu_serve5, probe: 64 requests at 33k KV
@@ -114,7 +123,7 @@ def serve_engine(name: str, hw=None, *, attn: str = "sdpa", sampling: bool = Fal
             e = replace(e, max_num_seqs=min(requests, e.max_num_seqs))  # resolve_using_hints
         if attn == "flash":  # no mask: CUDA graphs and async batching on (initialization.py)
             e = replace(e, decode_graph=True, mixed_graph=True, dense_masked_attention=False, host_overlapped=True,
-                        host_per_kv_token_s=0.0, host_graph_build_s=0.0,
+                        host_per_kv_token_s=0.0, host_graph_build_s=0.0, host_per_finish_s=0.0,
                         source="transformers 5.17 continuous batching, paged flash")
     over = {k: v for k, v in dict(mem_fraction=mem_fraction, max_num_seqs=max_num_seqs,
                                   max_batched_tokens=max_batched_tokens, block_size=block_size).items()

@@ -70,6 +70,8 @@ class Simulator:
         self.t, self.G, self.A, self.free = 0.0, 0, 0, num_blocks
         self.order, self.steps, self.done, self.preemptions = 0, 0, 0, 0
         self.itl, self.peak_blocks, self.peak_running = [], 0, 0
+        # host time in series per finishing request, after its last token (profiles.ServeEngine.host_per_finish_s)
+        self.finish_cost = getattr(getattr(step, "engine", None), "host_per_finish_s", 0.0)
 
     # ---- arrivals --------------------------------------------------------------------------------------
     def _next_arrival(self) -> float | None:
@@ -281,7 +283,8 @@ class Simulator:
 
     def _finish(self, i: int) -> None:
         s = self.seqs[i]
-        s.finish_s = self.t
+        s.finish_s = self.t  # its last token's stamp; the host's finishing work delays the requests after it
+        self.t += self.finish_cost
         self._release(i)
         self.done += 1
         if self.concurrency and self.pending:
