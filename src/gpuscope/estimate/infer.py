@@ -16,6 +16,7 @@ from gpuscope.estimate import ops as opsmod
 from gpuscope.estimate.comm import collective_time
 from gpuscope.estimate.dtypes import check_dtype, compute_dtype, nbytes, quantized_weight_bytes_per_param
 from gpuscope.estimate.cpu import for_model as cpu_for_model
+from gpuscope.estimate.cudnn_sdpa import cold_line, decode_attention
 from gpuscope.estimate.engines import STATIC_CACHE_ENGINES, EngineModel, engine_for
 from gpuscope.estimate.infer_memory import max_fit, phase_memory
 from gpuscope.estimate.params import count_params
@@ -70,6 +71,9 @@ def estimate_infer(m: ModelSpec, hw, *, batch: int, prompt: int, gen: int, dtype
     peak = max(memory["phases"].values())
     overheads = runtime_overheads(peak)
     t = _timing(m, hw, batch, prompt, gen, dtype, kv_dtype, engine, tp, act_b, gqa_fold, fuse_proj, moe_batched)
+    attn = decode_attention(m, hw, engine, cdt)  # a cuDNN SDPA graph build a step at new KV lengths (cudnn_sdpa.py)
+    t.time["cudnn_sdpa_build_s_per_step"] = attn.step_s
+    t.time["decode_s_per_token_cold"] = t.time["decode_s_per_token"] + attn.step_s
     pc = count_params(m)
     est = Estimate(
         kind="infer", model=m.name, hardware=hw.key,
@@ -87,6 +91,8 @@ def estimate_infer(m: ModelSpec, hw, *, batch: int, prompt: int, gen: int, dtype
     )
     est.assumptions = _assumptions(m, hw, engine, t, cdt, tp, memory["breakdown"]["weights"], prompt + gen - 1,
                                    moe_batched)
+    if attn.per_step_build:
+        est.assumptions.append(cold_line(t.time["decode_s_per_token"], attn.step_s))
     est.limits = max_fit(m, hw, batch, prompt, gen, dtype, kv_dtype, act_b, tp, static, moe_batched)
     if _alternatives and engine in GENERATE_ENGINES:  # what the same decode would take under the other engines
         for e in ("hf-graph", "hf-graph-defer", "graph"):

@@ -30,6 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from gpuscope.errors import UserError
+from gpuscope.estimate.cudnn_sdpa import GRAPH_BUILD_S
 
 GIB = 2**30
 
@@ -72,7 +73,7 @@ class ServeEngine:
 # research/results/2026-12-02-h200/call3/serve_cb.json, median error 9%); a CPU probe of the same loop had 17 us a
 # request (no device kernels for the mask) and 150 ns a KV token (research/results/2026-12-02-cpu-serve-host).
 TRANSFORMERS_HOST = dict(host_step_s=1.0e-3, host_per_request_s=56.5e-6, host_per_kv_token_s=146e-9,
-                         host_overlapped=False, host_graph_build_s=42.6e-3, host_per_finish_s=0.87e-3)
+                         host_overlapped=False, host_graph_build_s=GRAPH_BUILD_S, host_per_finish_s=0.87e-3)
 # host_per_finish_s: what a request that finishes costs the synchronous loop, after its last token is stamped
 # (update_batch: free_blocks, active_requests.pop, to_generation_output, deliver_batch's queue put; the consumer's
 # get_result in the client thread, under the same GIL). Set by the drain of the 1024 x 128/128 run
@@ -86,7 +87,8 @@ TRANSFORMERS_HOST = dict(host_step_s=1.0e-3, host_per_request_s=56.5e-6, host_pe
 # trace of three decode steps (research/results/2026-12-02-h200-c/call2/gpu_serve5, probe: 64 requests at 33k KV
 # tokens) has 37.1, 41.8 and 48.8 ms with no CUDA call just before the first layer's SDPA launch, the GPU idle,
 # then the other 1583 launches at 21.5-27.5 us each while the GPU runs behind (the step waits 15-24 ms on it at the
-# end): 42.6 ms a step, in series. Measured on the H200's gVisor host (a host CPU cost; another host's may differ).
+# end): 42.6 ms a step, in series (estimate/cudnn_sdpa.GRAPH_BUILD_S, shared with plan infer's cold decode). Measured
+# on the H200's gVisor host (a host CPU cost; another host's may differ).
 # vLLM and TensorRT-LLM: host work per step assumed (not measured), overlapped with the GPU (V1's and the PyTorch
 # backend's overlapping schedulers); at the batch sizes of research/tests/test_published_serve.py it never binds.
 ENGINES = {
