@@ -1,6 +1,7 @@
 """Issue 20 on one H200, third set (research/results/2026-12-02-h200-c/lora.md): the LoRA runs of device call 1
 (``GS_QLORA2_ONLY="lora_8b_r64_attn_mb4_ckpt lora_8b_r16_mb4" bash research/scripts/gpu_qlora2.sh``) and call 2
-(``bash research/scripts/gpu_lora3.sh``) planned again on the catalog H200 as `bench train --gpu h200` plans them,
+(``bash research/scripts/gpu_lora3.sh``) and call 3 (``python3 research/scripts/gpu_kbit_prep.py``: peft's
+prepare_model_for_kbit_training on QLoRA) planned again on the catalog H200 as `bench train --gpu h200` plans them,
 and the loss head's kernels (estimate/loss.py) against the H200 trace of 2026-12-02-h200-b."""
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import pytest
 from validation_rows import check_row
 
 from gpuscope.estimate.lora import lora_shape
+from gpuscope.estimate.lora_train import estimate_lora_train
 from gpuscope.estimate.loss import LOSS_BWD_B, LOSS_FWD_B
 from gpuscope.estimate.roofline import ELEMENTWISE_BW_FRACTION
 from gpuscope.explain.compare import compare_record, read_records
@@ -25,6 +27,7 @@ TRACE = RESULTS / "2026-12-02-h200-b" / "call2" / "gpu_qlora2" / "trace" / "trac
 CALL2 = HERE / "call2" / "gpu_lora3" / "gpu_lora3"
 R64 = "train/llama-3.1-8b/mb4-s2048-amp-bf16-rc_full-lora_r64"
 R16 = "train/llama-3.1-8b/mb4-s2048-amp-bf16-rc_none-lora_r16"
+KBIT = HERE / "call3" / "gpu_kbit_prep" / "gpu_kbit_prep" / "gpu_kbit_prep" / "kbit_prep.json"
 QLORA_B = RESULTS / "2026-12-02-h200-b" / "qlora.jsonl"
 QLORA_NO_CKPT = "train/llama-3.1-8b/mb4-s2048-amp-bf16-rc_none-qlora_r16"
 ATTN = "q_proj,k_proj,v_proj,o_proj"
@@ -125,3 +128,67 @@ def test_loss_backward_takes_the_forwards_time_not_twice():
     planned_f, planned_b = LOSS_FWD_B * logits / bw, LOSS_BWD_B * logits / bw
     assert 1.0 < planned_f / f_s < 1.2 and 1.2 < planned_b / b_s < 1.4
     assert 2 * planned_f / b_s > 2.3  # the old 2x
+
+
+def _kbit() -> dict[str, dict]:
+    return {r["name"]: r for r in json.loads(KBIT.read_text())}
+
+
+def _kbit_plan(seq: int, prep: bool):
+    m = load_model("llama-3.1-8b")
+    return estimate_lora_train(m, load_hardware("h200"), lora_shape(m, 32), micro_batch=1, seq=seq,
+                               recompute="full", qlora=True, kbit_prep=prep)
+
+
+def test_call3_prepare_model_for_kbit_training_left_fp32():
+    """Under prep the embedding, lm_head and final norm are fp32 (4,203,757,568 bytes of fp32 parameters: the two
+    128,256 x 4,096 matrices and the norms), and a decoder layer's input is fp32: the residual stream the planner's
+    kbit_prep assumes. Without, all bf16. Loading held 2.10 GB more (8.165 against 6.063 GB), as planned."""
+    k = _kbit()
+    assert set(k) == {"prep_s8192", "noprep_s8192", "prep_s16384"}
+    for name, r in k.items():
+        res, seen = r["result"], r["result"]["kbit_prep"]
+        assert res["status"] == "ok" and res["loss_finite"] and res["lora_trainable_params"] == 83_886_080
+        dt = "torch.float32" if seen["prep"] else "torch.bfloat16"
+        assert seen["prep"] == name.startswith("prep")
+        assert {seen[f] for f in ("embed_dtype", "lm_head_dtype", "norm_dtype", "layer1_input_dtype")} == {dt}
+    load = k["prep_s8192"]["result"]["mem_after_load_bytes"] - k["noprep_s8192"]["result"]["mem_after_load_bytes"]
+    m = load_model("llama-3.1-8b")
+    planned = _kbit_plan(8192, True).breakdown_bytes["base_weights"] - _kbit_plan(8192, False).breakdown_bytes[
+        "base_weights"]
+    assert load == pytest.approx(planned, rel=0.001) and planned == pytest.approx(2 * 2 * m.vocab_size * m.hidden_size,
+                                                                               rel=0.001)
+
+
+@pytest.mark.parametrize("name, seq, prep", [("prep_s8192", 8192, True), ("noprep_s8192", 8192, False),
+                                             ("prep_s16384", 16384, True)])
+def test_call3_peaks_planned_within_one_percent(name, seq, prep):
+    """Forward, backward and optimizer peaks within 1% (the worst +0.6%), with and without prep: the mechanism that
+    reproduces Unsloth's HF + FA2 rows (test_lora_published_rows.py), measured on the H200 (transformers 5's loss:
+    ``loss="hf"``)."""
+    res, plan = _kbit()[name]["result"], _kbit_plan(seq, prep).phases_bytes
+    for key, phase in (("peak_forward_bytes", "forward"), ("peak_backward_bytes", "backward"),
+                       ("peak_optimizer_bytes", "optimizer")):
+        assert abs(plan[phase] - res[key]) / res[key] < 0.01, f"{name} {phase}: {plan[phase]} vs {res[key]}"
+
+
+def test_call3_what_prep_adds():
+    """At 8192 tokens prep added 5.30 GB to the peak (planned 5.30: 2.10 GB of fp32 embeddings and lm_head, the
+    1.05 GB bf16 lm_head copy, 0.26 MB a token of fp32 layer inputs); from 8192 to 16384 tokens under prep the peak
+    grew 2.080 MB a token (planned 2.081)."""
+    k = _kbit()
+    added = k["prep_s8192"]["result"]["peak_bytes"] - k["noprep_s8192"]["result"]["peak_bytes"]
+    assert added == pytest.approx(5.30e9, rel=0.01)
+    assert added == pytest.approx(_kbit_plan(8192, True).peak_bytes_per_gpu - _kbit_plan(8192, False)
+                                  .peak_bytes_per_gpu, rel=0.01)
+    slope = (k["prep_s16384"]["result"]["peak_bytes"] - k["prep_s8192"]["result"]["peak_bytes"]) / 8192
+    planned = (_kbit_plan(16384, True).peak_bytes_per_gpu - _kbit_plan(8192, True).peak_bytes_per_gpu) / 8192
+    assert slope == pytest.approx(2.080e6, rel=0.002) and slope == pytest.approx(planned, rel=0.005)
+
+
+def test_call3_prep_costs_time_the_planner_does_not_price():
+    """kbit_prep is memory only: the fp32 stream made the step 27% longer at 8192 tokens (1.348 against 1.065 s);
+    planned 1.178 s for both."""
+    k = _kbit()
+    assert k["prep_s8192"]["result"]["step_s"] / k["noprep_s8192"]["result"]["step_s"] == pytest.approx(1.27, abs=0.02)
+    assert _kbit_plan(8192, True).time["step_s"] == _kbit_plan(8192, False).time["step_s"]
