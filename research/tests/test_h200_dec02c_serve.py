@@ -215,3 +215,29 @@ def test_call3_cudnn_off_has_no_graph_build(hw):
     kv = on1["kv_median"] + d["requests"]
     n = d["requests"]
     assert step.step_s(n, n, kv, kv, n, True) / on1["wall_s_median"] - 1 == pytest.approx(-0.053, abs=0.01)
+
+
+def test_known_miss_mixed_steps_of_the_4_per_s_run(hw):
+    """Bound (serve.md): the 4 req/s run's mixed steps (1-4 prompts of 1024 tokens + 1-80 decodes) against the plan,
+    each over this machine's offset on decode steps of about the same batch (their median measured / planned within
+    8 requests). One prompt: +5..+33% longer (median +13%, ~29 ms); two: +5..+17%; four: -2/-3% (planned right).
+    The excess falls as prompts are added, so it is neither a host cost per prefill token nor the mask's size (both
+    grow with the prompts); it sits in the masked SDPA at 17-33 query tiles, which no kernel profile has covered."""
+    from test_h200_dec02b_serve import _steps
+
+    step = prepare(ServeRequest(LLAMA, 96, 1024, 128, rate=4.0, seed=0), hw)[-1]
+    rows = _steps(_result(RATE4))
+    dec = [(n, step.step_s(n, n, kv, kv, n, True) / dt) for n, kv, dt, first in rows if not first and dt < 2]
+    by_prompts: dict[int, list[float]] = {}
+    for n, kv, dt, first in rows:
+        near = [r for m, r in dec if abs(m - (n - first)) <= 8]
+        if not first or dt > 2 or len(near) < 3:
+            continue
+        d, p = n - first, 1024 * first
+        plan = step.step_s(d + p, n, kv, kv - p + first * 1024 * 1025 / 2, n, False)
+        by_prompts.setdefault(first, []).append(dt * statistics.median(near) / plan - 1)
+    one, two, four = by_prompts[1], by_prompts[2], by_prompts[4]
+    assert len(one) >= 50 and len(two) >= 8 and len(four) == 2
+    assert 0.08 < statistics.median(one) < 0.18 and min(one) > 0.03 and max(one) < 0.35
+    assert 0.05 < statistics.median(two) < 0.15
+    assert all(abs(e) < 0.05 for e in four)
