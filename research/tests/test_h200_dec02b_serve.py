@@ -8,7 +8,8 @@ Targets (issue 21): output tokens/s and TPOT p50 within 15%, TTFT p50 within 25%
   visible in its NVML power samples: 21 s a wave where that plan had 12.4 s. The same miss showed in the offline
   runs' drains (20-960 requests decoding, some finishing every step): planned steps 13-49% short. Replanned with the
   cuDNN SDPA graph build of every step in series (research/results/2026-12-02-h200-c/serve.md): the arrival runs no
-  longer fit their limits, the wave is 16.7 s, the drain steps 9-43% short (finishing requests' host work).
+  longer fit their limits, the wave is 16.8 s. The drain steps (5-43% short) set the finishing requests' host work
+  (profiles.host_per_finish_s); the 2048/256 run's drain of 2026-12-02-h200 is its check.
 """
 
 from __future__ import annotations
