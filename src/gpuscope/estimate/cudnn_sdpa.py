@@ -117,9 +117,9 @@ def head_dims(m) -> tuple[int, int]:
 
 def sdpa_backend(cc, d_qk: int, d_v: int, dtype: str, masked: bool, stack: TorchStack = DEFAULT_STACK) -> str:
     """cudnn | flash | efficient | math: the first of torch's priority order whose checks pass (for the fused
-    kernels the checks here are the arch, dtype, head dim and mask ones)."""
+    kernels the checks here are the arch, dtype, head dim and mask ones); n/a off CUDA (``cc`` None)."""
     if cc is None:
-        return "math"
+        return "n/a"
     if cudnn_first(cc, stack) and cudnn_accepts(cc, d_qk, d_v, dtype, stack):
         return "cudnn"
     half = dtype in ("bf16", "fp16") and (dtype == "fp16" or cc >= (8, 0))

@@ -31,6 +31,7 @@ THRESHOLDS = {
     "serial_host_share": 0.10,
     "gc_share": 0.05,
     "steal_share": 0.05,
+    "cudnn_build_share": 0.5,
 }
 
 SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2, "info": 3}

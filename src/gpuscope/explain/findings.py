@@ -33,11 +33,17 @@ Thresholds (``THRESHOLDS``; each rule documents why):
   >= 1.2 and above what a uniform router's sampling noise gives, measure/llm/moe_routing.py): the planner prices
   the grouped expert GEMMs in whole tile units per expert under a uniform router's binomial counts (estimate/moe.py),
   so a more skewed router is slower than planned. No speed-up is claimed.
+- cudnn_graph_builds: a plain-generate case (hf-eager, SDPA) on the planner's cuDNN path (estimate/cudnn_sdpa.py:
+  sm90/sm100 under torch >= 2.10 with cuDNN > 9.15) measured >= plan_ratio x the warm plan, the excess >= half the
+  graph builds its G - 1 steps would pay at new KV lengths (cudnn_build_share 0.5: the H200's new-length steps sat
+  at 1.0-1.5x of one 42.6 ms build above the seen ones, research/tests/test_h200_dec02c_cudnn.py; a warm run's
+  excess is a host level, well under half of them).
 """
 
 from __future__ import annotations
 
 from gpuscope.explain.finding import SEVERITY_ORDER, THRESHOLDS, Finding, num, severity
+from gpuscope.explain.rules_cudnn import cudnn_graph_builds
 from gpuscope.explain.rules_gpu import comm_not_overlapped, matmul_shapes, moe_imbalance, throttling
 from gpuscope.explain.rules_host import dataloader_stall, gc_pauses, generate_waits, host_steal, host_sync, launch_bound
 from gpuscope.explain.rules_memory import fragmentation, memory_headroom
@@ -60,7 +66,8 @@ def slower_than_planned(s: dict, t: dict = THRESHOLDS) -> Finding | None:
 
 
 RULES = (launch_bound, dataloader_stall, host_sync, matmul_shapes, comm_not_overlapped, fragmentation, throttling,
-         memory_headroom, slower_than_planned, generate_waits, moe_imbalance, gc_pauses, host_steal) + DIFFUSION_RULES
+         memory_headroom, slower_than_planned, generate_waits, moe_imbalance, gc_pauses, host_steal,
+         cudnn_graph_builds) + DIFFUSION_RULES
 
 
 def diagnose(summary: dict, thresholds: dict | None = None) -> list[Finding]:
@@ -112,4 +119,6 @@ def compare_estimate(est, summary: dict) -> dict:
         out["planner_decode_gpu_s"] = est.time.get("decode_gpu_s")
         out["planner_decode_host_s"] = est.time["decode_host_s"]
         out["planner_decode_serial_host_s"] = est.time.get("decode_serial_host_s")
+        out["planner_cudnn_build_s_per_step"] = est.time.get("cudnn_sdpa_build_s_per_step")
+        out["planner_decode_cold_s"] = est.time.get("decode_s_per_token_cold")
     return out
