@@ -68,3 +68,11 @@ def test_finishing_requests_host_work_adds_to_an_offline_run(hw, monkeypatch):
     monkeypatch.setattr(api, "prepare", no_finish_cost)
     without = api.plan_serve(req, hw).to_json()["simulation"]["duration_s"]
     assert with_cost - without == pytest.approx(63 * TRANSFORMERS_HOST["host_per_finish_s"], rel=1e-6)
+
+
+def test_finish_cost_is_an_assumption_line(hw):
+    from gpuscope.estimate.serve import plan_serve
+    sdpa = plan_serve(ServeRequest(load_model("llama-3.1-8b"), 8, 128, 8), hw).to_json()["assumptions"]
+    assert any("finishing request costs the host loop 0.87 ms" in a for a in sdpa)
+    vllm = plan_serve(ServeRequest(load_model("llama-3.1-8b"), 8, 128, 8, engine="vllm"), hw).to_json()["assumptions"]
+    assert not any("finishing request" in a for a in vllm)

@@ -217,6 +217,9 @@ def _assumptions(r: ServeRequest, eng, fmt, kv_dtype: str, kv) -> list[str]:
     if eng.host_graph_build_s and not eng.decode_graph:
         out.append(f"every step builds a cuDNN SDPA graph for its new (queries, keys) shape on the host: "
                    f"{eng.host_graph_build_s * 1e3:.1f} ms in series, the GPU idle (torch 2.11 on an H200 host)")
+    if eng.host_per_finish_s:
+        out.append(f"each finishing request costs the host loop {eng.host_per_finish_s * 1e3:.2f} ms after its last "
+                   "token (set by one large drain on an H200 host; a small drain read it near 0)")
     if r.prompt + r.gen > r.model.max_position_embeddings:
         out.append(f"prompt + gen ({r.prompt + r.gen}) exceeds the model's max_position_embeddings "
                    f"({r.model.max_position_embeddings})")
