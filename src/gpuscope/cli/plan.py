@@ -35,6 +35,8 @@ LORA_R_HELP = ("LoRA fine-tuning (peft): the adapters' rank. The base is frozen 
                "adapters, bf16 autocast, as get_peft_model + Trainer(bf16=True)).")
 LORA_TARGETS_HELP = "all-linear (every decoder Linear, as peft) or module names, e.g. q_proj,k_proj,v_proj,o_proj."
 QLORA_HELP = "QLoRA: the frozen base's Linear weights in 4-bit NF4 with double quantization (bitsandbytes)."
+KBIT_PREP_HELP = ("QLoRA as the HF recipe runs it: peft's prepare_model_for_kbit_training first (embeddings, norms, "
+                  "lm_head in fp32; the residual stream fp32). Needs --qlora and --recompute full.")
 DB_HELP = ("Results database whose `bench collectives` rows (this GPU) replace the datasheet link bandwidths of "
            "multi-GPU plans.")
 
@@ -120,6 +122,7 @@ def train(
     lora_targets: str = typer.Option(None, "--lora-targets", help=LORA_TARGETS_HELP),
     lora_dropout: float = typer.Option(0.0, "--lora-dropout", help="Dropout on the adapters' input, in [0, 1)."),
     qlora: bool = typer.Option(False, "--qlora", help=QLORA_HELP),
+    kbit_prep: bool = typer.Option(False, "--kbit-prep", help=KBIT_PREP_HELP),
     calibrated: bool = o.calibrated(),
     as_json: bool = o.json_out(help=JSON_HELP),
     html: str = html_option(),
@@ -135,7 +138,7 @@ def train(
                      dp, cp, ep, zero, fsdp, hsdp, bucket_view, framework, sp, virtual, global_batch, gpus_per_node,
                      search, db, with_ops=ops or bool(html), lora_r=lora_r, lora_alpha=lora_alpha,
                      lora_targets=lora_targets, lora_dropout=lora_dropout, qlora=qlora,
-                     adamw_impl="for-loop" if for_loop else None)
+                     kbit_prep=kbit_prep, adamw_impl="for-loop" if for_loop else None)
     out = plan_train(o.load_model_spec(model), o.hardware(gpu, calibrated), r)
     if not isinstance(out, LayoutSearch):
         return _show(out, as_json, ops and not r.multi, html)

@@ -196,7 +196,7 @@ def _kbit_prep(m: ModelSpec, pc: ParamCounts, qlora: bool, recompute: str) -> tu
     """(the fp32 upcast's extra bytes: 2 a parameter that is not 4-bit, the residual stream's bytes) under
     prepare_model_for_kbit_training."""
     if not qlora or recompute != "full":
-        raise UserError("kbit_prep (prepare_model_for_kbit_training) is planned for QLoRA with --recompute full.")
+        raise UserError("--kbit-prep (peft's prepare_model_for_kbit_training) is planned for QLoRA: give --qlora and --recompute full.")
     return 2.0 * (pc.total - quantized_params(m)), 4.0
 
 

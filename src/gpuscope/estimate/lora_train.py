@@ -303,7 +303,7 @@ def estimate_lora_train(m: ModelSpec, hw, shape: LoraShape, *, micro_batch: int,
         inputs=dict(micro_batch=micro_batch, seq=seq, precision=precision, optimizer=optimizer, fused=fused,
                     recompute=recompute, grad_accum=grad_accum, offload="none", num_gpus=1, strategy="single",
                     lora_r=shape.r, lora_alpha=alpha, lora_targets=",".join(shape.targets),
-                    lora_dropout=shape.dropout, qlora=qlora),
+                    lora_dropout=shape.dropout, qlora=qlora, kbit_prep=kbit_prep),
         fits=peak + sum(runtime_overheads(peak).values()) <= hw.device_total_bytes, peak_bytes_per_gpu=peak,
         breakdown_bytes=mem.breakdown, device_total_bytes=hw.device_total_bytes,
         runtime_overhead_bytes=runtime_overheads(peak), phases_bytes=mem.phases, time=t,
@@ -318,6 +318,10 @@ def estimate_lora_train(m: ModelSpec, hw, shape: LoraShape, *, micro_batch: int,
               "base_weights_bytes": round(mem.breakdown["base_weights"])},
     )
     est.assumptions = _assumptions(precision, qlora, tflops, bw, cdt, recompute)
+    if kbit_prep:  # measured on an H200: research/results/2026-12-02-h200-c/lora.md (call 3, gpu_kbit_prep.py)
+        est.assumptions.append("prepare_model_for_kbit_training: embeddings, norms and lm_head in fp32, the residual "
+                               "stream fp32 (priced in memory); its extra time is not priced (an H200 step ran 27% "
+                               "longer with it at 8192 tokens)")
     est.verdict, est.suggestions = _verdict(est, hw, recompute, micro_batch, qlora, optimizer)
     if with_ops:
         est.ops = [dict(phase="forward", **x.__dict__) for x in f_times] + \

@@ -26,4 +26,4 @@ def plan_lora(m, hw, r):
     shape = lora_shape(m, r.lora_r, r.lora_targets or ALL_LINEAR, r.lora_dropout)
     return estimate_lora_train(m, hw, shape, micro_batch=r.micro_batch, seq=r.seq, precision=r.precision,
                                optimizer=r.optimizer, recompute=r.recompute, grad_accum=r.grad_accum, fused=r.fused,
-                               qlora=r.qlora, alpha=r.lora_alpha, with_ops=r.with_ops)
+                               qlora=r.qlora, alpha=r.lora_alpha, with_ops=r.with_ops, kbit_prep=r.kbit_prep)

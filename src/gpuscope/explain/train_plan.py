@@ -49,6 +49,7 @@ class TrainRequest:
     lora_targets: str | None = None
     lora_dropout: float = 0.0
     qlora: bool = False
+    kbit_prep: bool = False  # peft's prepare_model_for_kbit_training before get_peft_model (QLoRA, checkpointing)
     adamw_impl: str | None = None  # fused | foreach | for-loop (estimate/adamw.py); None: from ``fused``
 
     @property
