@@ -116,6 +116,7 @@ def test_cold_figure_is_warm_plus_a_build_and_the_line_says_so(gpu, engine, on):
         assert f"{t['decode_s_per_token_cold'] * 1e3:.2f} ms/token cold" in line
         assert f"{t['decode_s_per_token'] * 1e3:.2f} warm" in line
         assert "enable_cudnn_sdp(False)" in line and "warm-up" in line and "--engine hf-graph" in line
+        assert ("sm100" if gpu == "b200" else "sm90") in line
 
 
 def _plan(gpu: str, *extra: str) -> subprocess.CompletedProcess:

@@ -159,10 +159,11 @@ def decode_attention(m, hw, engine: str, compute_dtype: str, *, attn: str = "sdp
     return DecodeAttention(backend, on_path, GRAPH_BUILD_S if on_path else 0.0)
 
 
-def cold_line(warm_s: float, build_s: float) -> str:
+def cold_line(warm_s: float, build_s: float, cc: tuple[int, int] | None = (9, 0)) -> str:
     """The assumption line of a plan on the per-step build path."""
-    return (f"decode attention: torch >= 2.10 with cuDNN > 9.15 (2.11's wheels) runs SDPA on cuDNN on this GPU, "
-            f"which builds a graph on the host for each new KV length; a generate at lengths this process has not "
-            f"run pays one a step: {(warm_s + build_s) * 1e3:.2f} ms/token cold (+{build_s * 1e3:.1f} ms, an H200 "
-            f"host's) vs {warm_s * 1e3:.2f} warm; avoid with torch.backends.cuda.enable_cudnn_sdp(False), a warm-up "
-            "generate over the same lengths, or a static-cache engine (--engine hf-graph / graph)")
+    arch = f"sm{cc[0]}{cc[1]}" if cc else "this GPU"
+    return (f"decode attention: SDPA runs on cuDNN here ({arch}, torch >= 2.10 with cuDNN > 9.15), which builds a "
+            f"graph on the host for each new KV length: a generate at lengths this process has not run pays one a "
+            f"step, {(warm_s + build_s) * 1e3:.2f} ms/token cold (+{build_s * 1e3:.1f} ms, an H200 host's) vs "
+            f"{warm_s * 1e3:.2f} warm; avoid: torch.backends.cuda.enable_cudnn_sdp(False), a warm-up generate over "
+            "the same lengths, or --engine hf-graph / graph")

@@ -16,7 +16,7 @@ from gpuscope.estimate import ops as opsmod
 from gpuscope.estimate.comm import collective_time
 from gpuscope.estimate.dtypes import check_dtype, compute_dtype, nbytes, quantized_weight_bytes_per_param
 from gpuscope.estimate.cpu import for_model as cpu_for_model
-from gpuscope.estimate.cudnn_sdpa import cold_line, decode_attention
+from gpuscope.estimate.cudnn_sdpa import cold_line, compute_capability, decode_attention
 from gpuscope.estimate.engines import STATIC_CACHE_ENGINES, EngineModel, engine_for
 from gpuscope.estimate.infer_memory import max_fit, phase_memory
 from gpuscope.estimate.params import count_params
@@ -92,7 +92,7 @@ def estimate_infer(m: ModelSpec, hw, *, batch: int, prompt: int, gen: int, dtype
     est.assumptions = _assumptions(m, hw, engine, t, cdt, tp, memory["breakdown"]["weights"], prompt + gen - 1,
                                    moe_batched)
     if attn.per_step_build:
-        est.assumptions.append(cold_line(t.time["decode_s_per_token"], attn.step_s))
+        est.assumptions.append(cold_line(t.time["decode_s_per_token"], attn.step_s, compute_capability(hw)))
     est.limits = max_fit(m, hw, batch, prompt, gen, dtype, kv_dtype, act_b, tp, static, moe_batched)
     if _alternatives and engine in GENERATE_ENGINES:  # what the same decode would take under the other engines
         for e in ("hf-graph", "hf-graph-defer", "graph"):
