@@ -142,10 +142,14 @@ def train(
     out = plan_train(o.load_model_spec(model), o.hardware(gpu, calibrated), r)
     if not isinstance(out, LayoutSearch):
         return _show(out, as_json, ops and not r.multi, html)
+    _show_search(out, as_json, html)
+
+
+def _show_search(out, as_json: bool, html: str | None) -> None:
+    """A --search result: the ranked layouts as JSON or a table (and the HTML page when asked)."""
     from gpuscope.report.search_view import render_search, search_json_text, search_to_json
 
     write_html(search_to_json(out), html)
-
     typer.echo(search_json_text(out)) if as_json else render_search(out, o.console())
 __import__("gpuscope.cli.plan_serve", fromlist=["register"]).register(plan)  # `plan serve` (cli/plan_serve.py)
 __import__("gpuscope.cli.plan_diffusion", fromlist=["register"]).register(plan)  # `plan diffusion` (cli/plan_diffusion.py)

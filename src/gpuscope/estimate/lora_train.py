@@ -317,11 +317,7 @@ def estimate_lora_train(m: ModelSpec, hw, shape: LoraShape, *, micro_batch: int,
               "targets": list(shape.targets), "dropout": shape.dropout, "qlora": qlora,
               "base_weights_bytes": round(mem.breakdown["base_weights"])},
     )
-    est.assumptions = _assumptions(precision, qlora, tflops, bw, cdt, recompute)
-    if kbit_prep:  # measured on an H200: research/results/2026-12-02-h200-c/lora.md (call 3, gpu_kbit_prep.py)
-        est.assumptions.append("prepare_model_for_kbit_training: embeddings, norms and lm_head in fp32, the residual "
-                               "stream fp32 (priced in memory); its extra time is not priced (an H200 step ran 27% "
-                               "longer with it at 8192 tokens)")
+    est.assumptions = _assumptions(precision, qlora, tflops, bw, cdt, recompute) + [KBIT_PREP_NOTE] * kbit_prep
     est.verdict, est.suggestions = _verdict(est, hw, recompute, micro_batch, qlora, optimizer)
     if with_ops:
         est.ops = [dict(phase="forward", **x.__dict__) for x in f_times] + \
@@ -335,6 +331,11 @@ _PRECISION_NOTE = {
     "bf16": "bf16 base, fp32 adapters (peft's default), no autocast: adapter GEMMs in fp32",
     "fp32": "fp32 base and adapters, no autocast",
 }
+
+
+# measured on an H200: research/results/2026-12-02-h200-c/lora.md (call 3, gpu_kbit_prep.py)
+KBIT_PREP_NOTE = ("prepare_model_for_kbit_training: embeddings, norms and lm_head in fp32, the residual stream fp32 "
+                  "(priced in memory); its extra time is not priced (an H200 step ran 27% longer with it at 8192 tokens)")
 
 
 def _assumptions(precision, qlora, tflops, bw, cdt, recompute) -> list[str]:
