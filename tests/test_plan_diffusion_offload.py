@@ -11,7 +11,8 @@ import pytest
 
 from gpuscope.estimate.diffusion import DiffusionRequest, plan_diffusion
 from gpuscope.estimate.diffusion.components import Shapes, trace_component
-from gpuscope.estimate.diffusion.offload import FRESH_D2H_FACTOR, PAGEABLE_FRACTION, TENSOR_LAUNCHES, pageable_gbs
+from gpuscope.estimate.diffusion.offload import (FAULT_S, MODULE_D2H_FACTOR, PAGE_BYTES, PAGEABLE_FRACTION,
+                                                 TENSOR_LAUNCHES, fresh_bytes_bound, pageable_gbs)
 from gpuscope.estimate.engines import engine_for
 from gpuscope.estimate.train import host_link_gbs
 from gpuscope.specs.diffusion import PRESET_DIR, load_pipeline
@@ -43,7 +44,7 @@ def test_model_offload_moves_each_module_in_its_phase(measured_host):
     w = {c.name: c.weight_bytes for c in model.costs}
     n = {c.name: c.tensors for c in model.costs}
     t0, t = plain.times, model.times
-    h2d, d2h = 5e9, 10e9 * FRESH_D2H_FACTOR  # a move out lands in freshly allocated host memory
+    h2d, d2h = 5e9, 10e9 * MODULE_D2H_FACTOR  # a move out: one copy per tensor into a new host tensor
     assert n == {"text_encoder": 196, "text_encoder_2": 517, "unet": 1680, "vae": 248}  # each moved on its own
     # text: CLIP-L in, out when CLIP-bigG comes in; denoise: bigG out, the UNet in; decode: UNet out, VAE in and out
     assert t["text_encode_s"] - t0["text_encode_s"] == pytest.approx(
@@ -100,6 +101,11 @@ def test_model_offload_says_its_time_is_a_known_miss_and_the_other_modes_do_not(
         assert r.returncode == 0, r.stderr
         return json.loads(r.stdout)["assumptions"]
 
-    assert any("known miss" in a and "4.79 s" in a for a in assumptions("model"))
+    model = assumptions("model")
+    line = next(a for a in model if "first calls after loading" in a)
+    fresh = sum(c.weight_bytes for c in _plan(load_hardware("h200"), steps=2).costs)  # every module moves out once
+    assert f"+{fresh / PAGE_BYTES * FAULT_S:.1f} s" in line and f"{fresh / 1e9:.1f} GB" in line
+    assert not any("known miss" in a for a in model)
     for mode in ("sequential", "none"):
-        assert not any("known miss" in a for a in assumptions(mode))
+        assert not any("first calls after loading" in a for a in assumptions(mode))
+    assert fresh_bytes_bound(_plan(load_hardware("h200")).costs, "sequential") == 0.0

@@ -14,16 +14,14 @@ are likely faster (not measured here).
 - model: a module moves in (its weights at the H2D rate) when it runs, and the module before it moves out just
   before that; at the end of the call maybe_free_model_hooks moves the last one out. So a phase holds its own
   components' moves in, and the moves out of the module before each; the VAE's phase also its own move out.
-  Nothing moves during the denoising steps (the denoiser stays in). A move out is ``module.to("cpu")``: every
-  tensor lands in freshly allocated pageable host memory, slower than `bench micro`'s pageable copy into a
-  reused buffer: FRESH_D2H_FACTOR (the bench's own probe of that move, the SDXL UNet's 5.13 GB at 8.42 GB/s,
-  against micro's 14.3). Not modelled: on an H200 (a gVisor VM) each phase of SDXL under model offload took
-  0.3-1.2 s more than its copies at those rates and its forwards (research/results/2026-12-02-h200-c/
-  diffusion.md). Not the allocator: accelerate's hook empties PyTorch's cache between two modules
-  (CpuOffload.pre_forward: clear_device_cache()), but emptying the UNet's 1,680 tensors took 15 ms and moving it
-  in afterwards no longer than with the cache kept (that run's alloc probe). The same probe's first moves out,
-  into host memory the process had not touched, ran at 1.1-1.6 GB/s against 9.8 once resident: first-touch of
-  host pages is the candidate, and whether a move meets fresh pages depends on the host allocator's reuse.
+  Nothing moves during the denoising steps (the denoiser stays in). A move out is ``module.to("cpu")``: one
+  synchronous pageable copy per tensor into a new host tensor (glibc malloc), slower than one large copy:
+  MODULE_D2H_FACTOR, the SDXL UNet's 1,680 tensors moved out as a module (8.9 GB/s) over its three largest tensors
+  moved alone (12.75 GB/s), both into resident host memory, same probe (research/results/2026-12-02-h200-d/
+  offload.md). Priced as the steady state: once the host allocator holds the bytes the modules leave when they move
+  in, every move out reuses resident pages. The first calls after loading do not: a move out into pages the
+  process has not touched takes a page fault each 4 KiB (FAULT_S each, the same probe: a gVisor VM) on top of the
+  copy; fresh_bytes_bound gives the most a call can meet (every byte it moves out), first_calls_note the line.
 - sequential: each layer's weights are copied in just before it runs, one tensor at a time, and dropped after,
   at every forward: the weights of the layers that run (a VAE decode runs its decoder only) at the H2D rate, plus
   TENSOR_LAUNCHES host launch costs per tensor (accelerate's set_module_tensor_to_device: the copy call, the
@@ -39,7 +37,11 @@ from gpuscope.estimate.train import host_link_gbs
 
 PAGEABLE_FRACTION = {"h2d": 6.0 / 54.0, "d2h": 14.3 / 54.0}
 TENSOR_LAUNCHES = 4.4
-FRESH_D2H_FACTOR = 8.42 / 14.3  # module.to("cpu") into new host memory / a pageable copy into a reused buffer
+MODULE_D2H_FACTOR = 8.9 / 12.75  # module.to("cpu") / its largest tensors alone, both into resident host memory
+# a page fault's cost inside a pageable D2H copy into untouched host memory, per 4 KiB page: (move time - bytes at
+# the resident rate) / minor faults over the SDXL moves of that probe's first two calls, 3.7-4.1 us (median 3.9)
+FAULT_S = 3.9e-6
+PAGE_BYTES = 4096
 PHASE = {"text_encoder": "text_encode", "image_encoder": "text_encode", "denoiser": "denoise", "vae": "vae_decode"}
 ORDER = ("text_encoder", "image_encoder", "denoiser", "vae")  # diffusers' model_cpu_offload_seq
 
@@ -58,7 +60,7 @@ def moves(costs: list, offload: str, hw, launch_s: float) -> dict[str, float]:
     h2d, d2h = pageable_gbs(hw, "h2d") * 1e9, pageable_gbs(hw, "d2h") * 1e9
     ordered = sorted(costs, key=lambda c: ORDER.index(c.role))
     if offload == "model":
-        d2h *= FRESH_D2H_FACTOR
+        d2h *= MODULE_D2H_FACTOR
         for i, c in enumerate(ordered):
             out[PHASE[c.role]] += c.weight_bytes / h2d + (ordered[i - 1].weight_bytes / d2h if i else 0.0)
         last = ordered[-1]
@@ -71,3 +73,20 @@ def moves(costs: list, offload: str, hw, launch_s: float) -> dict[str, float]:
         else:
             out[PHASE[c.role]] += per_forward * c.passes
     return out
+
+
+def fresh_bytes_bound(costs: list, offload: str) -> float:
+    """The bytes a model-offload call moves out (every module once): all of them land in fresh host pages on the
+    first call after loading at most (the probe's first call met 3.6 of 6.9 GB, its second 2.0, its third 0.2)."""
+    return sum(c.weight_bytes for c in costs) if offload == "model" else 0.0
+
+
+def first_calls_note(costs: list, offload: str) -> str | None:
+    fresh = fresh_bytes_bound(costs, offload)
+    if not fresh:
+        return None
+    return (f"model offload planned in the steady state (moves out into host memory the allocator already holds); "
+            f"the first calls after loading are slower: a move out into untouched pages costs "
+            f"{FAULT_S * 1e6:.1f} us a 4 KiB page (an H200 gVisor VM), up to +{fresh / PAGE_BYTES * FAULT_S:.1f} s "
+            f"a call if all {fresh / 1e9:.1f} GB moved out were fresh (measured: SDXL +3.4 s on the first call, "
+            f"+2.0 s on the second, +0.2 s on the third); warm up two calls before timing")

@@ -69,10 +69,10 @@ class DiffusionPlan:
             out.append(f"offload copies from pageable host memory: {pageable_gbs(self.hw, 'h2d'):.1f} GB/s in, "
                        f"{pageable_gbs(self.hw, 'd2h'):.1f} GB/s out (estimate/diffusion/offload.py), each in "
                        "the phase that makes it")
-        if req.offload == "model":  # research/results/2026-12-02-h200-c/diffusion.md (call 1, SDXL 1024, 2 steps)
-            out.append("model offload's time is a known miss: an H200 run (SDXL 1024, 2 steps) took 4.79 s against "
-                       "2.33 s planned, each phase 0.3-1.1 s longer than its copies (not the allocator; cause not "
-                       "found); its peak was within 2%")
+        if req.offload == "model":  # research/results/2026-12-02-h200-d/offload.md
+            from gpuscope.estimate.diffusion.offload import first_calls_note
+
+            out.append(first_calls_note(self.costs, req.offload))
         return out
 
     def to_json(self) -> dict:

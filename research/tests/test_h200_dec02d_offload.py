@@ -1,0 +1,110 @@
+"""Model CPU offload's moves one by one on an H200 (a gVisor VM), research/results/2026-12-02-h200-d/call1/
+gpu_offload_probe (research/scripts/gpu_offload_probe.py: SDXL at 1024x1024, 2 steps, three pipeline calls after
+loading; each module move timed with its minor page faults, RSS and glibc's mallinfo2; the UNet moved in and out
+three more times, then tensor by tensor per size class; 1 GiB filled untouched and resident).
+
+What it settles (research/results/2026-12-02-h200-d/offload.md): a move out into host pages the process has not
+touched takes one page fault each 4 KiB, 3.9 us each on top of the copy (estimate/diffusion/offload.FAULT_S); glibc
+keeps the freed bytes, so the faults fall from call to call (3.6, 2.0, 0.2 GB): the planner prices the steady state
+and states the first calls' cost. The steady state itself is still 22% above the plan (a known miss, bounded).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+from gpuscope.estimate.diffusion import DiffusionRequest, plan_diffusion
+from gpuscope.estimate.diffusion.offload import FAULT_S, MODULE_D2H_FACTOR, PAGE_BYTES
+from gpuscope.specs.hardware import load_hardware
+
+RUN = Path(__file__).resolve().parents[1] / "results" / "2026-12-02-h200-d"
+HOST = RUN / "h200-offload-host.toml"
+
+
+@lru_cache(maxsize=None)
+def probe() -> dict:
+    return json.loads((RUN / "call1" / "gpu_offload_probe" / "offload_probe.json").read_text())["parent"]
+
+
+def moves(part: str, target: str | None = None) -> list[dict]:
+    return [r for r in probe()["log"] if r["part"] == part and r["what"] == "to" and target in (None, r["target"])]
+
+
+def resident_gbs() -> float:
+    """The UNet moved out as a module into resident host memory (unet_rounds: no fault)."""
+    outs = moves("unet_rounds", "cpu")
+    assert all(r["minflt"] == 0 for r in outs)
+    return statistics.mean(r["bytes"] / r["s"] for r in outs) / 1e9
+
+
+def test_first_touch_is_a_fault_a_page():
+    """Every move out right after loading lands in untouched memory: one minor fault each 4 KiB, exactly."""
+    for r in moves("load"):
+        assert r["minflt"] * PAGE_BYTES / r["bytes"] == pytest.approx(1.0, abs=0.01), r["module"]
+    fill = next(r for r in probe()["log"] if r["what"] == "fill_first")
+    assert fill["minflt"] * PAGE_BYTES / fill["bytes"] == pytest.approx(1.0, abs=0.01)
+
+
+def test_module_d2h_factor_and_the_host_file():
+    """MODULE_D2H_FACTOR: the UNet out as a module / its three largest tensors out alone, both resident; the host
+    file holds the probe's own link rates (not its pipeline phases)."""
+    big = next(r for r in probe()["log"] if r["part"] == "class_rounds" and r["module"] == "unet[ge32m]"
+               and r["target"] == "cpu")
+    big_gbs = big["bytes"] / big["s"] / 1e9
+    assert big_gbs == pytest.approx(12.75, rel=0.01)
+    assert MODULE_D2H_FACTOR == pytest.approx(resident_gbs() / big_gbs, rel=0.01)
+    hw = load_hardware(str(HOST))
+    ins = [r["bytes"] / r["s"] / 1e9 for r in moves("unet_rounds", "cuda")]
+    assert hw.measured["h2d_pageable_gbs"] == pytest.approx(statistics.mean(ins), rel=0.01)
+    assert hw.measured["d2h_pageable_gbs"] == pytest.approx(big_gbs, rel=0.01)
+
+
+def test_fault_cost_inside_a_move_out():
+    """FAULT_S: (move time - bytes at the resident module rate) / faults, over every move out with 10k+ faults
+    (the load and the three calls): 2.9-4.4 us, median 3.9; the moves with 100k+ faults 3.7-4.2."""
+    rate = resident_gbs() * 1e9
+    per = [(r["s"] - r["bytes"] / rate) / r["minflt"] for r in moves("load") + moves("pipeline", "cpu")
+           if r["minflt"] > 10_000]
+    assert len(per) >= 8
+    assert statistics.median(per) == pytest.approx(FAULT_S, rel=0.03)
+    assert 2.8e-6 < min(per) and max(per) < 4.4e-6
+    big = [(r["s"] - r["bytes"] / rate) / r["minflt"] for r in moves("load") + moves("pipeline", "cpu")
+           if r["minflt"] > 100_000]
+    assert len(big) == 6 and 3.7e-6 < min(big) and max(big) < 4.2e-6
+
+
+def _phases(call: int) -> dict:
+    return {p["phase"]: p for p in probe()["phases"] if p["call"] == call}
+
+
+def test_faults_fall_call_by_call_and_price_the_first_calls():
+    """glibc keeps what the modules leave: 3.56, 2.05, 0.20 GB of fresh pages in calls 0, 1, 2; each call's time
+    the second call's time over the third's is its extra faults at FAULT_S, within 8% (the first call also pays
+    the process's first kernels and library set-up: 1.5 s of its text phase and 2.0 s of its denoising phase are
+    outside its moves)."""
+    fresh = [sum(p["minflt"] for p in _phases(c).values()) for c in range(3)]
+    assert [round(f * PAGE_BYTES / 1e9, 2) for f in fresh] == [3.56, 2.05, 0.2]
+    total = [sum(p["s"] for p in _phases(c).values()) for c in range(3)]
+    assert (total[1] - total[2]) / ((fresh[1] - fresh[2]) * FAULT_S) - 1 == pytest.approx(-0.069, abs=0.01)
+    assert _phases(0)["text"]["rest_s"] > 1.0 and _phases(1)["text"]["rest_s"] < 0.05
+
+
+def test_steady_state_call_against_the_plan():
+    """The third call (0.2 GB fresh) against the plan on the probe's link rates: every phase 21-24% short, a known
+    miss (bound 25%): 0.20 s of it are faults of tensors glibc mmaps afresh on each move out (CLIP's token
+    embeddings, 76 and 126 MB, over its 32 MiB mmap threshold), the UNet's move in ran 3.84 GB/s against the rounds'
+    4.16, and each phase spends 0.03-0.19 s outside its copies and planned forwards (the denoising phase's two
+    steps took 0.29 s against 0.10 planned: not found)."""
+    plan = plan_diffusion(DiffusionRequest(model="sdxl", batch=1, height=1024, width=1024, steps=2, cfg=True,
+                                           offload="model"), load_hardware(str(HOST)), limits=False).times
+    meas = {k: _phases(2)[k]["s"] for k in ("text", "denoise", "vae")}
+    err = {k: plan[f"{k}_encode_s" if k == "text" else ("vae_decode_s" if k == "vae" else "denoise_s")] / v - 1
+           for k, v in meas.items()}
+    err["total"] = plan["total_s"] / sum(meas.values()) - 1
+    assert all(-0.25 < e < -0.15 for e in err.values()), err  # outside the 15% target, inside the bound
+    assert err["total"] == pytest.approx(-0.217, abs=0.01)
