@@ -14,11 +14,14 @@ set -u
 T0=$(date +%s); BUNDLE=gpu_serve6/gpu_serve6.tgz
 W=$(mktemp -d /tmp/gs_serve6.XXXXXX); mkdir -p "$W/serve6" "$OUT/gpu_serve6"
 export PYTHONPATH=src:research/scripts
-TINY=0; [ "${1:-}" = "--tiny" ] && TINY=1
+TINY=0; [ "${1:-}" = "--tiny" ] && { TINY=1; shift; }
+# --case JSON: another workload, keys n, p, g, ap, ag (as below) and arrive {"decode step": prompts}
+S6_CASE='{}'; [ "${1:-}" = "--case" ] && S6_CASE=$2
+export S6_CASE
 [ $TINY = 0 ] && nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.sm,clocks.max.sm --format=csv \
   > "$W/serve6/nvidia-smi.csv" 2>&1
 git rev-parse HEAD > "$W/serve6/git.txt" 2>/dev/null
-echo "timeout 80 python3 - (gpu_serve6.sh's mixed-step profile) tiny=$TINY" > "$W/serve6/cmd.txt"
+echo "timeout 80 python3 - (gpu_serve6.sh's mixed-step profile) tiny=$TINY case=$S6_CASE" > "$W/serve6/cmd.txt"
 TINY=$TINY PROBE_OUT=$W/serve6 timeout 80 python3 - > "$W/serve6/run.out" 2>&1 <<'EOF'
 import collections, json, os, time
 import torch
@@ -33,6 +36,9 @@ t0 = time.perf_counter()
 model, cfg = build("cpu" if tiny else "cuda", 32, tiny)
 n, p, g, ap, ag = (16, 32, 72, 32, 6) if tiny else (64, 1024, 72, 1024, 6)
 ARRIVE = {8: 1, 18: 1, 28: 1, 38: 4, 48: 4, 58: 4}  # decode-phase step index -> prompts added before it
+case = json.loads(os.environ.get("S6_CASE") or "{}")
+n, p, g, ap, ag = (case.get(k, v) for k, v in zip(("n", "p", "g", "ap", "ag"), (n, p, g, ap, ag)))
+ARRIVE = {int(k): v for k, v in case["arrive"].items()} if "arrive" in case else ARRIVE
 PROF = {d + k for d, c in ARRIVE.items() for k in ((-1, 0, 1) if c == 1 else (-1, 0, 1, 2))}
 CUDA = torch.autograd.DeviceType.CUDA
 res = {"versions": [torch.__version__, __import__("transformers").__version__], "tiny": tiny, "requests": n,

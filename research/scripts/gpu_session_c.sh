@@ -28,7 +28,7 @@ fi
 declare -A BUDGET=([serve]=270 [diffusion]=290 [micro]=120 [master]=100 [qlora]=120 [decode]=90 [servecb]=170 [serve6]=90
                   [serve2]=230 [serve3]=150 [serve4]=150 [serve5]=150 [fsdp1]=100 [fsdp2]=100 [fsdp3]=${GS_BUDGET_fsdp3:-90} [diffusion2]=${GS_BUDGET_diffusion2:-160} [diffusion3]=${GS_BUDGET_diffusion3:-120}
                   [qlora2]=${GS_QLORA2_BUDGET:-140} [moe_generate]=${GS_BUDGET_moe_generate:-170} [moe_generate2]=${GS_BUDGET_moe_generate2:-120}
-                  [lora3]=${GS_LORA3_BUDGET:-60} [kbit_prep]=${GS_KBIT_PREP_BUDGET:-150} [offload_probe]=${GS_BUDGET_offload_probe:-80})
+                  [lora3]=${GS_LORA3_BUDGET:-60} [kbit_prep]=${GS_KBIT_PREP_BUDGET:-150} [offload_probe]=${GS_BUDGET_offload_probe:-80} [fsdp_fake]=150)
 for g in "$@"; do
   left=$(( LIMIT - ($(date +%s) - T0) ))
   if (( ${BUDGET[$g]:-9999} > left )); then log "$g skipped: budget ${BUDGET[$g]:-?} s > $left s left"; continue; fi
