@@ -61,6 +61,12 @@ EXTRA_SDPA_KERNELS = 10
 # tile in proportion to its dense peak per SM (assumed, not measured there).
 SDPA_KEY_TILE = 64
 SDPA_TILE_S = 1.45e-6
+# A mixed step (a decode batch plus new prompts) has more blocks than SMs: the blocks run in waves, each wave as long
+# as a decode layer. One block holds 128 queries (the kernel's two 64-row consumer warpgroups): Llama-3.1-8B,
+# 64 decodes + one 1024-token prompt (M = 1088: 288 blocks, 3 waves on 132 SMs) ran its SDPA 4.86 ms a layer,
+# 3.2x the decode layer's 1.53 ms at the same keys; 64-query blocks would make 5 waves (7.6 ms). Kernel profile of
+# research/results/2026-12-02-h200-d/call1/gpu_serve6 (planned before it ran in 2026-12-02-h200-c/serve.md).
+SDPA_BLOCK_QUERIES = 128
 # The same profile has four elementwise kernels a layer as long as the repeated K or V (0.175 ms each at 33.5k KV
 # tokens, 22.4 ms a step), not two: repeat_kv's copy and one more pass over each repeated tensor (read + write).
 REPEATED_KV_PASSES = 2
@@ -141,6 +147,14 @@ class StepModel:
         blocks = math.ceil(max(tokens, 1) / SDPA_QUERY_TILE) * max(1, round(self.heads))
         return blocks / (math.ceil(blocks / self.sms) * self.sms)
 
+    def sdpa_waves(self, tokens: float) -> int:
+        """Waves of cuDNN's masked SDPA blocks: one block per (SDPA_BLOCK_QUERIES queries, head), one block an SM at
+        a time, each looping over every key; a decode batch is one wave, a mixed step ceil(blocks / SMs)."""
+        if not self.sms:
+            return 1
+        blocks = math.ceil(max(tokens, 1) / SDPA_BLOCK_QUERIES) * max(1, round(self.heads))
+        return math.ceil(blocks / self.sms)
+
     def attention_s(self, tokens: float, kv_read: float, pairs: float) -> float:
         main, copies = self.attention_parts(tokens, kv_read, pairs)
         return self.layers * (main + copies)
@@ -161,7 +175,7 @@ class StepModel:
                         (24.0 * scores + copies + mask) / (ELEMENTWISE_BW_FRACTION * self.bw))
             sdpa = rep * math.ceil(max(tokens, 1) / SDPA_QUERY_TILE) + 2 * tokens * self.heads * hd * self.act_b
             t = max(max(flops / (2 * MASKED_SDPA_FRACTION * self.attn_rate * self.occupancy(tokens)), sdpa / self.bw)
-                    / CUDNN_MASKED_SDPA_SPEEDUP, math.ceil(keys / SDPA_KEY_TILE) * self.tile_s)
+                    / CUDNN_MASKED_SDPA_SPEEDUP, self.sdpa_waves(tokens) * math.ceil(keys / SDPA_KEY_TILE) * self.tile_s)
             return t + self.floor_s, (copies + mask) / (ELEMENTWISE_BW_FRACTION * self.bw)
         flops = 4.0 * pairs * self.heads * hd
         byts = kv_read * self.kv_tok_b + 2 * tokens * self.heads * hd * self.act_b
