@@ -1,0 +1,1 @@
+/opt/torch/.venv/bin/python3 /work/main/.gpucheck/research/scripts/gpu_fsdp_fake.py --one {"kind": "train-dist", "strategy": "fsdp", "precision": "amp-bf16", "foreach": true, "steps": 3, "warmup": 1, "model": "llama-2-7b", "micro_batch": 2, "seq": 2048} --out /tmp/tmp5d43vjyx/fsdp_fake.jsonl

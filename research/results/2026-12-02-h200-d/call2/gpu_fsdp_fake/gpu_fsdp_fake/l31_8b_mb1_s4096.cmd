@@ -1,0 +1,1 @@
+/opt/torch/.venv/bin/python3 /work/main/.gpucheck/research/scripts/gpu_fsdp_fake.py --one {"kind": "train-dist", "strategy": "fsdp", "precision": "amp-bf16", "foreach": true, "steps": 3, "warmup": 1, "model": "llama-3.1-8b", "micro_batch": 1, "seq": 4096} --out /tmp/tmp5d43vjyx/fsdp_fake.jsonl
