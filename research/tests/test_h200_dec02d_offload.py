@@ -108,3 +108,33 @@ def test_steady_state_call_against_the_plan():
     err["total"] = plan["total_s"] / sum(meas.values()) - 1
     assert all(-0.25 < e < -0.15 for e in err.values()), err  # outside the 15% target, inside the bound
     assert err["total"] == pytest.approx(-0.217, abs=0.01)
+
+
+@lru_cache(maxsize=None)
+def probe3() -> dict:
+    return json.loads((RUN / "call3" / "gpu_offload_probe" / "offload_probe.json").read_text())
+
+
+def _per_call(run: dict) -> dict[int, tuple[float, float]]:
+    """call: (fresh bytes from faults, heap growth + bytes mmapped afresh by its moves out)."""
+    out = {}
+    for call in sorted({p["call"] for p in run["phases"]}):
+        ph = [p for p in run["phases"] if p["call"] == call]
+        mm = sum(max(0, r["mmapped"]) for r in run["log"] if r.get("call") == call and r["part"] == "pipeline"
+                 and r["what"] == "to" and r["target"] == "cpu")
+        out[call] = (sum(p["minflt"] for p in ph) * PAGE_BYTES, sum(p["heap"] for p in ph) + mm)
+    return out
+
+
+def test_fresh_pages_are_heap_growth_plus_fresh_mmaps():
+    """Every call of both probes (call 1, call 3's parent and its MALLOC_* child): the faults' bytes are the heap's
+    growth plus the tensors mmapped afresh, within 0.02 GB; the MALLOC_MMAP_THRESHOLD_/TRIM child met as many fresh
+    pages as the parent (no fix)."""
+    runs = [probe(), probe3()["parent"], probe3()["env_child"]]
+    assert runs[2]["env"]["MALLOC_TRIM_THRESHOLD_"] == str(1 << 40)
+    for run in runs:
+        for fresh, growth in _per_call(run).values():
+            assert abs(fresh - growth) < 0.02e9
+    parent, child = _per_call(runs[1]), _per_call(runs[2])
+    for call in (0, 1):
+        assert child[call][0] / parent[call][0] == pytest.approx(1.0, abs=0.07)
