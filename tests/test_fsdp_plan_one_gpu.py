@@ -7,7 +7,8 @@ import json
 import pytest
 
 from gpuscope.errors import UserError
-from gpuscope.estimate.adamw import ADAMW_IMPLS, largest_tensors, resolve_impl, step_temporary_bytes
+from gpuscope.estimate.adamw import (ADAMW_IMPLS, FOREACH_BW_FRACTION, largest_tensors, resolve_impl,
+                                     step_temporary_bytes)
 from gpuscope.estimate.fsdp_time import fsdp_copy_bytes
 from gpuscope.estimate.params import count_params
 from gpuscope.estimate.runtime import TRAIN_WORKSPACE_BYTES
@@ -58,10 +59,10 @@ def test_for_loop_temporary_when_a_layer_matrix_is_the_largest():
 
 def test_step_time_per_implementation_and_the_assumption_that_names_it():
     t = {impl: _fsdp1(impl) for impl in ADAMW_IMPLS}
-    # foreach and the for-loop: 20 accesses a parameter against fused's 7, at the same bandwidth, their launches
-    # hidden behind that traffic on a 3B model
-    for impl in ("for-loop", "foreach"):
-        assert t[impl].time["optimizer_s"] == pytest.approx(t["fused"].time["optimizer_s"] * 20 / 7, rel=0.02)
+    # foreach and the for-loop: 20 accesses a parameter against fused's 7, their launches hidden behind that traffic
+    # on a 3B model; foreach's list kernels at FOREACH_BW_FRACTION of the bandwidth the others get
+    for impl, frac in (("for-loop", 1.0), ("foreach", FOREACH_BW_FRACTION)):
+        assert t[impl].time["optimizer_s"] == pytest.approx(t["fused"].time["optimizer_s"] * 20 / 7 / frac, rel=0.02)
     for impl, e in t.items():
         assert e.inputs["adamw_impl"] == impl
         assert sum(f"AdamW priced {impl if impl != 'for-loop' else 'as torch' + chr(39) + 's for-loop'}" in a

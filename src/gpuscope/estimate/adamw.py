@@ -105,6 +105,12 @@ def optimizer_bytes(P: float, optimizer: str, precision: str, impl: str) -> floa
     return passes * P * p.state_bytes + master
 
 
+# foreach's list kernels (multi_tensor_apply, below) stream at FOREACH_BW_FRACTION of the copy bandwidth: FSDP2 at
+# world size 2 (fake process group) on an H200, foreach AdamW over Llama-2-7B's 3.37 G local parameters: 76.8 ms for
+# 20 accesses a parameter, against 65.3 planned at the copy rate (0.850); checked on Llama-3.1-8B's 4.02 G at 2048
+# and 4096 tokens (91.6 / 91.3 ms: 0.849 / 0.852). research/results/2026-12-02-h200-d/fsdp_fake.md
+FOREACH_BW_FRACTION = 0.85
+
 # torch's multi_tensor_apply (aten/src/ATen/native/cuda/MultiTensorApply.cuh): a _foreach kernel takes at most
 # depth_to_max_tensors[depth - 1] tensors per list (36 for the four lists of addcdiv_ / addcmul_) and 320 blocks of
 # kChunkSize = 65536 elements, and launches again when either fills.

@@ -50,10 +50,12 @@ SDPA_QUERY_TILE = 64  # the memory-efficient SDPA kernel re-reads K and V once p
 # (torch's cuDNN SDPA launches a memset too): a decode step's trace (research/results/2026-12-02-h200-c/call2/
 # gpu_serve5) has 50 kernels a layer, the op list 40 + these 10
 EXTRA_SDPA_KERNELS = 10
-# The masked SDPA kernel (torch 2.11 picks cuDNN's fused flash forward on an H200) gives each (64-query tile, head)
-# one thread block that loops over all N_k keys in tiles of 64, with no split over the keys. A decode batch has
-# ceil(M / 64) x heads blocks, fewer than the SMs (Llama-3.1-8B, M = 256: 128 blocks on 132 SMs), so a layer lasts
+# The masked SDPA kernel (torch 2.11 picks cuDNN's fused flash forward on an H200) gives each (SDPA_BLOCK_QUERIES
+# queries, head) one thread block that loops over all N_k keys in tiles of 64, with no split over the keys. A
+# decode batch has fewer blocks than SMs (Llama-3.1-8B, M = 256: 64 blocks on 132 SMs), so a layer lasts
 # ceil(N_k / 64) tiles of one block running alone on its SM, whatever M is: time ~ N_k x layers, not M x N_k.
+# (occupancy() below, the throughput term's share of the SMs, still counts the memory-efficient kernel's 64-query
+# tiles: SDPA_QUERY_TILE.)
 # SDPA_TILE_S, one such tile (QK^T and PV of 64 x 64 x head_dim 128, its mask tile, the online softmax): the kernel
 # profile of Llama-3.1-8B decode steps under transformers 5.17 on an H200 (research/results/2026-12-02-h200-c/call1/
 # gpu_serve4, prof): the cuDNN SDPA kernel's own device time, 25.07 ms a step at 64 requests and 33.5k KV tokens,
