@@ -111,6 +111,12 @@ def optimizer_bytes(P: float, optimizer: str, precision: str, impl: str) -> floa
 # and 4096 tokens (91.6 / 91.3 ms: 0.849 / 0.852). research/results/2026-12-02-h200-d/fsdp_fake.md
 FOREACH_BW_FRACTION = 0.85
 
+
+def bw_fraction(impl: str) -> float:
+    """The share of the copy bandwidth an implementation's optimizer kernels stream at (fused and the for-loop's
+    elementwise kernels: all of it, not measured apart)."""
+    return FOREACH_BW_FRACTION if impl == "foreach" else 1.0
+
 # torch's multi_tensor_apply (aten/src/ATen/native/cuda/MultiTensorApply.cuh): a _foreach kernel takes at most
 # depth_to_max_tensors[depth - 1] tensors per list (36 for the four lists of addcdiv_ / addcmul_) and 320 blocks of
 # kChunkSize = 65536 elements, and launches again when either fills.

@@ -29,7 +29,7 @@ from gpuscope.estimate.cpu import for_model as cpu_for_model
 from gpuscope.estimate.cpu import step_s as cpu_step_s
 from gpuscope.estimate.engines import TrainHost, engine_for, train_host_for
 from gpuscope.estimate.loss import LOSS_OP, loss_backward_op, loss_op
-from gpuscope.estimate.adamw import FOREACH_BW_FRACTION, IMPL_NOTES, optimizer_bytes, resolve_impl
+from gpuscope.estimate.adamw import IMPL_NOTES, bw_fraction, optimizer_bytes, resolve_impl
 from gpuscope.estimate.adamw import launch_s as adamw_launch_s
 from gpuscope.estimate.fsdp_time import fsdp_micro_batch
 from gpuscope.estimate.memory_train import ddp_bucket_bytes, fsdp_train_memory, precision_bytes, train_memory
@@ -313,8 +313,7 @@ def _step_time(m, hw, pc, micro_batch, seq, precision, optimizer, recompute, gra
     # bf16-master launches two kernels per tensor (the grad's fp32 cast and the copy back to bf16)
     master_launch_s = (2 * (m.num_layers * (9 if m.gated_mlp else 12) + 4) * train_engine.launch_s
                        if precision == Precision.BF16_MASTER.value else 0.0)
-    opt_bw = bw * 1e9 * (FOREACH_BW_FRACTION if impl == "foreach" else 1.0)
-    opt_s = max(opt_bytes / opt_bw, host["optimizer"] + master_launch_s + opt_launch_s)
+    opt_s = max(opt_bytes / (bw * 1e9 * bw_fraction(impl)), host["optimizer"] + master_launch_s + opt_launch_s)
     if cpu is not None:  # torch's AdamW on a CPU: no fused kernel, its single-tensor loop (estimate/cpu.py)
         loop_s, fresh_s = cpu_step_s(m, optimizer_bytes(P, optimizer, precision, "for-loop"), w_b, micro_batch * seq,
                                      cpu, train_engine.launch_s)
