@@ -30,7 +30,8 @@ source "$(dirname "$0")/session_lib.sh"
 SDXL=sdxl; SVD=svd-xt; S=1024; SVD_H=576; SVD_W=1024; FRAMES=14; DEV=(--dtype fp16)
 LIMITS=(38 40 32 25 25); TINY=0; [[ "${1:-}" == "--tiny" ]] && { TINY=1; shift; }
 GROUPS_WANTED="${*:-offload_model offload_sequential svd vae text}"
-MODEL_REPEATS=2; MODEL_STEPS=4
+MODEL_REPEATS=${GS_MODEL_REPEATS:-2}; MODEL_STEPS=${GS_MODEL_STEPS:-4}; MODEL_WARMUP=${GS_MODEL_WARMUP:-1}
+[[ -n "${GS_MODEL_LIMIT:-}" && $TINY == 0 ]] && LIMITS[0]=$GS_MODEL_LIMIT  # e.g. the steady state: GS_MODEL_WARMUP=2
 if [[ $# -gt 0 ]]; then LIMITS=(50 40 32 30 25); MODEL_REPEATS=1; MODEL_STEPS=2; fi  # a rerun: what call1 showed
 if [[ $TINY == 1 ]]; then  # the script's own check: tiny random folders on the CPU, fp32, tiny sizes
   python3 tests/diffusion_tiny.py "$W/tiny" > /dev/null
@@ -50,7 +51,7 @@ run() { local name=$1 limit=$2; shift 2
   echo "timeout $limit ${RUN[*]} $* --timeout $((limit - 4))" > "$W/$name.cmd"
   step "$name" "$limit" "${RUN[@]}" "$@" --timeout $((limit - 4)); }
 want offload_model && run sdxl_offload_model "${LIMITS[0]}" --model "$SDXL" --component pipeline --batch 1 --height "$S" --width "$S" \
-  --steps "$MODEL_STEPS" --cfg --offload model --repeats "$MODEL_REPEATS" --warmup 1
+  --steps "$MODEL_STEPS" --cfg --offload model --repeats "$MODEL_REPEATS" --warmup "$MODEL_WARMUP"
 want offload_sequential && run sdxl_offload_sequential "${LIMITS[1]}" --model "$SDXL" --component pipeline --batch 1 --height "$S" \
   --width "$S" --steps 2 --cfg --offload sequential --repeats 1 --warmup 1
 want svd && run svd_unet14_profile "${LIMITS[2]}" --model "$SVD" --component denoiser --batch 1 --height "$SVD_H" \
