@@ -73,6 +73,12 @@ def test_offloaded_pipeline_runs_and_is_its_own_case(tiny, mode):
     r = _run(case, folder)
     assert r["status"] == "ok" and r["total_s"] >= r["denoise_s"] > 0
     assert ("offload_h2d_gbs" in r) == (mode == "model")
+    # minor page faults per phase of the timed calls (getrusage), and the bytes they stand for
+    import resource
+
+    faults = r["host_page_faults"]
+    assert set(faults) == {"text", "denoise", "vae"} and all(v >= 0 for v in faults.values())
+    assert r["host_fault_bytes"] == sum(r["host_page_faults"].values()) * resource.getpagesize()
     typed = DiffusionCase.from_dict(case)
     assert typed.name.endswith(f"-offload-{mode}")
     assert typed.key != DiffusionCase.from_dict({**case, "offload": "none"}).key

@@ -30,9 +30,10 @@ source "$(dirname "$0")/session_lib.sh"
 SDXL=sdxl; SVD=svd-xt; S=1024; SVD_H=576; SVD_W=1024; FRAMES=14; DEV=(--dtype fp16)
 LIMITS=(38 40 32 25 25); TINY=0; [[ "${1:-}" == "--tiny" ]] && { TINY=1; shift; }
 GROUPS_WANTED="${*:-offload_model offload_sequential svd vae text}"
-MODEL_REPEATS=${GS_MODEL_REPEATS:-2}; MODEL_STEPS=${GS_MODEL_STEPS:-4}; MODEL_WARMUP=${GS_MODEL_WARMUP:-1}
-[[ -n "${GS_MODEL_LIMIT:-}" && $TINY == 0 ]] && LIMITS[0]=$GS_MODEL_LIMIT  # e.g. the steady state: GS_MODEL_WARMUP=2
+MODEL_REPEATS=2; MODEL_STEPS=4; MODEL_WARMUP=${GS_MODEL_WARMUP:-1}  # GS_MODEL_*: another run (e.g. the steady state: GS_MODEL_WARMUP=2)
 if [[ $# -gt 0 ]]; then LIMITS=(50 40 32 30 25); MODEL_REPEATS=1; MODEL_STEPS=2; fi  # a rerun: what call1 showed
+MODEL_REPEATS=${GS_MODEL_REPEATS:-$MODEL_REPEATS}; MODEL_STEPS=${GS_MODEL_STEPS:-$MODEL_STEPS}
+[[ -n "${GS_MODEL_LIMIT:-}" && $TINY == 0 ]] && LIMITS[0]=$GS_MODEL_LIMIT
 if [[ $TINY == 1 ]]; then  # the script's own check: tiny random folders on the CPU, fp32, tiny sizes
   python3 tests/diffusion_tiny.py "$W/tiny" > /dev/null
   SDXL=$W/tiny/tiny-sdxl; SVD=$W/tiny/tiny-svd; S=32; SVD_H=16; SVD_W=32; FRAMES=4
