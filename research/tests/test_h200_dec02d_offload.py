@@ -138,3 +138,29 @@ def test_fresh_pages_are_heap_growth_plus_fresh_mmaps():
     parent, child = _per_call(runs[1]), _per_call(runs[2])
     for call in (0, 1):
         assert child[call][0] / parent[call][0] == pytest.approx(1.0, abs=0.07)
+
+
+def _bench(call: int) -> dict:
+    out = RUN / f"call{call}" / "gpu_diffusion2" / "sdxl_offload_model.out"
+    (m,) = json.loads(out.read_text())["measurements"]
+    assert m["status"] == "ok"
+    return m["result"]
+
+
+def test_bench_after_two_warmups_still_meets_fresh_pages(tmp_path):
+    """Calls 4/5: `bench diffusion --offload model --warmup 2` (1 and 3 timed calls). Call 5's median call met
+    0.57 GB of fresh pages; against the plan on that bench's own link rates it is -31% (a known miss, bound 35%),
+    -13% with those faults priced at FAULT_S; call 4's one timed call (4.11 s, its VAE phase 2.04 s) is slower still."""
+    r4, r5 = _bench(4), _bench(5)
+    assert r5["pipeline_repeats"] == 3 and r4["pipeline_repeats"] == 1
+    assert r5["host_fault_bytes"] == pytest.approx(0.575e9, rel=0.01)
+    host = tmp_path / "bench-host.toml"
+    host.write_text('base = "nvidia_h200_sxm"\nname = "call 5 bench link probe"\n[measured]\n'
+                    f'h2d_pageable_gbs = {r5["offload_h2d_gbs"]}\n'
+                    f'd2h_pageable_gbs = {r5["offload_d2h_gbs"] / MODULE_D2H_FACTOR}\nhost_launch_s = 21.5e-6\n')
+    plan = plan_diffusion(DiffusionRequest(model="sdxl", batch=1, height=1024, width=1024, steps=2, cfg=True,
+                                           offload="model"), load_hardware(str(host)), limits=False).times["total_s"]
+    assert plan / r5["total_s"] - 1 == pytest.approx(-0.31, abs=0.01)
+    faults = r5["host_fault_bytes"] / PAGE_BYTES * FAULT_S
+    assert (plan + faults) / r5["total_s"] - 1 == pytest.approx(-0.13, abs=0.01)
+    assert r4["total_s"] > r5["total_s"] * 1.3 and r4["vae_decode_s"] > 2.0

@@ -1,0 +1,1 @@
+timeout 34 python3 -m torch.distributed.run --standalone --nproc-per-node 1 -m gpuscope.measure.distributed.train --case '{"kind": "train-dist", "strategy": "fsdp", "precision": "amp-bf16", "seq": 2048, "steps": 3, "warmup": 1, "foreach": true, "model": "llama-3.2-3b", "micro_batch": 1}' --out /tmp/tmp.U8veOvKK7T/fsdp2.jsonl
