@@ -32,6 +32,7 @@ THRESHOLDS = {
     "gc_share": 0.05,
     "steal_share": 0.05,
     "cudnn_build_share": 0.5,
+    "offload_fault_share": 0.05,
 }
 
 SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2, "info": 3}

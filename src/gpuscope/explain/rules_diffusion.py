@@ -20,6 +20,7 @@ so it sits in explain/findings.RULES beside the profile rules.
   planner's peak and time for the same case with that lever: VAE slicing, VAE tiling, SDPA attention, model CPU
   offload (one component on the GPU at a time), sequential offload (weights streamed layer by layer), a half batch,
   fp16 from fp32.
+- offload_fresh_pages (explain/rules_offload.py): model offload's timed calls met page faults worth >= 5% of them.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from gpuscope.explain.finding import THRESHOLDS, Finding, GIB, num, severity
+from gpuscope.explain.rules_offload import diffusion_offload_fresh_pages  # model offload's fresh host pages
 
 ISSUE_SHARE = 0.9  # host issue time >= this share of the step: the device waited on launches
 
@@ -158,7 +160,7 @@ def oom_levers(req, hw) -> list[dict]:
     return fit + sorted((x for x in out if not x["fits"]), key=lambda x: -x["saved_bytes"])
 
 
-RULES = (diffusion_launch_bound, diffusion_attention, diffusion_oom_tiers)
+RULES = (diffusion_launch_bound, diffusion_attention, diffusion_oom_tiers, diffusion_offload_fresh_pages)
 
 
 def point_summary(case, res: dict, gpu: str | None) -> dict:
