@@ -164,3 +164,12 @@ def test_bench_after_two_warmups_still_meets_fresh_pages(tmp_path):
     faults = r5["host_fault_bytes"] / PAGE_BYTES * FAULT_S
     assert (plan + faults) / r5["total_s"] - 1 == pytest.approx(-0.13, abs=0.01)
     assert r4["total_s"] > r5["total_s"] * 1.3 and r4["vae_decode_s"] > 2.0
+
+
+def test_the_doctor_flags_call5():
+    """doctor's offload_fresh_pages on call 5's point: 0.57 GB of faults, ~0.55 s of its 3.09 s (18%)."""
+    from gpuscope.explain.rules_offload import diffusion_offload_fresh_pages
+
+    r5 = _bench(5)
+    f = diffusion_offload_fresh_pages({"diffusion": {"result": r5, "plan": {"inputs": {"offload": "model"}}}})
+    assert f is not None and f.evidence["fault_s"] / r5["total_s"] == pytest.approx(0.18, abs=0.01)
