@@ -1,0 +1,1 @@
+timeout 110 python3 -m gpuscope bench diffusion --gpu h200 --json --db /tmp/gs_diffusion2/gpu_diffusion2.sqlite --dtype fp16 --model sdxl --component pipeline --batch 1 --height 1024 --width 1024 --steps 2 --cfg --offload model --repeats 3 --warmup 4 --timeout 106
