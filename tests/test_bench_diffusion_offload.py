@@ -126,3 +126,17 @@ def test_bad_offload_is_one_sentence(tiny, capsys):
     assert e.value.code == 2
     err = capsys.readouterr().err.strip()
     assert "--offload 'disk' is not one of none, model, sequential." in err and len(err.splitlines()) == 1
+
+
+def test_model_offload_pipeline_warms_up_four_calls_by_default(monkeypatch):
+    """bench diffusion without --warmup: 4 untimed calls for a pipeline under --offload model, else the case's 2."""
+    from gpuscope.cli import bench_diffusion as cli
+
+    seen = []
+    monkeypatch.setattr(cli, "run_sweep", lambda s, cases, gpu, timeout_s: seen.extend(cases))
+    monkeypatch.setattr(cli.options, "require_torch", lambda: None)
+    for offload, component, want in (("model", "pipeline", 4), ("none", "pipeline", None), ("model", "denoiser", None)):
+        seen.clear()
+        main(["bench", "diffusion", "--model", "sdxl", "--offload", offload, "--component", component,
+              "--device", "cpu", "--json"])
+        assert seen and all(c.get("warmup") == want for c in seen), (offload, component, seen)

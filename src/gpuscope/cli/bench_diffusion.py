@@ -19,6 +19,11 @@ from gpuscope.cli import options
 from gpuscope.cli.bench_run import Session, bench_gpu, guarded, json_out, timeout
 from gpuscope.errors import UserError
 
+# A pipeline under model offload reaches the steady state the planner prices after about four calls: its first calls
+# move modules out into fresh host pages (SDXL at 1024 on an H200: 1.45x the plan after two warm-ups, within 8% after
+# four; research/results/2026-12-02-h200-d/offload.md).
+OFFLOAD_MODEL_WARMUP = 4
+
 HELP = {
     "sizes": "Comma-separated values measure each (a sweep in one process).",
     "component": "pipeline (text encoders, N steps, VAE decode) | denoiser (one step) | vae-decode | text-encoders.",
@@ -131,7 +136,8 @@ def diffusion(
     attn: str = typer.Option("sdpa", "--attn", help=HELP["attn"]),
     offload: str = typer.Option("none", "--offload", help=HELP["offload"]),
     repeats: int = typer.Option(5, "--repeats", help="Timed calls per point (median)."),
-    warmup: int = typer.Option(2, "--warmup", help="Untimed calls first."),
+    warmup: Optional[int] = typer.Option(None, "--warmup", help="Untimed calls first (default 2; 4 for a pipeline "
+                                      "under --offload model, whose first calls meet fresh host pages)."),
     min_time: float = typer.Option(0.0, "--min-time", help="Repeat each timed phase until this many seconds."),
     profile: bool = typer.Option(False, "--profile", help=HELP["profile"]),
     weights: bool = typer.Option(False, "--weights", help=HELP["weights"]),
@@ -143,6 +149,8 @@ def diffusion(
     pipeline, peak memory and energy per point; estimate and findings beside it."""
     options.require_torch()
     device = options.device_exists(device)
+    if warmup is None and offload == "model" and component == "pipeline":
+        warmup = OFFLOAD_MODEL_WARMUP
     options.non_negative(warmup=warmup, min_time=min_time)
     options.positive(timeout=timeout_s)
     common = {"kind": "diffusion", "model": model, "steps": steps, "cfg": cfg, "dtype": dtype,
