@@ -64,11 +64,13 @@ class DiffusionPlan:
         if any(c.class_name == "T5EncoderModel" for c in self.costs) and req.dtype == "fp16":
             out.append("T5's wo weights stay fp32 in fp16 (transformers' _keep_in_fp32_modules)")
         if req.offload != "none":
-            from gpuscope.estimate.diffusion.offload import pageable_gbs
+            from gpuscope.estimate.diffusion.offload import MODULE_D2H_FACTOR, pageable_gbs
 
+            d2h = pageable_gbs(self.hw, "d2h")
+            out_rate = (f"{d2h:.1f} GB/s out a large tensor, {d2h * MODULE_D2H_FACTOR:.1f} as module.to moves a "
+                        "module" if req.offload == "model" else f"{d2h:.1f} GB/s out")
             out.append(f"offload copies from pageable host memory: {pageable_gbs(self.hw, 'h2d'):.1f} GB/s in, "
-                       f"{pageable_gbs(self.hw, 'd2h'):.1f} GB/s out (estimate/diffusion/offload.py), each in "
-                       "the phase that makes it")
+                       f"{out_rate} (estimate/diffusion/offload.py), each in the phase that makes it")
         if req.offload == "model":  # research/results/2026-12-02-h200-d/offload.md
             from gpuscope.estimate.diffusion.offload import first_calls_note
 
