@@ -20,7 +20,8 @@ so it sits in explain/findings.RULES beside the profile rules.
   planner's peak and time for the same case with that lever: VAE slicing, VAE tiling, SDPA attention, model CPU
   offload (one component on the GPU at a time), sequential offload (weights streamed layer by layer), a half batch,
   fp16 from fp32.
-- offload_fresh_pages (explain/rules_offload.py): model offload's timed calls met page faults worth >= 5% of them.
+- offload_fresh_pages (explain/rules_offload.py): a model-offload point >= 1.3x its plan whose timed calls met page
+  faults worth >= 5% of the call and half the excess.
 """
 
 from __future__ import annotations

@@ -3,10 +3,11 @@ explain/rules_diffusion.py builds it: ``s["diffusion"]`` = {"result", "plan", ..
 
 - offload_fresh_pages: a model-offload point measured >= ``plan_ratio`` x the plan (its steady state) whose timed
   calls met page faults (the bench's ``host_fault_bytes``, getrusage's minor faults x the page size) worth at least
-  ``offload_fault_share`` of the call and half the excess, at estimate/diffusion/offload.FAULT_S a 4 KiB page. A move out (``module.to("cpu")``) into host pages the process
-  has not touched pays one fault a page on top of the copy, until glibc's heap has grown to hold what the modules
-  leave (SDXL at 1024 on an H200 VM: 3.6, 2.0, then 0.2 GB of fresh pages in the first three calls;
-  research/results/2026-12-02-h200-d/offload.md). Effect: the call without those faults.
+  ``offload_fault_share`` of the call and half the excess, at estimate/diffusion/offload.FAULT_S a 4 KiB page. A
+  move out (``module.to("cpu")``) into host pages the process has not touched pays one fault a page on top of the
+  copy, until glibc's heap has grown to hold what the modules leave (SDXL at 1024 on an H200 VM: 3.6, 2.0, then
+  0.2 GB of fresh pages in the first three calls; research/results/2026-12-02-h200-d/offload.md). Effect: the
+  call without those faults, or the plan where that is longer.
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ from __future__ import annotations
 from gpuscope.estimate.diffusion.offload import FAULT_S, PAGE_BYTES
 from gpuscope.explain.finding import THRESHOLDS, Finding, num, severity
 
-FIX = ("Time, and serve, from a long-lived process: run two or three pipeline calls after loading before timing "
-       "(bench diffusion's default for such a point, --warmup 4: SDXL at 1024 on an H200 then ran within 8% of the plan); the faults stop once glibc's heap holds the bytes the modules leave when they "
-       "move in. MALLOC_MMAP_THRESHOLD_ / MALLOC_TRIM_THRESHOLD_ do not help (measured). If the weights fit, drop "
-       "model offload: the moves themselves cost ~2 s a call for SDXL at pageable rates.")
+FIX = ("Time, and serve, from a long-lived process: run four pipeline calls after loading before timing (bench "
+       "diffusion's default for such a point, --warmup 4: SDXL at 1024 on an H200 then ran within 8% of the plan); "
+       "the faults stop once glibc's heap holds the bytes the modules leave when they move in. "
+       "MALLOC_MMAP_THRESHOLD_ / MALLOC_TRIM_THRESHOLD_ do not help (measured). If the weights fit, drop model "
+       "offload: the moves themselves cost ~2 s a call for SDXL at pageable rates.")
 
 
 def diffusion_offload_fresh_pages(s: dict, t: dict = THRESHOLDS) -> Finding | None:

@@ -177,7 +177,8 @@ class StepModel:
                         (24.0 * scores + copies + mask) / (ELEMENTWISE_BW_FRACTION * self.bw))
             sdpa = rep * math.ceil(max(tokens, 1) / SDPA_QUERY_TILE) + 2 * tokens * self.heads * hd * self.act_b
             t = max(max(flops / (2 * MASKED_SDPA_FRACTION * self.attn_rate * self.occupancy(tokens)), sdpa / self.bw)
-                    / CUDNN_MASKED_SDPA_SPEEDUP, self.sdpa_waves(tokens) * math.ceil(keys / SDPA_KEY_TILE) * self.tile_s)
+                    / CUDNN_MASKED_SDPA_SPEEDUP,
+                    self.sdpa_waves(tokens) * math.ceil(keys / SDPA_KEY_TILE) * self.tile_s)
             return t + self.floor_s, (copies + mask) / (ELEMENTWISE_BW_FRACTION * self.bw)
         flops = 4.0 * pairs * self.heads * hd
         byts = kv_read * self.kv_tok_b + 2 * tokens * self.heads * hd * self.act_b
