@@ -42,6 +42,21 @@ def resident_gbs() -> float:
     return statistics.mean(r["bytes"] / r["s"] for r in outs) / 1e9
 
 
+def sdxl_plan(hw: str):
+    """The plan of the probes' and the bench's point: SDXL pipeline at 1024x1024, 2 steps, CFG, model offload."""
+    return plan_diffusion(DiffusionRequest(model="sdxl", batch=1, height=1024, width=1024, steps=2, cfg=True,
+                                           offload="model"), load_hardware(hw), limits=False)
+
+
+def bench_host(tmp_path: Path, r: dict, name: str) -> str:
+    """A host file of a bench point's own link probe (its UNet moved in and out as a module)."""
+    host = tmp_path / f"{name}.toml"
+    host.write_text(f'base = "nvidia_h200_sxm"\nname = "{name} bench link probe"\n[measured]\n'
+                    f'h2d_pageable_gbs = {r["offload_h2d_gbs"]}\n'
+                    f'd2h_pageable_gbs = {r["offload_d2h_gbs"] / MODULE_D2H_FACTOR}\nhost_launch_s = 21.5e-6\n')
+    return str(host)
+
+
 def test_first_touch_is_a_fault_a_page():
     """Every move out right after loading lands in untouched memory: one minor fault each 4 KiB, exactly."""
     for r in moves("load"):
@@ -100,8 +115,7 @@ def test_steady_state_call_against_the_plan():
     embeddings, 76 and 126 MB, over its 32 MiB mmap threshold), the UNet's move in ran 3.84 GB/s against the rounds'
     4.16, and each phase spends 0.03-0.19 s outside its copies and planned forwards (the denoising phase's two
     steps took 0.29 s against 0.10 planned: not found)."""
-    plan = plan_diffusion(DiffusionRequest(model="sdxl", batch=1, height=1024, width=1024, steps=2, cfg=True,
-                                           offload="model"), load_hardware(str(HOST)), limits=False).times
+    plan = sdxl_plan(str(HOST)).times
     meas = {k: _phases(2)[k]["s"] for k in ("text", "denoise", "vae")}
     err = {k: plan[f"{k}_encode_s" if k == "text" else ("vae_decode_s" if k == "vae" else "denoise_s")] / v - 1
            for k, v in meas.items()}
@@ -154,12 +168,7 @@ def test_bench_after_two_warmups_still_meets_fresh_pages(tmp_path):
     r4, r5 = _bench(4), _bench(5)
     assert r5["pipeline_repeats"] == 3 and r4["pipeline_repeats"] == 1
     assert r5["host_fault_bytes"] == pytest.approx(0.575e9, rel=0.01)
-    host = tmp_path / "bench-host.toml"
-    host.write_text('base = "nvidia_h200_sxm"\nname = "call 5 bench link probe"\n[measured]\n'
-                    f'h2d_pageable_gbs = {r5["offload_h2d_gbs"]}\n'
-                    f'd2h_pageable_gbs = {r5["offload_d2h_gbs"] / MODULE_D2H_FACTOR}\nhost_launch_s = 21.5e-6\n')
-    plan = plan_diffusion(DiffusionRequest(model="sdxl", batch=1, height=1024, width=1024, steps=2, cfg=True,
-                                           offload="model"), load_hardware(str(host)), limits=False).times["total_s"]
+    plan = sdxl_plan(bench_host(tmp_path, r5, "call 5")).times["total_s"]
     assert plan / r5["total_s"] - 1 == pytest.approx(-0.31, abs=0.01)
     faults = r5["host_fault_bytes"] / PAGE_BYTES * FAULT_S
     assert (plan + faults) / r5["total_s"] - 1 == pytest.approx(-0.13, abs=0.01)
@@ -167,8 +176,7 @@ def test_bench_after_two_warmups_still_meets_fresh_pages(tmp_path):
 
 
 def _catalog_plan() -> dict:
-    return plan_diffusion(DiffusionRequest(model="sdxl", batch=1, height=1024, width=1024, steps=2, cfg=True,
-                                           offload="model"), load_hardware("h200"), limits=False).to_json()
+    return sdxl_plan("h200").to_json()
 
 
 def test_the_doctor_flags_call5_not_call6():
@@ -188,12 +196,7 @@ def test_four_warmups_reach_the_plan(tmp_path):
     link probe 2.22 s: -7.6% (text -2.9%, denoise -8.1%, vae -8.0%), within the 15% target."""
     r6 = _bench(6)
     assert r6["pipeline_repeats"] == 3 and r6["total_s"] < 0.8 * _bench(5)["total_s"]
-    host = tmp_path / "bench6.toml"
-    host.write_text('base = "nvidia_h200_sxm"\nname = "call 6 bench link probe"\n[measured]\n'
-                    f'h2d_pageable_gbs = {r6["offload_h2d_gbs"]}\n'
-                    f'd2h_pageable_gbs = {r6["offload_d2h_gbs"] / MODULE_D2H_FACTOR}\nhost_launch_s = 21.5e-6\n')
-    t = plan_diffusion(DiffusionRequest(model="sdxl", batch=1, height=1024, width=1024, steps=2, cfg=True,
-                                        offload="model"), load_hardware(str(host)), limits=False).times
+    t = sdxl_plan(bench_host(tmp_path, r6, "call 6")).times
     errs = {k: t[k] / r6[k] - 1 for k in ("text_encode_s", "denoise_s", "vae_decode_s", "total_s")}
     assert all(-0.15 < e < 0 for e in errs.values()), errs
     assert errs["total_s"] == pytest.approx(-0.076, abs=0.01)

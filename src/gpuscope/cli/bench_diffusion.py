@@ -19,11 +19,6 @@ from gpuscope.cli import options
 from gpuscope.cli.bench_run import Session, bench_gpu, guarded, json_out, timeout
 from gpuscope.errors import UserError
 
-# A pipeline under model offload reaches the steady state the planner prices after about four calls: its first calls
-# move modules out into fresh host pages (SDXL at 1024 on an H200: 1.45x the plan after two warm-ups, within 8% after
-# four; research/results/2026-12-02-h200-d/offload.md).
-OFFLOAD_MODEL_WARMUP = 4
-
 HELP = {
     "sizes": "Comma-separated values measure each (a sweep in one process).",
     "component": "pipeline (text encoders, N steps, VAE decode) | denoiser (one step) | vae-decode | text-encoders.",
@@ -150,7 +145,9 @@ def diffusion(
     options.require_torch()
     device = options.device_exists(device)
     if warmup is None and offload == "model" and component == "pipeline":
-        warmup = OFFLOAD_MODEL_WARMUP
+        from gpuscope.estimate.diffusion.offload import STEADY_WARMUP_CALLS  # its first calls meet fresh pages
+
+        warmup = STEADY_WARMUP_CALLS
     options.non_negative(warmup=warmup, min_time=min_time)
     options.positive(timeout=timeout_s)
     common = {"kind": "diffusion", "model": model, "steps": steps, "cfg": cfg, "dtype": dtype,

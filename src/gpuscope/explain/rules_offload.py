@@ -12,12 +12,13 @@ explain/rules_diffusion.py builds it: ``s["diffusion"]`` = {"result", "plan", ..
 
 from __future__ import annotations
 
-from gpuscope.estimate.diffusion.offload import FAULT_S, PAGE_BYTES
+from gpuscope.estimate.diffusion.offload import FAULT_S, PAGE_BYTES, STEADY_WARMUP_CALLS
 from gpuscope.explain.finding import THRESHOLDS, Finding, num, severity
 
-FIX = ("Time, and serve, from a long-lived process: run four pipeline calls after loading before timing (bench "
-       "diffusion's default for such a point, --warmup 4: SDXL at 1024 on an H200 then ran within 8% of the plan); "
-       "the faults stop once glibc's heap holds the bytes the modules leave when they move in. "
+FIX = (f"Time, and serve, from a long-lived process: run {STEADY_WARMUP_CALLS} pipeline calls after loading before "
+       f"timing (bench diffusion's default for such a point, --warmup {STEADY_WARMUP_CALLS}: SDXL at 1024 on an H200 "
+       "then ran within 8% of the plan); the faults stop once glibc's heap holds the bytes the modules leave when "
+       "they move in. "
        "MALLOC_MMAP_THRESHOLD_ / MALLOC_TRIM_THRESHOLD_ do not help (measured). If the weights fit, drop model "
        "offload: the moves themselves cost ~2 s a call for SDXL at pageable rates.")
 

@@ -42,6 +42,9 @@ MODULE_D2H_FACTOR = 8.9 / 12.75  # module.to("cpu") / its largest tensors alone,
 # the resident rate) / minor faults over the SDXL moves of that probe's first two calls, 3.7-4.1 us (median 3.9)
 FAULT_S = 3.9e-6
 PAGE_BYTES = 4096
+# untimed calls a model-offload pipeline needs before it runs in that steady state: SDXL at 1024 under `bench
+# diffusion` on an H200 read 1.45x this plan after two, within 8% after four (2026-12-02-h200-d/offload.md)
+STEADY_WARMUP_CALLS = 4
 PHASE = {"text_encoder": "text_encode", "image_encoder": "text_encode", "denoiser": "denoise", "vae": "vae_decode"}
 ORDER = ("text_encoder", "image_encoder", "denoiser", "vae")  # diffusers' model_cpu_offload_seq
 
@@ -89,5 +92,5 @@ def first_calls_note(costs: list, offload: str) -> str | None:
             f"the first calls after loading are slower: a move out into untouched pages costs "
             f"{FAULT_S * 1e6:.1f} us a 4 KiB page (an H200 gVisor VM), up to +{fresh / PAGE_BYTES * FAULT_S:.1f} s "
             f"a call if all {fresh / 1e9:.1f} GB moved out were fresh (measured: SDXL +3.4 s on the first call, "
-            f"+2.0 s on the second, +0.2 s on the third); warm up four calls before timing (bench diffusion: "
-            f"within 8% of this plan after four, 1.45x after two)")
+            f"+2.0 s on the second, +0.2 s on the third); warm up {STEADY_WARMUP_CALLS} calls before timing (bench "
+            f"diffusion: within 8% of this plan after four, 1.45x after two)")
